@@ -1,0 +1,192 @@
+//! The event model: what a trace says, independent of how it is stored.
+//!
+//! Timestamps are raw clock ticks of the recording rank. The rank's [`ClockCalibration`] turns ticks
+//! into nanoseconds, and its [`ClockSample`]s relate its clock to rank 0's (the global clock). Keeping
+//! ticks on disk means the hot path never divides, and reconstruction can re-derive every time.
+
+/// Identifies an MPI function. The numbering is owned by the recorder's wrapper table
+/// (`recorder/mpi_functions.tsv`); the trace carries each used name in a [`Event::FunctionDef`] so a
+/// reader never needs that table.
+pub type FunctionId = u16;
+
+/// A recorder-assigned communicator id, unique within one rank's trace. 0 is `MPI_COMM_WORLD`,
+/// 1 is `MPI_COMM_SELF`; others are defined by [`Event::CommDef`] before first use.
+pub type CommId = u32;
+
+/// An id into the trace's string table ([`Event::StringDef`]).
+pub type StringId = u32;
+
+/// `peer`/`root` value when the call has none.
+pub const NO_RANK: i32 = -1;
+/// `peer` value for a receive posted with `MPI_ANY_SOURCE` (the completion carries the real source).
+pub const ANY_SOURCE: i32 = -2;
+/// `peer` value for `MPI_PROC_NULL`.
+pub const PROC_NULL: i32 = -3;
+/// `tag` value when the call has none.
+pub const NO_TAG: i32 = -1;
+/// `tag` value for a receive posted with `MPI_ANY_TAG`.
+pub const ANY_TAG: i32 = -2;
+/// `request` value when the call creates or names no request.
+pub const NO_REQUEST: u64 = 0;
+
+/// One intercepted MPI call. This is the hot-path record: fixed size, `Copy`, no heap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MpiCall {
+    pub func: FunctionId,
+    /// Tick at entry to the wrapper, before the PMPI call.
+    pub start: u64,
+    /// Tick right after the PMPI call returned.
+    pub end: u64,
+    pub comm: CommId,
+    /// Peer rank within `comm` (destination of a send, source of a receive), or one of
+    /// [`NO_RANK`], [`ANY_SOURCE`], [`PROC_NULL`].
+    pub peer: i32,
+    pub tag: i32,
+    /// Bytes this rank sends (or, for receive-only calls, the receive buffer's capacity).
+    pub bytes: u64,
+    /// Root rank within `comm` for rooted collectives, else [`NO_RANK`].
+    pub root: i32,
+    /// The request this call created (`Isend`, `Irecv`, `Send_init`, ...) or started (`Start`),
+    /// else [`NO_REQUEST`]. Completions name it again.
+    pub request: u64,
+    /// The recorder's own cost attributed to this event, in ticks: the direct perturbation d.
+    pub cost: u32,
+}
+
+/// One request finished inside a `Wait*`/`Test*` call. Completions follow the [`MpiCall`] of the
+/// completion call they belong to, in the order MPI reported them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Completion {
+    pub request: u64,
+    /// Actual source rank within the request's communicator (from `MPI_Status`), for receives;
+    /// [`NO_RANK`] for sends.
+    pub source: i32,
+    /// Actual tag, for receives; [`NO_TAG`] for sends.
+    pub tag: i32,
+    /// Bytes actually received (from `MPI_Get_count` on the status), or sent.
+    pub bytes: u64,
+    pub cancelled: bool,
+}
+
+/// A user record made through `evenflush_record`: an opaque payload of any size.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UserRecord {
+    pub time: u64,
+    pub name: StringId,
+    pub payload: Vec<u8>,
+}
+
+/// Start or end of a user region (`evenflush_region_begin`/`_end`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Region {
+    pub time: u64,
+    pub name: StringId,
+    pub begin: bool,
+}
+
+/// One equalised suspension, as this rank saw it (paper Fig. 3 and 5).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Suspension {
+    /// Sequence number of the suspension, equal on all ranks.
+    pub seq: u64,
+    /// Local tick when the suspension started (t in Fig. 3).
+    pub start: u64,
+    /// The suspension time Z every rank waits for, in nanoseconds.
+    pub z_ns: u64,
+    /// Local tick when this rank actually resumed.
+    pub end: u64,
+    pub flushed: bool,
+    /// Trace bytes written in this suspension, before and after compression.
+    pub bytes_raw: u64,
+    pub bytes_stored: u64,
+    /// Time spent writing, in nanoseconds.
+    pub write_ns: u64,
+    /// How far past `start + Z` this rank resumed (Z arrived late), in nanoseconds.
+    pub overshoot_ns: u64,
+    /// The waiting part w of Z, the mean one-way message time m and the offset error bound d, in ns.
+    pub w_ns: u64,
+    pub m_ns: f64,
+    pub d_ns: f64,
+    /// This rank's clock offset to rank 0 used for this suspension, in ns (rank 0's clock minus ours).
+    pub offset_ns: f64,
+}
+
+/// Nanoseconds per tick, as calibrated on this rank. Written once at the start of a rank file.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ClockCalibration {
+    /// Ticks per second.
+    pub ticks_per_sec: f64,
+    /// Tick reading taken at the same instant as `realtime_ns` (for display only).
+    pub tick_at_epoch: u64,
+    /// `CLOCK_REALTIME` in ns since the Unix epoch when calibrated.
+    pub realtime_ns: u64,
+    /// Which clock produced the ticks.
+    pub source: ClockSource,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ClockSource {
+    #[default]
+    Tsc = 0,
+    Monotonic = 1,
+    /// Virtual time in the simulator.
+    Virtual = 2,
+}
+
+/// One clock-offset measurement against rank 0 (ping-pong with the minimum round trip).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ClockSample {
+    /// Local tick at which the offset holds (midpoint of the exchange, in our clock).
+    pub local: u64,
+    /// Rank 0's clock minus ours at `local`, in nanoseconds.
+    pub offset_ns: f64,
+    /// Round trip of the exchange kept, in nanoseconds (the error bound is half of it).
+    pub rtt_ns: f64,
+    /// What prompted the measurement.
+    pub when: SampleKind,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SampleKind {
+    #[default]
+    Init = 0,
+    Suspension = 1,
+    Finalize = 2,
+}
+
+/// Something the recorder needs the reader to know about the completeness of the trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Marker {
+    /// The hard memory limit was reached and this rank flushed alone (timing may be perturbed).
+    LocalFlush { time: u64, bytes: u64 },
+    /// Recording stopped here (no disk space left, or an error); `lost_events` were not recorded.
+    RecordingStopped { time: u64 },
+    /// Events that could not be recorded since the previous marker.
+    Lost { time: u64, events: u64 },
+    /// The trace was written from a signal handler or an exit hook, not a clean `MPI_Finalize`.
+    AbnormalEnd { time: u64, signal: i32 },
+    /// `MPI_Init` completed (start of the measured span).
+    InitDone { time: u64 },
+    /// `MPI_Finalize` was entered (end of the measured span).
+    FinalizeStart { time: u64 },
+    /// The watchdog saw a call exceed its limit.
+    Stuck { time: u64, func: FunctionId, elapsed_ns: u64 },
+}
+
+/// Everything a trace can say, in the order it happened on one rank.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Call(MpiCall),
+    Completion(Completion),
+    User(UserRecord),
+    Region(Region),
+    Suspension(Suspension),
+    /// A communicator's members, as world ranks, in communicator rank order.
+    CommDef { id: CommId, members: Vec<u32> },
+    Clock(ClockSample),
+    StringDef { id: StringId, text: String },
+    FunctionDef { id: FunctionId, name: String },
+    Marker(Marker),
+}

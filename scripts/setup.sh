@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs what evenflush needs from Debian, once. Safe to run again: packages already present are
+# skipped, and apt-get update runs only when a package is not known to apt yet.
+set -euo pipefail
+
+packages=(
+  build-essential pkg-config
+  openmpi-bin libopenmpi-dev          # Open MPI: mpicc, mpirun (Debian's default MPI)
+  mpich libmpich-dev                  # MPICH: mpicc.mpich, mpirun.mpich
+  gfortran                            # the Fortran test program
+  libopen-trace-format2-dev otf2-tools python3-otf2   # OTF2 export and its checkers
+  zstd                                # inspecting compressed chunks by hand
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages already installed"
+else
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing packages (${missing[*]}) and not root: install them with apt-get as root" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  # A fresh machine has empty package lists; update only when apt does not know a package.
+  for p in "${missing[@]}"; do
+    if ! apt-cache show "$p" >/dev/null 2>&1; then
+      echo "setup: apt-get update (package lists do not know $p)"
+      apt-get update -q
+      break
+    fi
+  done
+  echo "setup: installing ${missing[*]}"
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/evenflush-setup-apt.log 2>&1 || {
+    echo "setup: apt-get install failed; last lines of /tmp/evenflush-setup-apt.log:" >&2
+    tail -n 30 /tmp/evenflush-setup-apt.log >&2
+    exit 1
+  }
+  echo "setup: installed ${missing[*]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found: install a stable Rust toolchain (rustup) first" >&2
+  exit 1
+fi
