@@ -1,3 +1,79 @@
-fn main() {
-    println!("evenflush: placeholder");
+//! The `evenflush` command line: one subcommand per task, each a thin layer over a workspace crate.
+
+mod info;
+mod mpi;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes, documented in `--help`.
+const EXIT_USAGE: u8 = 2;
+const EXIT_BAD_TRACE: u8 = 3;
+
+#[derive(Parser)]
+#[command(
+    name = "evenflush",
+    version,
+    about = "Record full MPI traces of long runs, offload them in equalised suspensions, recover the original timing",
+    after_help = "Exit codes: 0 success; 1 error; 2 bad usage; 3 damaged or missing trace. \
+                  `evenflush run` returns the MPI job's own exit code."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run an MPI job with the recorder preloaded into every rank.
+    #[command(
+        after_help = "Example:\n  evenflush run --out trace --threshold 64MiB -- mpirun -np 4 ./app arg1\n\n\
+        Every flag can also be given as its EVENFLUSH_* environment variable (shown with each flag)."
+    )]
+    Run(run_args::RunArgs),
+    /// Summarise a trace: ranks, events, calls per function, user events, span, suspensions.
+    #[command(after_help = "Example:\n  evenflush info trace --json")]
+    Info {
+        /// Trace directory (holds rank-*.evf).
+        dir: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+mod run_args;
+
+fn main() -> ExitCode {
+    let cli = match run_args::parse_cli() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Cmd::Run(args) => args
+            .into_request()
+            .and_then(run::run)
+            .map(|code| ExitCode::from(code.clamp(0, 255) as u8)),
+        Cmd::Info { dir, json } => info::info(&dir, json).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("evenflush: {e:#}");
+            if e.downcast_ref::<format::FormatError>().is_some()
+                || e.downcast_ref::<reconstruct::TraceError>().is_some()
+            {
+                ExitCode::from(EXIT_BAD_TRACE)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
 }

@@ -1,2 +1,8 @@
-//! Placeholder: the reconstruct issue fills this crate with trace alignment on the global clock,
-//! removal of DP' and DP, happened-before matching and repair, and run comparison. Nothing here yet.
+//! Reading evenflush traces back: locating every rank's files, streaming their events, and the
+//! summaries built on them. Reconstruction (removing DP' and DP, happened-before repair) and run
+//! comparison are added by the reconstruct issue.
+
+pub mod info;
+pub mod trace;
+
+pub use trace::{Trace, TraceError};

@@ -1,0 +1,310 @@
+//! `evenflush info`: what a trace holds, computed by streaming every rank's events once.
+
+use std::collections::{BTreeMap, HashMap};
+
+use format::{Event, Marker};
+use serde::Serialize;
+
+use crate::trace::{Skipped, Trace, TraceError, for_each_event, ticks_to_s};
+
+#[derive(Debug, Default, Serialize)]
+pub struct RankInfo {
+    pub rank: u32,
+    /// Records of every kind held by this rank's chunks.
+    pub events: u64,
+    pub mpi_calls: u64,
+    pub bytes_raw: u64,
+    pub bytes_stored: u64,
+    pub threads: u32,
+    /// From the end of `MPI_Init` to the start of `MPI_Finalize`, seconds (None if either is missing).
+    pub span_s: Option<f64>,
+    pub lost_events: u64,
+    /// The trace was written by a signal handler or exit hook, not a clean finalize.
+    pub abnormal_end: bool,
+}
+
+#[derive(Debug, Default, Serialize, Clone, Copy, PartialEq)]
+pub struct Quantiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Quantiles {
+    /// Nearest-rank quantiles; zeros for an empty sample.
+    pub fn of(values: &mut [f64]) -> Quantiles {
+        if values.is_empty() {
+            return Quantiles::default();
+        }
+        values.sort_by(|a, b| a.total_cmp(b));
+        let at =
+            |q: f64| values[((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1];
+        Quantiles {
+            p50: at(0.5),
+            p99: at(0.99),
+            max: values[values.len() - 1],
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct SuspensionInfo {
+    pub count: u64,
+    pub flushes: u64,
+    pub z_us: Quantiles,
+    pub overshoot_us: Quantiles,
+    /// Per suspension: latest minus earliest resume instant over ranks, in rank 0's clock.
+    pub spread_us: Quantiles,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Info {
+    pub dir: String,
+    pub ranks: u32,
+    /// Records of every kind, all ranks.
+    pub events_total: u64,
+    pub mpi_calls_total: u64,
+    pub functions: BTreeMap<String, u64>,
+    pub user_events: BTreeMap<String, u64>,
+    pub regions: BTreeMap<String, u64>,
+    pub per_rank: Vec<RankInfo>,
+    pub lost_events: u64,
+    pub local_flushes: u64,
+    pub recording_stopped: bool,
+    /// Max over ranks of the span from the end of `MPI_Init` to the start of `MPI_Finalize`.
+    pub span_s: f64,
+    pub suspension: SuspensionInfo,
+    /// What could not be read, file by file.
+    pub skipped: Vec<Skipped>,
+}
+
+pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
+    let mut info = Info {
+        dir: trace.dir.display().to_string(),
+        ranks: trace.world_size,
+        ..Default::default()
+    };
+    let mut z_us = Vec::new();
+    let mut overshoot_us = Vec::new();
+    // Resume instants in rank 0's clock, per suspension sequence number.
+    let mut resumes: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+
+    for files in &trace.ranks {
+        let mut rank = RankInfo {
+            rank: files.rank,
+            ..Default::default()
+        };
+        let mut function_names: HashMap<u16, String> = HashMap::new();
+        let mut strings: HashMap<u32, String> = HashMap::new();
+        let mut calls_by_id: HashMap<u16, u64> = HashMap::new();
+        let mut user_by_id: HashMap<u32, u64> = HashMap::new();
+        let mut regions_by_id: HashMap<u32, u64> = HashMap::new();
+        let mut init_done = None;
+        let mut finalize_start = None;
+        let mut streams = std::collections::BTreeSet::new();
+        let mut suspensions = Vec::new();
+
+        let (clock, skipped) = for_each_event(
+            files,
+            |chunk| {
+                rank.events += chunk.events;
+                rank.bytes_raw += chunk.raw_len;
+                rank.bytes_stored += chunk.stored_len;
+                streams.insert(chunk.stream);
+            },
+            |_stream, event| match event {
+                Event::Call(c) => {
+                    *calls_by_id.entry(c.func).or_default() += 1;
+                }
+                Event::User(u) => *user_by_id.entry(u.name).or_default() += 1,
+                Event::Region(r) if r.begin => *regions_by_id.entry(r.name).or_default() += 1,
+                Event::FunctionDef { id, name } => {
+                    function_names.insert(*id, name.clone());
+                }
+                Event::StringDef { id, text } => {
+                    strings.insert(*id, text.clone());
+                }
+                Event::Suspension(s) => suspensions.push(s.clone()),
+                Event::Marker(m) => match *m {
+                    Marker::InitDone { time } => init_done = Some(time),
+                    Marker::FinalizeStart { time } => finalize_start = Some(time),
+                    Marker::Lost { events, .. } => rank.lost_events += events,
+                    Marker::LocalFlush { .. } => info.local_flushes += 1,
+                    Marker::RecordingStopped { .. } => info.recording_stopped = true,
+                    Marker::AbnormalEnd { .. } => rank.abnormal_end = true,
+                    Marker::Stuck { .. } => {}
+                },
+                _ => {}
+            },
+        )?;
+        info.skipped.extend(skipped);
+        rank.threads = streams.len() as u32;
+        if let (Some(a), Some(b)) = (init_done, finalize_start) {
+            rank.span_s = Some(ticks_to_s(&clock, b.saturating_sub(a)));
+        }
+        for (id, n) in calls_by_id {
+            let name = function_names
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| format!("function#{id}"));
+            *info.functions.entry(name).or_default() += n;
+            rank.mpi_calls += n;
+        }
+        for (id, n) in user_by_id {
+            let name = strings
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| format!("string#{id}"));
+            *info.user_events.entry(name).or_default() += n;
+        }
+        for (id, n) in regions_by_id {
+            let name = strings
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| format!("string#{id}"));
+            *info.regions.entry(name).or_default() += n;
+        }
+        for s in &suspensions {
+            info.suspension.count = info.suspension.count.max(s.seq + 1);
+            if files.rank == 0 {
+                z_us.push(s.z_ns as f64 / 1e3);
+                info.suspension.flushes += s.flushed as u64;
+            }
+            overshoot_us.push(s.overshoot_ns as f64 / 1e3);
+            let resume_ns = ticks_to_s(&clock, s.end) * 1e9 + s.offset_ns;
+            resumes.entry(s.seq).or_default().push(resume_ns);
+        }
+        info.events_total += rank.events;
+        info.mpi_calls_total += rank.mpi_calls;
+        info.lost_events += rank.lost_events;
+        if let Some(span) = rank.span_s {
+            info.span_s = info.span_s.max(span);
+        }
+        info.per_rank.push(rank);
+    }
+    info.suspension.count = resumes.len() as u64;
+    info.suspension.z_us = Quantiles::of(&mut z_us);
+    info.suspension.overshoot_us = Quantiles::of(&mut overshoot_us);
+    let mut spreads: Vec<f64> = resumes
+        .values()
+        .filter(|v| v.len() == trace.world_size as usize)
+        .map(|v| {
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            (hi - lo) / 1e3
+        })
+        .collect();
+    info.suspension.spread_us = Quantiles::of(&mut spreads);
+    Ok(info)
+}
+
+/// The human-readable form of [`Info`].
+pub fn render_table(info: &Info) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(s, "trace        {}", info.dir);
+    let _ = writeln!(s, "ranks        {}", info.ranks);
+    let _ = writeln!(
+        s,
+        "events       {} ({} MPI calls)",
+        info.events_total, info.mpi_calls_total
+    );
+    let _ = writeln!(
+        s,
+        "span         {:.6} s (end of MPI_Init to start of MPI_Finalize, max over ranks)",
+        info.span_s
+    );
+    let _ = writeln!(s, "lost events  {}", info.lost_events);
+    if info.local_flushes > 0 {
+        let _ = writeln!(
+            s,
+            "local flushes {} (hard limit reached: timing around them is perturbed)",
+            info.local_flushes
+        );
+    }
+    if info.recording_stopped {
+        let _ = writeln!(
+            s,
+            "RECORDING STOPPED before the end of the run (see the markers in the trace)"
+        );
+    }
+    let _ = writeln!(s, "\n{:<28} {:>12}", "MPI function", "calls");
+    let mut functions: Vec<_> = info.functions.iter().collect();
+    functions.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (name, n) in functions {
+        let _ = writeln!(s, "{name:<28} {n:>12}");
+    }
+    if !info.user_events.is_empty() {
+        let _ = writeln!(s, "\n{:<28} {:>12}", "user record", "count");
+        for (name, n) in &info.user_events {
+            let _ = writeln!(s, "{name:<28} {n:>12}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n{:>6} {:>12} {:>10} {:>14} {:>14} {:>8}",
+        "rank", "events", "calls", "bytes raw", "bytes stored", "threads"
+    );
+    for r in &info.per_rank {
+        let _ = writeln!(
+            s,
+            "{:>6} {:>12} {:>10} {:>14} {:>14} {:>8}",
+            r.rank, r.events, r.mpi_calls, r.bytes_raw, r.bytes_stored, r.threads
+        );
+    }
+    let sus = &info.suspension;
+    let _ = writeln!(
+        s,
+        "\nsuspensions  {} ({} with a flush); Z p50 {:.1} µs, max {:.1} µs; overshoot p50/p99/max {:.1}/{:.1}/{:.1} µs; resume spread p50/p99/max {:.1}/{:.1}/{:.1} µs",
+        sus.count,
+        sus.flushes,
+        sus.z_us.p50,
+        sus.z_us.max,
+        sus.overshoot_us.p50,
+        sus.overshoot_us.p99,
+        sus.overshoot_us.max,
+        sus.spread_us.p50,
+        sus.spread_us.p99,
+        sus.spread_us.max
+    );
+    for k in &info.skipped {
+        let _ = writeln!(
+            s,
+            "warning: {}: byte {}: {}",
+            k.file.display(),
+            k.offset,
+            k.what
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_use_nearest_rank() {
+        let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let q = Quantiles::of(&mut v);
+        assert_eq!(
+            q,
+            Quantiles {
+                p50: 50.0,
+                p99: 99.0,
+                max: 100.0
+            }
+        );
+        assert_eq!(Quantiles::of(&mut []), Quantiles::default());
+        let mut one = vec![7.0];
+        assert_eq!(
+            Quantiles::of(&mut one),
+            Quantiles {
+                p50: 7.0,
+                p99: 7.0,
+                max: 7.0
+            }
+        );
+    }
+}

@@ -1,0 +1,224 @@
+//! A trace on disk: `meta.json` plus one or more rank files per rank (further parts when a disk
+//! filled and the recorder moved to the next output directory).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use format::{ClockCalibration, Event, FormatError, RankFile, TailKind};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{}: no such trace directory", .0.display())]
+    NoDirectory(PathBuf),
+    #[error("{}: no rank files (rank-NNNNN.evf) here: not an evenflush trace, or the run wrote nothing", .0.display())]
+    Empty(PathBuf),
+    #[error("{}: rank file(s) missing for rank(s) {missing:?} of {world_size} (found {found} rank(s))", dir.display())]
+    MissingRanks {
+        dir: PathBuf,
+        missing: Vec<u32>,
+        world_size: u32,
+        found: usize,
+    },
+    #[error("{}: ranks disagree on the world size ({a} vs {b})", dir.display())]
+    WorldSizeMismatch { dir: PathBuf, a: u32, b: u32 },
+    #[error("{}: {what}", path.display())]
+    BadMeta { path: PathBuf, what: String },
+    #[error(transparent)]
+    Format(#[from] FormatError),
+}
+
+/// Something the reader skipped or could not read, reported instead of failing the whole trace.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub what: String,
+}
+
+/// One rank's files, in part order.
+#[derive(Clone, Debug)]
+pub struct RankFiles {
+    pub rank: u32,
+    pub parts: Vec<PathBuf>,
+}
+
+/// An opened trace: every rank present, with its files.
+#[derive(Debug)]
+pub struct Trace {
+    pub dir: PathBuf,
+    pub world_size: u32,
+    pub ranks: Vec<RankFiles>,
+    pub meta: Option<serde_json::Value>,
+}
+
+impl Trace {
+    /// Finds every rank's files in `dir` and in the other output directories named by its
+    /// `meta.json`, and checks that every rank of the world is present.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Trace, TraceError> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(TraceError::NoDirectory(dir));
+        }
+        let meta = read_meta(&dir)?;
+        let mut dirs = vec![dir.clone()];
+        if let Some(extra) = meta
+            .as_ref()
+            .and_then(|m| m.pointer("/settings/EVENFLUSH_OUT"))
+            .and_then(|v| v.as_str())
+        {
+            for d in extra.split(',').map(PathBuf::from) {
+                if d.is_dir() && !dirs.iter().any(|known| same_dir(known, &d)) {
+                    dirs.push(d);
+                }
+            }
+        }
+        let mut by_rank: BTreeMap<u32, Vec<(u32, PathBuf)>> = BTreeMap::new();
+        for d in &dirs {
+            for entry in format::open_dir(d)? {
+                by_rank
+                    .entry(entry.rank)
+                    .or_default()
+                    .push((entry.part, entry.path));
+            }
+        }
+        if by_rank.is_empty() {
+            return Err(TraceError::Empty(dir));
+        }
+        let mut world_size = None;
+        for parts in by_rank.values() {
+            let first =
+                RankFile::open(&parts.iter().min_by_key(|(p, _)| *p).expect("non-empty").1)?;
+            let ws = first.header().world_size;
+            match world_size {
+                None => world_size = Some(ws),
+                Some(a) if a != ws => {
+                    return Err(TraceError::WorldSizeMismatch { dir, a, b: ws });
+                }
+                _ => {}
+            }
+        }
+        let world_size = world_size.unwrap_or(0);
+        let missing: Vec<u32> = (0..world_size)
+            .filter(|r| !by_rank.contains_key(r))
+            .collect();
+        if !missing.is_empty() {
+            return Err(TraceError::MissingRanks {
+                dir,
+                missing,
+                world_size,
+                found: by_rank.len(),
+            });
+        }
+        let ranks = by_rank
+            .into_iter()
+            .map(|(rank, mut parts)| {
+                parts.sort();
+                RankFiles {
+                    rank,
+                    parts: parts.into_iter().map(|(_, p)| p).collect(),
+                }
+            })
+            .collect();
+        Ok(Trace {
+            dir,
+            world_size,
+            ranks,
+            meta,
+        })
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+fn read_meta(dir: &Path) -> Result<Option<serde_json::Value>, TraceError> {
+    let path = dir.join("meta.json");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| TraceError::BadMeta {
+                path,
+                what: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(TraceError::BadMeta {
+            path,
+            what: e.to_string(),
+        }),
+    }
+}
+
+/// Per chunk, what the chunk header says (sizes and counts), for summaries that need no decoding.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChunkStats {
+    pub stream: u32,
+    pub events: u64,
+    pub raw_len: u64,
+    pub stored_len: u64,
+}
+
+/// Streams every event of one rank, file after file, calling `on_event` with the event and the
+/// stream (thread) it belongs to. Damage ends the reading of that file: it is reported in the
+/// returned list, never silently passed over, and never turned into made-up events.
+pub fn for_each_event(
+    files: &RankFiles,
+    mut on_chunk: impl FnMut(&ChunkStats),
+    mut on_event: impl FnMut(u32, &Event),
+) -> Result<(ClockCalibration, Vec<Skipped>), TraceError> {
+    let mut skipped = Vec::new();
+    let mut clock = None;
+    for path in &files.parts {
+        let file = RankFile::open(path)?;
+        if clock.is_none() {
+            clock = Some(file.header().clock);
+        }
+        let mut chunks = file.chunks();
+        for chunk in chunks.by_ref() {
+            match chunk {
+                Ok(chunk) => {
+                    let stats = ChunkStats {
+                        stream: chunk.stream(),
+                        events: chunk.event_count(),
+                        raw_len: chunk.header.raw_len,
+                        stored_len: chunk.header.stored_len,
+                    };
+                    on_chunk(&stats);
+                    for e in chunk.events() {
+                        on_event(stats.stream, &e);
+                    }
+                }
+                Err(e) => {
+                    skipped.push(Skipped {
+                        file: path.clone(),
+                        offset: e.offset().unwrap_or(0),
+                        what: format!("{e}; the rest of this file was not read"),
+                    });
+                    break;
+                }
+            }
+        }
+        if let Some(tail) = chunks.tail()
+            && tail.kind != TailKind::Damaged
+        {
+            skipped.push(Skipped {
+                file: path.clone(),
+                offset: tail.offset,
+                what: format!("{} (every complete chunk before it was read)", tail.reason),
+            });
+        }
+    }
+    Ok((clock.unwrap_or_default(), skipped))
+}
+
+/// Converts a tick count of a rank's clock into seconds.
+pub fn ticks_to_s(clock: &ClockCalibration, ticks: u64) -> f64 {
+    if clock.ticks_per_sec > 0.0 {
+        ticks as f64 / clock.ticks_per_sec
+    } else {
+        0.0
+    }
+}
