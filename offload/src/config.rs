@@ -1,1 +1,558 @@
 //! Run settings: one table shared by the CLI flags and the `EVENFLUSH_*` environment variables.
+//!
+//! [`settings()`] is the single source of truth: every setting has its flag name (`--<flag>` on
+//! `evenflush run`), its environment variable (what the recorder inside each rank reads), its
+//! default and its help text. The launcher turns flags into environment variables; the recorder
+//! calls [`Config::from_env`].
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How the recorder deals with a full buffer (architecture.md, "modes for comparison").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Equalised suspensions with Z computed each time (the paper's method).
+    Dynamic,
+    /// Suspensions with a fixed Z (`static-short` when nothing is flushed, `static-long` otherwise).
+    Static,
+    /// Like dynamic, but clock offsets are measured only at init.
+    NoRemeasure,
+    /// Each rank flushes alone when its buffer is full, as common tracers do.
+    Local,
+    /// Everything stays in memory until the end (the swap baseline).
+    Off,
+    /// Constant-memory statistics, no event trace.
+    Profile,
+}
+
+impl Mode {
+    pub const NAMES: &'static [&'static str] = &[
+        "dynamic",
+        "static",
+        "noremeasure",
+        "local",
+        "off",
+        "profile",
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Dynamic => "dynamic",
+            Mode::Static => "static",
+            Mode::NoRemeasure => "noremeasure",
+            Mode::Local => "local",
+            Mode::Off => "off",
+            Mode::Profile => "profile",
+        }
+    }
+}
+
+/// Which collectives may start a suspension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SuspendAt {
+    Barrier,
+    Collectives,
+}
+
+/// The backend that writes trace chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writer {
+    Posix,
+    Uring,
+    MpiIo,
+}
+
+/// Every setting, parsed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Output directories; ranks rotate to the next one when a disk fills.
+    pub out: Vec<PathBuf>,
+    /// Buffer size S that makes a rank ask for a suspension, in bytes.
+    pub threshold: u64,
+    /// Hard memory limit for the recorder's buffers, in bytes.
+    pub limit: u64,
+    pub mode: Mode,
+    pub suspend_at: SuspendAt,
+    /// Consider a suspension only at every N-th eligible collective.
+    pub suspend_every: u64,
+    pub static_short: Duration,
+    pub static_long: Duration,
+    pub writer: Writer,
+    pub zstd_level: i32,
+    /// A call running longer than this is reported stuck; zero disables the watchdog.
+    pub watchdog: Duration,
+    pub watchdog_abort: bool,
+    /// Ping-pong exchanges per clock-offset measurement (the minimum round trip is kept).
+    pub clock_samples: u32,
+}
+
+/// One row of the settings table.
+pub struct Setting {
+    /// Flag name without the leading dashes (`--threshold`).
+    pub flag: &'static str,
+    /// Environment variable read by the recorder.
+    pub env: &'static str,
+    /// Default, in the same syntax a user would type.
+    pub default: &'static str,
+    pub help: &'static str,
+    apply: fn(&mut Config, &str) -> Result<(), String>,
+}
+
+impl Setting {
+    /// Parses `value` into `config`'s field for this setting.
+    pub fn apply(&self, config: &mut Config, value: &str) -> Result<(), ConfigError> {
+        (self.apply)(config, value).map_err(|reason| ConfigError {
+            setting: self.flag,
+            env: self.env,
+            value: value.to_string(),
+            reason,
+        })
+    }
+}
+
+impl fmt::Debug for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Setting")
+            .field("flag", &self.flag)
+            .field("env", &self.env)
+            .field("default", &self.default)
+            .finish()
+    }
+}
+
+/// A setting whose value could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub env: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid value {:?} for --{} ({}): {}",
+            self.value, self.setting, self.env, self.reason
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+static SETTINGS: &[Setting] = &[
+    Setting {
+        flag: "out",
+        env: "EVENFLUSH_OUT",
+        default: "evenflush-trace",
+        help: "Output directories, comma-separated; ranks move on to the next one when a disk fills",
+        apply: |c, v| {
+            let dirs: Vec<PathBuf> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from)
+                .collect();
+            if dirs.is_empty() {
+                return Err("at least one directory is needed".into());
+            }
+            c.out = dirs;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "threshold",
+        env: "EVENFLUSH_THRESHOLD",
+        default: "64MiB",
+        help: "Buffer size S at which a rank asks for an offload suspension (e.g. 64MiB, 1G, 100MB)",
+        apply: |c, v| {
+            c.threshold = parse_size(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "limit",
+        env: "EVENFLUSH_LIMIT",
+        default: "1GiB",
+        help: "Hard limit for the recorder's memory; reaching it forces a local flush (reported in the trace)",
+        apply: |c, v| {
+            c.limit = parse_size(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "mode",
+        env: "EVENFLUSH_MODE",
+        default: "dynamic",
+        help: "dynamic | static | noremeasure | local | off | profile",
+        apply: |c, v| {
+            c.mode = match v.trim().to_ascii_lowercase().as_str() {
+                "dynamic" => Mode::Dynamic,
+                "static" => Mode::Static,
+                "noremeasure" => Mode::NoRemeasure,
+                "local" => Mode::Local,
+                "off" => Mode::Off,
+                "profile" => Mode::Profile,
+                _ => return Err(format!("expected one of {}", Mode::NAMES.join(", "))),
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "suspend-at",
+        env: "EVENFLUSH_SUSPEND_AT",
+        default: "collectives",
+        help: "Which blocking collectives on the whole world may start a suspension: barrier | collectives",
+        apply: |c, v| {
+            c.suspend_at = match v.trim().to_ascii_lowercase().as_str() {
+                "barrier" => SuspendAt::Barrier,
+                "collectives" => SuspendAt::Collectives,
+                _ => return Err("expected barrier or collectives".into()),
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "suspend-every",
+        env: "EVENFLUSH_SUSPEND_EVERY",
+        default: "1",
+        help: "Consider a suspension only at every N-th eligible collective",
+        apply: |c, v| {
+            let n: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| "expected a positive integer".to_string())?;
+            if n == 0 {
+                return Err("must be at least 1".into());
+            }
+            c.suspend_every = n;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "static-short",
+        env: "EVENFLUSH_STATIC_SHORT",
+        default: "20ms",
+        help: "Mode static: suspension time when no rank flushes (e.g. 20ms)",
+        apply: |c, v| {
+            c.static_short = parse_duration(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "static-long",
+        env: "EVENFLUSH_STATIC_LONG",
+        default: "40s",
+        help: "Mode static: suspension time when some rank flushes (e.g. 40s)",
+        apply: |c, v| {
+            c.static_long = parse_duration(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "writer",
+        env: "EVENFLUSH_WRITER",
+        default: "posix",
+        help: "Trace writer backend: posix | uring | mpiio",
+        apply: |c, v| {
+            c.writer = match v.trim().to_ascii_lowercase().as_str() {
+                "posix" => Writer::Posix,
+                "uring" | "io_uring" => Writer::Uring,
+                "mpiio" | "mpi-io" => Writer::MpiIo,
+                _ => return Err("expected posix, uring or mpiio".into()),
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "zstd-level",
+        env: "EVENFLUSH_ZSTD_LEVEL",
+        default: "3",
+        help: "zstd compression level of trace chunks (negative = faster)",
+        apply: |c, v| {
+            let level: i32 = v
+                .trim()
+                .parse()
+                .map_err(|_| "expected an integer".to_string())?;
+            if !(-131072..=22).contains(&level) {
+                return Err("zstd levels range from -131072 to 22".into());
+            }
+            c.zstd_level = level;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "watchdog",
+        env: "EVENFLUSH_WATCHDOG",
+        default: "0",
+        help: "Report an MPI call running longer than this (seconds, or a duration like 90s); 0 = off",
+        apply: |c, v| {
+            c.watchdog = parse_duration(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "watchdog-abort",
+        env: "EVENFLUSH_WATCHDOG_ABORT",
+        default: "false",
+        help: "Write the trace and abort the job when the watchdog fires",
+        apply: |c, v| {
+            c.watchdog_abort = parse_bool(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "clock-samples",
+        env: "EVENFLUSH_CLOCK_SAMPLES",
+        default: "10",
+        help: "Ping-pong exchanges per clock-offset measurement k (the fastest is kept)",
+        apply: |c, v| {
+            let k: u32 = v
+                .trim()
+                .parse()
+                .map_err(|_| "expected a positive integer".to_string())?;
+            if k == 0 {
+                return Err("must be at least 1".into());
+            }
+            c.clock_samples = k;
+            Ok(())
+        },
+    },
+];
+
+/// The settings table (flag, env var, default, help), in display order.
+pub fn settings() -> &'static [Setting] {
+    SETTINGS
+}
+
+impl Default for Config {
+    /// Every setting at its default.
+    fn default() -> Self {
+        Config::from_lookup(|_| None).expect("defaults in the settings table must parse")
+    }
+}
+
+impl Config {
+    /// Reads every `EVENFLUSH_*` variable; unset ones take their default.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`Config::from_env`] with a custom variable source (tests, the launcher).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let mut config = Config {
+            out: Vec::new(),
+            threshold: 0,
+            limit: 0,
+            mode: Mode::Dynamic,
+            suspend_at: SuspendAt::Collectives,
+            suspend_every: 1,
+            static_short: Duration::ZERO,
+            static_long: Duration::ZERO,
+            writer: Writer::Posix,
+            zstd_level: 3,
+            watchdog: Duration::ZERO,
+            watchdog_abort: false,
+            clock_samples: 1,
+        };
+        for s in SETTINGS {
+            let value = lookup(s.env).filter(|v| !v.trim().is_empty());
+            s.apply(&mut config, value.as_deref().unwrap_or(s.default))?;
+        }
+        if config.limit < config.threshold {
+            return Err(ConfigError {
+                setting: "limit",
+                env: "EVENFLUSH_LIMIT",
+                value: config.limit.to_string(),
+                reason: format!(
+                    "the hard limit must not be below the threshold ({} bytes)",
+                    config.threshold
+                ),
+            });
+        }
+        Ok(config)
+    }
+}
+
+/// Parses a byte size: plain bytes, binary units (`KiB`, `MiB`, `GiB`, `TiB`, and the single
+/// letters `K`, `M`, `G`, `T`, as in most HPC tools) or decimal units (`kB`, `MB`, `GB`, `TB`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = (&t[..split], t[split..].trim());
+    if number.is_empty() {
+        return Err(format!("{t:?} is not a size (e.g. 64MiB, 1G, 100MB, 4096)"));
+    }
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => {
+            return Err(format!(
+                "unknown size unit {unit:?} (use B, KiB, MiB, GiB, TiB, K, M, G, T, kB, MB, GB, TB)"
+            ));
+        }
+    };
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole
+            .checked_mul(multiplier)
+            .ok_or_else(|| format!("{t:?} is too large"));
+    }
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{number:?} is not a number"))?;
+    let bytes = value * multiplier as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("{t:?} is too large"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Parses a duration: `20ms`, `40s`, `1.5s`, `250us`, `100ns`, `2m`, `1h`; a plain number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = (&t[..split], t[split..].trim());
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{t:?} is not a duration (e.g. 20ms, 40s, 1.5s)"))?;
+    let seconds_per_unit = match unit.to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "ns" => 1e-9,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown duration unit {unit:?} (use ns, us, ms, s, min, h)"
+            ));
+        }
+    };
+    let secs = value * seconds_per_unit;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{t:?} is out of range"))
+}
+
+/// Parses a yes/no value.
+pub fn parse_bool(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        other => Err(format!(
+            "{other:?} is not a yes/no value (true/false, yes/no, on/off, 1/0)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn sizes_in_all_accepted_spellings() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("100MB"), Ok(100_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size(" 2 mib "), Ok(2 << 20));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+    }
+
+    #[test]
+    fn bad_sizes_are_rejected_with_a_reason() {
+        for bad in ["", "MiB", "12XB", "-5", "99999999999999999999TiB"] {
+            let err = parse_size(bad).expect_err(bad);
+            assert!(!err.is_empty());
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20ms"), Ok(Duration::from_millis(20)));
+        assert_eq!(parse_duration("40s"), Ok(Duration::from_secs(40)));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("2min"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5 fortnights").is_err());
+    }
+
+    #[test]
+    fn bools() {
+        assert_eq!(parse_bool("yes"), Ok(true));
+        assert_eq!(parse_bool("OFF"), Ok(false));
+        assert!(parse_bool("maybe").is_err());
+    }
+
+    #[test]
+    fn defaults_come_from_the_table() {
+        let c = Config::default();
+        for s in settings() {
+            let mut fresh = c.clone();
+            s.apply(&mut fresh, s.default).unwrap();
+            assert_eq!(
+                fresh, c,
+                "default of --{} does not match Config::default()",
+                s.flag
+            );
+        }
+        assert_eq!(c.threshold, 64 << 20);
+        assert_eq!(c.mode, Mode::Dynamic);
+    }
+
+    #[test]
+    fn env_overrides_and_errors_name_the_variable() {
+        let vars: HashMap<&str, &str> = [
+            ("EVENFLUSH_OUT", "/a,/b"),
+            ("EVENFLUSH_MODE", "off"),
+            ("EVENFLUSH_LIMIT", "2GiB"),
+            ("EVENFLUSH_ZSTD_LEVEL", "-3"),
+        ]
+        .into_iter()
+        .collect();
+        let c = Config::from_lookup(|k| vars.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(c.out, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert_eq!(c.mode, Mode::Off);
+        assert_eq!(c.limit, 2 << 30);
+        assert_eq!(c.zstd_level, -3);
+
+        let err = Config::from_lookup(|k| (k == "EVENFLUSH_MODE").then(|| "fast".to_string()))
+            .unwrap_err();
+        assert_eq!(err.env, "EVENFLUSH_MODE");
+        assert!(err.to_string().contains("dynamic"), "{err}");
+
+        let err = Config::from_lookup(|k| (k == "EVENFLUSH_LIMIT").then(|| "1MiB".to_string()))
+            .unwrap_err();
+        assert_eq!(err.setting, "limit");
+    }
+
+    #[test]
+    fn flags_and_env_names_are_unique_and_consistent() {
+        let mut seen = std::collections::HashSet::new();
+        for s in settings() {
+            assert!(seen.insert(s.flag), "duplicate flag {}", s.flag);
+            let expected = format!(
+                "EVENFLUSH_{}",
+                s.flag.to_ascii_uppercase().replace('-', "_")
+            );
+            assert_eq!(s.env, expected);
+            assert!(!s.help.is_empty());
+        }
+    }
+}

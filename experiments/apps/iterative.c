@@ -1,0 +1,198 @@
+/*
+ * iterative.c - a workload shaped like the paper's program 1: a long
+ * iterative program with a large resident working set that records some
+ * trace data every iteration and synchronises with MPI_Barrier, so every
+ * iteration ends in a collective after which an equalised suspension can
+ * be placed.
+ *
+ * Each iteration: compute (a FIXED amount of work over the resident memory,
+ * sized at start-up to take --compute-us on an undisturbed rank), then --records calls of
+ * evenflush_record carrying --record-bytes in total, then MPI_Barrier.
+ * The work is fixed rather than timed on purpose: if the operating system
+ * swaps the program's memory out, the iteration really gets slower, which
+ * is the effect the swap-versus-offload experiment measures.
+ *
+ * Usage: iterative [--mem MiB] [--iterations N] [--compute-us US]
+ *                  [--record-bytes B] [--records K] [--work-units U]
+ *   defaults: --mem 64 --iterations 520 --compute-us 1000
+ *             --record-bytes 65536 --records 4
+ *   --work-units U fixes the work per iteration (U lines of 64 bytes) instead
+ *   of calibrating it from --compute-us; runs that are to be compared (e.g.
+ *   swap against offload) should reuse the units_per_iteration printed by a
+ *   first run, since calibration on a shared machine is noisy.
+ *
+ * evenflush_record is looked up with dlsym(RTLD_DEFAULT, ...), so the
+ * program runs unchanged without the recorder (records are then skipped).
+ *
+ * MPI calls per rank (N iterations): MPI_Init 1, MPI_Comm_rank 1,
+ *   MPI_Comm_size 1, MPI_Allreduce 1 (agree on the work per iteration;
+ *   still called with --work-units so the call counts never change),
+ *   MPI_Barrier N + 2, MPI_Wtime 2, MPI_Finalize 1.
+ * User records per rank: K*N (when the recorder is present), B*N bytes.
+ *
+ * stdout (rank 0): a "iterative ..." line with the settings, then
+ * "total_s=<seconds>" measured with MPI_Wtime from after the start barrier
+ * to just before MPI_Finalize.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef void (*record_fn)(const char *name, const void *data, size_t len);
+
+/* One work unit updates one 64-byte line of the resident memory. */
+#define LINE_DOUBLES 8
+#define CALIBRATION_NS 20000000L
+#define CALIBRATION_ATTEMPTS 3
+
+static long flag_value(int argc, char **argv, const char *flag, long fallback)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], flag) == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "%s needs a value\n", flag);
+                exit(2);
+            }
+            char *end = NULL;
+            long v = strtol(argv[i + 1], &end, 10);
+            if (end == argv[i + 1] || *end != '\0' || v < 0) {
+                fprintf(stderr, "bad value for %s: %s\n", flag, argv[i + 1]);
+                exit(2);
+            }
+            return v;
+        }
+    }
+    return fallback;
+}
+
+static long elapsed_ns(const struct timespec *from)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - from->tv_sec) * 1000000000L + (now.tv_nsec - from->tv_nsec);
+}
+
+struct memory {
+    double *data;
+    size_t lines;
+    size_t cursor;
+};
+
+/* Walks the memory line by line, wrapping, so over many iterations every
+ * page of the working set is touched again and again. */
+static void work(struct memory *m, long units)
+{
+    double *d = m->data;
+    size_t cursor = m->cursor;
+    for (long u = 0; u < units; u++) {
+        double *line = d + cursor * LINE_DOUBLES;
+        for (int k = 0; k < LINE_DOUBLES; k++)
+            line[k] = line[k] * 0.999999 + 1e-6 * (double)k;
+        if (++cursor == m->lines)
+            cursor = 0;
+    }
+    m->cursor = cursor;
+}
+
+/* Best of a few short runs: the rate of an undisturbed rank, so a moment of
+ * interference from other processes during start-up does not shrink the
+ * work of the whole run. */
+static long calibrate_units_per_ms(struct memory *m)
+{
+    double best = 0.0;
+    for (int attempt = 0; attempt < CALIBRATION_ATTEMPTS; attempt++) {
+        struct timespec start;
+        long units = 0, chunk = 1024, ns;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        while ((ns = elapsed_ns(&start)) < CALIBRATION_NS) {
+            work(m, chunk);
+            units += chunk;
+        }
+        double rate = (double)units * 1e6 / (double)ns;
+        if (rate > best)
+            best = rate;
+    }
+    return best >= 1.0 ? (long)best : 1;
+}
+
+int main(int argc, char **argv)
+{
+    long mem_mib = flag_value(argc, argv, "--mem", 64);
+    long iterations = flag_value(argc, argv, "--iterations", 520);
+    long compute_us = flag_value(argc, argv, "--compute-us", 1000);
+    long record_bytes = flag_value(argc, argv, "--record-bytes", 65536);
+    long records = flag_value(argc, argv, "--records", 4);
+    long fixed_units = flag_value(argc, argv, "--work-units", -1);
+    if (mem_mib < 1 || (record_bytes > 0 && records < 1)) {
+        fprintf(stderr, "--mem must be >= 1 and --records >= 1 when --record-bytes > 0\n");
+        return 2;
+    }
+
+    int rank, size;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+    record_fn record = NULL;
+    *(void **)&record = dlsym(RTLD_DEFAULT, "evenflush_record");
+
+    struct memory m;
+    m.lines = (size_t)mem_mib * 1024 * 1024 / (LINE_DOUBLES * sizeof(double));
+    m.cursor = 0;
+    m.data = malloc(m.lines * LINE_DOUBLES * sizeof(double));
+    /* The per-record buffer is separate from the working set so recording
+     * never disturbs what the program computes. */
+    size_t chunk = records > 0 ? (size_t)((record_bytes + records - 1) / records) : 0;
+    unsigned char *payload = malloc(chunk > 0 ? chunk : 1);
+    if (m.data == NULL || payload == NULL) {
+        fprintf(stderr, "iterative: cannot allocate %ld MiB\n", mem_mib);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    /* Touch every page so the working set is resident from the start. */
+    for (size_t i = 0; i < m.lines * LINE_DOUBLES; i++)
+        m.data[i] = (double)(i % 1000) * 1e-3 + rank;
+    memset(payload, 0xA5, chunk > 0 ? chunk : 1);
+
+    /* Every rank does the same work per iteration (that of the slowest
+     * rank at start-up), so the barrier waits reflect disturbances, not a
+     * calibration mismatch. The ranks calibrate together, as they will run. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    long per_ms = fixed_units >= 0 ? 0 : calibrate_units_per_ms(&m);
+    long slowest = per_ms;
+    MPI_Allreduce(&per_ms, &slowest, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+    long units = fixed_units >= 0 ? fixed_units : (long)((double)slowest * (double)compute_us / 1000.0);
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime();
+    for (long it = 0; it < iterations; it++) {
+        work(&m, units);
+        if (record != NULL && record_bytes > 0) {
+            long left = record_bytes;
+            for (long k = 0; k < records && left > 0; k++) {
+                size_t len = (size_t)left < chunk ? (size_t)left : chunk;
+                memcpy(payload, &it, sizeof it < len ? sizeof it : len);
+                record("iteration-data", payload, len);
+                left -= (long)len;
+            }
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    double total = MPI_Wtime() - start;
+
+    if (rank == 0) {
+        printf("iterative ranks=%d iterations=%ld mem_mib=%ld compute_us=%ld record_bytes=%ld records=%ld "
+               "units_per_iteration=%ld recorder=%s\n",
+               size, iterations, mem_mib, compute_us, record_bytes, records, units,
+               record != NULL ? "found" : "absent");
+        printf("total_s=%.6f\n", total);
+    }
+    free(m.data);
+    free(payload);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,489 @@
+//! Trace writers: append encoded chunks to this rank's part files, rotating over output directories.
+//!
+//! Output goes to `rank-NNNNN.evf` in the first directory. When a write fails with `ENOSPC`, the
+//! partly written chunk is cut off again, the file is closed, and writing continues in the next
+//! directory in a new part file `rank-NNNNN.pK.evf` that starts with its own file header. When no
+//! directory is left, the writer stops for good and says so with [`WriteError::OutOfSpace`], so the
+//! recorder can add `Marker::RecordingStopped` and warn.
+//!
+//! Every backend makes the data durable before returning (`fdatasync`) and then drops it from the
+//! page cache (`posix_fadvise(DONTNEED)`): a write inside a suspension must not leave delayed
+//! writeback behind that would disturb the program after it resumed.
+//!
+//! Backends: [`PosixWriter`] and [`UringWriter`] (overlaps encoding of the next chunk with the write
+//! of the previous one). **Extension point for MPI-IO:** the recorder implements [`Writer`] itself
+//! over its `MPI_File_*` C functions ([`WriterKind::MpiIo`]); it can reuse [`OutputPlan`] for naming
+//! and headers.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use format::chunk::EncodedChunk;
+use format::writer::{FileHeader, encode_file_header, rank_file_name};
+use thiserror::Error;
+
+/// What one call to [`Writer::write_chunks`] wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    pub chunks: u64,
+    pub events: u64,
+    /// Payload bytes before compression.
+    pub bytes_raw: u64,
+    /// Bytes that went to disk (chunk framing and file headers included).
+    pub bytes_stored: u64,
+}
+
+impl WriteStats {
+    fn add_chunk(&mut self, chunk: &EncodedChunk) {
+        self.chunks += 1;
+        self.events += chunk.events;
+        self.bytes_raw += chunk.raw_len;
+        self.bytes_stored += chunk.bytes.len() as u64;
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum WriteError {
+    /// Every output directory is full: recording must stop. `written` is what this call still
+    /// managed to write before; the chunk that did not fit and every later one are lost.
+    #[error("no space left in any output directory (last: {last_dir}); recording stopped")]
+    OutOfSpace {
+        last_dir: PathBuf,
+        written: WriteStats,
+    },
+    /// The writer stopped earlier (out of space) and writes nothing any more.
+    #[error("the writer has stopped after running out of space")]
+    Stopped,
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("writer backend unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A backend that appends encoded chunks to this rank's trace.
+pub trait Writer: Send {
+    /// Writes every chunk `chunks` yields, in order, and makes them durable before returning. The
+    /// iterator may encode lazily: a backend that can overlap encoding with writing pulls the next
+    /// chunk while the previous one is being written.
+    fn write_chunks(
+        &mut self,
+        chunks: &mut dyn Iterator<Item = EncodedChunk>,
+    ) -> Result<WriteStats, WriteError>;
+
+    /// True once the writer has run out of space everywhere.
+    fn stopped(&self) -> bool;
+
+    /// Part files created so far, in order.
+    fn files(&self) -> &[PathBuf];
+}
+
+/// Which backend to use (the run setting). `MpiIo` is implemented by the recorder, so
+/// [`open_writer`] refuses it.
+pub use crate::config::Writer as WriterKind;
+
+/// Opens a writer of `kind`. `Uring` fails with [`WriteError::Unavailable`] where the kernel refuses
+/// io_uring, so the caller can fall back to `Posix`.
+pub fn open_writer(kind: WriterKind, plan: OutputPlan) -> Result<Box<dyn Writer>, WriteError> {
+    match kind {
+        WriterKind::Posix => Ok(Box::new(PosixWriter::new(plan))),
+        WriterKind::Uring => Ok(Box::new(UringWriter::new(plan)?)),
+        WriterKind::MpiIo => Err(WriteError::Unavailable(
+            "the MPI-IO writer is provided by the recorder".into(),
+        )),
+    }
+}
+
+/// Where a rank's trace goes: output directories in order of use, and the header every part file
+/// starts with (its `part` field is set per file).
+#[derive(Clone, Debug)]
+pub struct OutputPlan {
+    pub dirs: Vec<PathBuf>,
+    pub header: FileHeader,
+}
+
+impl OutputPlan {
+    pub fn path_of(&self, dir_index: usize, part: u32) -> PathBuf {
+        self.dirs[dir_index].join(rank_file_name(self.header.rank, part))
+    }
+
+    pub fn header_bytes(&self, part: u32) -> Vec<u8> {
+        encode_file_header(&FileHeader {
+            part,
+            ..self.header.clone()
+        })
+    }
+}
+
+fn is_enospc(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOSPC)
+}
+
+/// The rotation state shared by the backends: the open part file and what comes after it.
+struct Parts {
+    plan: OutputPlan,
+    dir_index: usize,
+    part: u32,
+    file: Option<File>,
+    /// Where the next chunk goes in the open file.
+    offset: u64,
+    files: Vec<PathBuf>,
+    stopped: bool,
+}
+
+impl Parts {
+    fn new(plan: OutputPlan) -> Self {
+        Parts {
+            plan,
+            dir_index: 0,
+            part: 0,
+            file: None,
+            offset: 0,
+            files: Vec::new(),
+            stopped: false,
+        }
+    }
+
+    fn current_path(&self) -> PathBuf {
+        self.plan.path_of(
+            self.dir_index.min(self.plan.dirs.len().saturating_sub(1)),
+            self.part,
+        )
+    }
+
+    fn io_error(&self, source: io::Error) -> WriteError {
+        WriteError::Io {
+            path: self.current_path(),
+            source,
+        }
+    }
+
+    fn out_of_space(&mut self, written: WriteStats) -> WriteError {
+        self.stopped = true;
+        self.file = None;
+        WriteError::OutOfSpace {
+            last_dir: self.plan.dirs.last().cloned().unwrap_or_default(),
+            written,
+        }
+    }
+
+    /// Makes sure a part file is open, moving on to further directories while headers do not fit.
+    /// Returns the header bytes written (they count as stored bytes).
+    fn ensure_open(&mut self, written: WriteStats) -> Result<u64, WriteError> {
+        if self.stopped {
+            return Err(WriteError::Stopped);
+        }
+        if self.file.is_some() {
+            return Ok(0);
+        }
+        loop {
+            if self.dir_index >= self.plan.dirs.len() {
+                return Err(self.out_of_space(written));
+            }
+            let path = self.plan.path_of(self.dir_index, self.part);
+            let file = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&path);
+            let file = match file {
+                Ok(f) => f,
+                Err(e) if is_enospc(&e) => {
+                    self.dir_index += 1;
+                    continue;
+                }
+                Err(source) => return Err(WriteError::Io { path, source }),
+            };
+            let header = self.plan.header_bytes(self.part);
+            match file.write_all_at(&header, 0) {
+                Ok(()) => {
+                    self.files.push(path);
+                    self.file = Some(file);
+                    self.offset = header.len() as u64;
+                    return Ok(header.len() as u64);
+                }
+                Err(e) if is_enospc(&e) => {
+                    drop(file);
+                    let _ = std::fs::remove_file(&path);
+                    self.dir_index += 1;
+                }
+                Err(source) => return Err(WriteError::Io { path, source }),
+            }
+        }
+    }
+
+    /// After `ENOSPC` at a chunk starting at `chunk_start`: cuts the partial chunk off, retires the
+    /// file, and selects the next directory with the next part number.
+    fn rotate(&mut self, chunk_start: u64) -> Result<(), WriteError> {
+        if let Some(file) = self.file.take() {
+            file.set_len(chunk_start).map_err(|e| self.io_error(e))?;
+            settle(&file).map_err(|e| self.io_error(e))?;
+        }
+        self.dir_index += 1;
+        self.part += 1;
+        Ok(())
+    }
+
+    fn settle_open(&self) -> Result<(), WriteError> {
+        match &self.file {
+            Some(f) => settle(f).map_err(|e| self.io_error(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Forces the file's data to disk and drops it from the page cache, so no writeback happens later.
+fn settle(file: &File) -> io::Result<()> {
+    file.sync_data()?;
+    // SAFETY: plain syscall on a descriptor we own for the duration of the call; no memory passed.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Plain `pwrite` per chunk, then `fdatasync` + `posix_fadvise(DONTNEED)`.
+pub struct PosixWriter {
+    parts: Parts,
+}
+
+impl PosixWriter {
+    pub fn new(plan: OutputPlan) -> Self {
+        PosixWriter {
+            parts: Parts::new(plan),
+        }
+    }
+
+    fn write_one(
+        &mut self,
+        chunk: &EncodedChunk,
+        stats: &mut WriteStats,
+    ) -> Result<(), WriteError> {
+        loop {
+            stats.bytes_stored += self.parts.ensure_open(*stats)?;
+            let file = self.parts.file.as_ref().expect("opened above");
+            let start = self.parts.offset;
+            match file.write_all_at(&chunk.bytes, start) {
+                Ok(()) => {
+                    self.parts.offset += chunk.bytes.len() as u64;
+                    stats.add_chunk(chunk);
+                    return Ok(());
+                }
+                Err(e) if is_enospc(&e) => self.parts.rotate(start)?,
+                Err(e) => return Err(self.parts.io_error(e)),
+            }
+        }
+    }
+}
+
+impl Writer for PosixWriter {
+    fn write_chunks(
+        &mut self,
+        chunks: &mut dyn Iterator<Item = EncodedChunk>,
+    ) -> Result<WriteStats, WriteError> {
+        let mut stats = WriteStats::default();
+        for chunk in chunks {
+            if let Err(e) = self.write_one(&chunk, &mut stats) {
+                let _ = self.parts.settle_open();
+                return Err(e);
+            }
+        }
+        self.parts.settle_open()?;
+        Ok(stats)
+    }
+
+    fn stopped(&self) -> bool {
+        self.parts.stopped
+    }
+
+    fn files(&self) -> &[PathBuf] {
+        &self.parts.files
+    }
+}
+
+/// A chunk handed to the kernel: the buffer must stay where it is until its completion is reaped.
+struct InFlight {
+    chunk: EncodedChunk,
+    /// File offset where the chunk starts.
+    start: u64,
+    /// Bytes of the chunk the kernel has confirmed so far.
+    done: usize,
+}
+
+/// io_uring backend: while the kernel writes chunk k, the iterator encodes chunk k+1.
+pub struct UringWriter {
+    parts: Parts,
+    ring: io_uring::IoUring,
+    in_flight: Option<InFlight>,
+    /// True while a submission for `in_flight` has no completion reaped yet.
+    submitted: bool,
+}
+
+impl UringWriter {
+    pub fn new(plan: OutputPlan) -> Result<Self, WriteError> {
+        let ring = io_uring::IoUring::new(4)
+            .map_err(|e| WriteError::Unavailable(format!("io_uring setup failed: {e}")))?;
+        Ok(UringWriter {
+            parts: Parts::new(plan),
+            ring,
+            in_flight: None,
+            submitted: false,
+        })
+    }
+
+    /// Queues the unwritten rest of `in_flight` at its place in the open file.
+    fn submit(&mut self) -> Result<(), WriteError> {
+        let fd = self.parts.file.as_ref().expect("file open").as_raw_fd();
+        let pending = self.in_flight.as_ref().expect("a chunk to submit");
+        let rest = &pending.chunk.bytes[pending.done..];
+        let entry =
+            io_uring::opcode::Write::new(io_uring::types::Fd(fd), rest.as_ptr(), rest.len() as u32)
+                .offset(pending.start + pending.done as u64)
+                .build();
+        // SAFETY: the buffer belongs to `self.in_flight`, which is neither dropped nor modified until
+        // the completion is reaped in `reap` (Drop reaps too); the fd stays open for as long.
+        unsafe {
+            self.ring
+                .submission()
+                .push(&entry)
+                .map_err(|_| WriteError::Unavailable("io_uring queue full".into()))?;
+        }
+        self.ring.submit().map_err(|e| self.parts.io_error(e))?;
+        self.submitted = true;
+        Ok(())
+    }
+
+    /// Waits for the submitted write and returns its result (bytes written or `-errno`).
+    fn reap(&mut self) -> Result<i32, WriteError> {
+        loop {
+            if let Some(cqe) = self.ring.completion().next() {
+                self.submitted = false;
+                return Ok(cqe.result());
+            }
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.parts.io_error(e)),
+            }
+        }
+    }
+
+    /// Drives the in-flight chunk to completion: resubmits short writes, rotates on `ENOSPC`.
+    fn finish_in_flight(&mut self, stats: &mut WriteStats) -> Result<(), WriteError> {
+        if self.in_flight.is_none() {
+            return Ok(());
+        }
+        loop {
+            if !self.submitted {
+                stats.bytes_stored += self.parts.ensure_open(*stats)?;
+                self.submit()?;
+            }
+            let result = self.reap()?;
+            let pending = self.in_flight.as_mut().expect("in flight");
+            if result == -libc::ENOSPC {
+                let start = pending.start;
+                self.parts.rotate(start)?;
+                // The new part's header goes first; the chunk is rewritten whole after it.
+                stats.bytes_stored += self.parts.ensure_open(*stats)?;
+                let pending = self.in_flight.as_mut().expect("in flight");
+                pending.start = self.parts.offset;
+                pending.done = 0;
+            } else if result < 0 {
+                return Err(self.parts.io_error(io::Error::from_raw_os_error(-result)));
+            } else if result == 0 {
+                return Err(self.parts.io_error(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "io_uring wrote nothing",
+                )));
+            } else {
+                pending.done += result as usize;
+                if pending.done == pending.chunk.bytes.len() {
+                    let done = self.in_flight.take().expect("in flight");
+                    self.parts.offset = done.start + done.chunk.bytes.len() as u64;
+                    stats.add_chunk(&done.chunk);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, chunk: EncodedChunk, stats: &mut WriteStats) -> Result<(), WriteError> {
+        stats.bytes_stored += self.parts.ensure_open(*stats)?;
+        self.in_flight = Some(InFlight {
+            chunk,
+            start: self.parts.offset,
+            done: 0,
+        });
+        // Reserve the chunk's place now so that nothing else is placed there meanwhile.
+        self.parts.offset += self.in_flight.as_ref().expect("set").chunk.bytes.len() as u64;
+        self.submit()
+    }
+
+    fn write_all(
+        &mut self,
+        chunks: &mut dyn Iterator<Item = EncodedChunk>,
+        stats: &mut WriteStats,
+    ) -> Result<(), WriteError> {
+        loop {
+            // Encoding the next chunk overlaps with the kernel writing the previous one.
+            let next = chunks.next();
+            self.finish_in_flight(stats)?;
+            match next {
+                Some(chunk) => self.start(chunk, stats)?,
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+impl Writer for UringWriter {
+    fn write_chunks(
+        &mut self,
+        chunks: &mut dyn Iterator<Item = EncodedChunk>,
+    ) -> Result<WriteStats, WriteError> {
+        let mut stats = WriteStats::default();
+        let result = self.write_all(chunks, &mut stats);
+        if result.is_err() {
+            self.abandon_in_flight();
+            let _ = self.parts.settle_open();
+        }
+        result?;
+        self.parts.settle_open()?;
+        Ok(stats)
+    }
+
+    fn stopped(&self) -> bool {
+        self.parts.stopped
+    }
+
+    fn files(&self) -> &[PathBuf] {
+        &self.parts.files
+    }
+}
+
+impl UringWriter {
+    /// Waits out a submitted write whose result no longer matters, so its buffer can be freed.
+    fn abandon_in_flight(&mut self) {
+        if self.submitted {
+            let _ = self.reap();
+        }
+        self.in_flight = None;
+    }
+}
+
+impl Drop for UringWriter {
+    fn drop(&mut self) {
+        self.abandon_in_flight();
+    }
+}
+
+/// Checks that `dir` exists and is a directory we can create files in.
+pub fn check_output_dir(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(".evenflush-probe-{}", std::process::id()));
+    File::create(&probe)?;
+    std::fs::remove_file(probe)
+}

@@ -1,0 +1,233 @@
+//! Shared machinery of the integration tests: build the bundled programs once per MPI, run them with
+//! and without the recorder through the real `evenflush` binary and `mpirun`, and read traces back.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use format::{Event, RankFile};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mpi {
+    OpenMpi,
+    Mpich,
+}
+
+impl Mpi {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "openmpi",
+            Mpi::Mpich => "mpich",
+        }
+    }
+    pub fn mpirun(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "mpirun.openmpi",
+            Mpi::Mpich => "mpirun.mpich",
+        }
+    }
+    /// `mpirun -np N` with what each launcher needs on a 2-core machine run as root.
+    pub fn launch(self, ranks: u32) -> Vec<String> {
+        let mut v = vec![self.mpirun().to_string()];
+        if self == Mpi::OpenMpi {
+            v.push("--oversubscribe".into());
+        }
+        v.extend(["-np".to_string(), ranks.to_string()]);
+        v
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn evenflush_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_evenflush"))
+}
+
+/// MPI jobs run one at a time: on 2 cores, concurrent oversubscribed jobs whose ranks spin while
+/// waiting would make every timing meaningless and some runs very slow.
+pub fn mpi_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn scratch_root() -> PathBuf {
+    let dir = evenflush_bin()
+        .parent()
+        .expect("binary has a directory")
+        .join("integration-scratch");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A fresh empty directory for one test's output.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = scratch_root().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Builds `tests/programs` for `mpi` once per test binary and returns the directory of binaries.
+pub fn programs(mpi: Mpi) -> PathBuf {
+    static BUILT: OnceLock<Mutex<BTreeMap<&'static str, PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(BTreeMap::new()));
+    let mut built = built.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(dir) = built.get(mpi.name()) {
+        return dir.clone();
+    }
+    let dir = scratch_root().join(format!("programs-{}", mpi.name()));
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/programs/build.sh"))
+        .arg(mpi.name())
+        .arg(&dir)
+        .output()
+        .expect("run tests/programs/build.sh");
+    assert!(
+        out.status.success(),
+        "building the test programs for {} failed:\n{}{}",
+        mpi.name(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built.insert(mpi.name(), dir.clone());
+    dir
+}
+
+/// Environment every MPI job gets: Open MPI refuses root without these.
+pub fn mpi_env(cmd: &mut Command) -> &mut Command {
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+}
+
+fn check(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `program args` on `ranks` ranks without the recorder; returns stdout.
+pub fn run_plain(mpi: Mpi, ranks: u32, program: &str, args: &[&str]) -> String {
+    let mut argv = mpi.launch(ranks);
+    argv.push(programs(mpi).join(program).display().to_string());
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let out = mpi_env(Command::new(&argv[0]).args(&argv[1..]))
+        .stdin(Stdio::null())
+        .output()
+        .expect("start mpirun");
+    String::from_utf8(check(out, &format!("plain run of {program} ({})", mpi.name())).stdout).unwrap()
+}
+
+/// Runs `program args` under `evenflush run --out out <flags>`; returns the job's output.
+pub fn run_traced_output(mpi: Mpi, ranks: u32, program: &str, args: &[&str], out: &Path, flags: &[&str]) -> Output {
+    let mut cmd = Command::new(evenflush_bin());
+    cmd.arg("run").arg("--out").arg(out).args(flags).arg("--");
+    cmd.args(mpi.launch(ranks));
+    cmd.arg(programs(mpi).join(program));
+    cmd.args(args);
+    mpi_env(&mut cmd).stdin(Stdio::null()).output().expect("start evenflush run")
+}
+
+pub fn run_traced(mpi: Mpi, ranks: u32, program: &str, args: &[&str], out: &Path, flags: &[&str]) -> String {
+    let output = run_traced_output(mpi, ranks, program, args, out, flags);
+    String::from_utf8(check(output, &format!("traced run of {program} ({})", mpi.name())).stdout).unwrap()
+}
+
+/// `evenflush info --json DIR`, parsed.
+pub fn info_json(dir: &Path) -> serde_json::Value {
+    let out = Command::new(evenflush_bin())
+        .args(["info", "--json"])
+        .arg(dir)
+        .output()
+        .expect("run evenflush info");
+    let out = check(out, "evenflush info");
+    serde_json::from_slice(&out.stdout).expect("info --json prints JSON")
+}
+
+/// The expected figures of a bundled program (tests/programs/expected.json).
+pub fn expected(program: &str) -> serde_json::Value {
+    static EXPECTED: OnceLock<serde_json::Value> = OnceLock::new();
+    let all = EXPECTED.get_or_init(|| {
+        let text = std::fs::read_to_string(repo_root().join("tests/programs/expected.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    });
+    all.get(program).unwrap_or_else(|| panic!("{program} not in expected.json")).clone()
+}
+
+/// One rank's events in order, per stream, with function names resolved.
+pub struct RankEvents {
+    pub rank: u32,
+    pub streams: BTreeMap<u32, Vec<Event>>,
+    pub functions: BTreeMap<u16, String>,
+    pub comms: BTreeMap<u32, Vec<u32>>,
+}
+
+impl RankEvents {
+    pub fn all(&self) -> impl Iterator<Item = &Event> {
+        self.streams.values().flatten()
+    }
+    pub fn name(&self, func: u16) -> &str {
+        self.functions.get(&func).map(String::as_str).unwrap_or("?")
+    }
+    /// Calls of one function, in order (all streams).
+    pub fn calls(&self, name: &str) -> Vec<format::MpiCall> {
+        self.all()
+            .filter_map(|e| match e {
+                Event::Call(c) if self.name(c.func) == name => Some(*c),
+                _ => None,
+            })
+            .collect()
+    }
+    /// World rank of `peer` in communicator `comm`.
+    pub fn world(&self, comm: u32, peer: i32) -> u32 {
+        let peer = u32::try_from(peer).expect("a real rank");
+        match self.comms.get(&comm) {
+            Some(members) => members[peer as usize],
+            // Communicator 0 is MPI_COMM_WORLD by definition (format/FORMAT.md).
+            None if comm == 0 => peer,
+            None => panic!("rank {}: communicator {comm} never defined", self.rank),
+        }
+    }
+}
+
+/// Reads every rank of a trace directory, asserting that nothing in it is damaged or cut.
+pub fn read_trace(dir: &Path) -> Vec<RankEvents> {
+    let mut ranks = Vec::new();
+    for entry in format::open_dir(dir).unwrap() {
+        let file = RankFile::open(&entry.path).unwrap();
+        let mut r = RankEvents {
+            rank: entry.rank,
+            streams: BTreeMap::new(),
+            functions: BTreeMap::new(),
+            comms: BTreeMap::new(),
+        };
+        let mut chunks = file.chunks();
+        for chunk in chunks.by_ref() {
+            let chunk = chunk.unwrap();
+            let stream = chunk.stream();
+            for e in chunk.events() {
+                match &e {
+                    Event::FunctionDef { id, name } => {
+                        r.functions.insert(*id, name.clone());
+                    }
+                    Event::CommDef { id, members } => {
+                        r.comms.insert(*id, members.clone());
+                    }
+                    _ => {}
+                }
+                r.streams.entry(stream).or_default().push(e);
+            }
+        }
+        assert!(chunks.tail().is_none(), "{}: {:?}", entry.path.display(), chunks.tail());
+        ranks.push(r);
+    }
+    ranks
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build every bundled test program for one MPI implementation.
+#   build.sh <openmpi|mpich> <outdir>
+# Open MPI uses mpicc/mpif90, MPICH uses mpicc.mpich/mpif90.mpich. The
+# compilers can be overridden with MPICC / MPIF90 (e.g. for another install).
+set -euo pipefail
+
+usage() {
+    echo "usage: $0 <openmpi|mpich> <outdir>" >&2
+    exit 2
+}
+[ $# -eq 2 ] || usage
+flavour=$1
+outdir=$2
+case "$flavour" in
+openmpi) cc=${MPICC:-mpicc} fc=${MPIF90:-mpif90} ;;
+mpich) cc=${MPICC:-mpicc.mpich} fc=${MPIF90:-mpif90.mpich} ;;
+*) usage ;;
+esac
+for tool in "$cc" "$fc"; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "error: compiler '$tool' for $flavour not found in PATH" >&2
+        exit 1
+    fi
+done
+
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mkdir -p "$outdir"
+# Each Fortran build writes .mod files into its own scratch directory so
+# two builds (one per MPI) can run side by side without clobbering.
+moddir=$(mktemp -d)
+trap 'rm -rf "$moddir"' EXIT
+
+cflags=(-O2 -g -Wall -Wextra -std=c11 -I"$src")
+fflags=(-O2 -g -Wall -J"$moddir")
+
+build_c() {
+    local name=$1
+    shift
+    echo "  CC  $name"
+    "$cc" "${cflags[@]}" -o "$outdir/$name" "$src/$name.c" "$@"
+}
+build_f() {
+    local name=$1
+    echo "  FC  $name"
+    "$fc" "${fflags[@]}" -o "$outdir/$name" "$src/$name.f90"
+}
+
+echo "building test programs for $flavour into $outdir"
+build_c ring
+build_c halo
+build_c collectives
+build_c split
+build_c anysource
+build_c threads -pthread
+build_c user_records -ldl
+build_c sigterm
+build_c deadlock
+build_f fortran_ring
+build_f fortran_f08
+echo "done"
