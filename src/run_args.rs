@@ -33,7 +33,7 @@ fn with_setting_flags(mut cmd: clap::Command) -> clap::Command {
     for s in settings() {
         let mut arg = Arg::new(s.flag)
             .long(s.flag)
-            .value_name(s.flag.to_uppercase())
+            .value_name(s.flag.to_uppercase().replace('-', "_"))
             .env(s.env)
             .help(format!("{} [default: {}]", s.help, s.default))
             .action(ArgAction::Set);

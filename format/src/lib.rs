@@ -1,6 +1,19 @@
 //! The evenflush trace format: the event model, the in-memory raw buffer, chunk encoding and
 //! framing, and a streaming reader. The byte-level specification is `FORMAT.md` beside this crate.
 
+mod body;
+pub mod chunk;
+pub mod error;
 pub mod model;
+pub mod raw;
+pub mod reader;
+pub mod synthetic;
+mod varint;
+pub mod writer;
 
+pub use chunk::{ChunkEncoder, EncodedChunk};
+pub use error::FormatError;
 pub use model::*;
+pub use raw::RawBuf;
+pub use reader::{Chunk, ChunkReader, RankFile, RankFileEntry, TailKind, Truncation, open_dir};
+pub use writer::{FileHeader, RankFileWriter, encode_file_header, rank_file_name};

@@ -172,7 +172,11 @@ pub enum Marker {
     /// `MPI_Finalize` was entered (end of the measured span).
     FinalizeStart { time: u64 },
     /// The watchdog saw a call exceed its limit.
-    Stuck { time: u64, func: FunctionId, elapsed_ns: u64 },
+    Stuck {
+        time: u64,
+        func: FunctionId,
+        elapsed_ns: u64,
+    },
 }
 
 /// Everything a trace can say, in the order it happened on one rank.
@@ -184,9 +188,18 @@ pub enum Event {
     Region(Region),
     Suspension(Suspension),
     /// A communicator's members, as world ranks, in communicator rank order.
-    CommDef { id: CommId, members: Vec<u32> },
+    CommDef {
+        id: CommId,
+        members: Vec<u32>,
+    },
     Clock(ClockSample),
-    StringDef { id: StringId, text: String },
-    FunctionDef { id: FunctionId, name: String },
+    StringDef {
+        id: StringId,
+        text: String,
+    },
+    FunctionDef {
+        id: FunctionId,
+        name: String,
+    },
     Marker(Marker),
 }

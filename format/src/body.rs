@@ -1,0 +1,329 @@
+//! Record kinds and the fixed little-endian bodies of the rare ("misc") events. The same body bytes
+//! are used in the raw in-memory buffer and in the chunk payload, so a flush copies them verbatim.
+
+use crate::model::*;
+
+pub(crate) const KIND_CALL: u8 = 1;
+pub(crate) const KIND_COMPLETION: u8 = 2;
+pub(crate) const KIND_COMPLETION_CANCELLED: u8 = 3;
+pub(crate) const KIND_USER: u8 = 4;
+pub(crate) const KIND_REGION: u8 = 5;
+pub(crate) const KIND_SUSPENSION: u8 = 6;
+pub(crate) const KIND_COMM_DEF: u8 = 7;
+pub(crate) const KIND_CLOCK: u8 = 8;
+pub(crate) const KIND_STRING_DEF: u8 = 9;
+pub(crate) const KIND_FUNCTION_DEF: u8 = 10;
+pub(crate) const KIND_MARKER: u8 = 11;
+
+const MARKER_LOCAL_FLUSH: u8 = 1;
+const MARKER_RECORDING_STOPPED: u8 = 2;
+const MARKER_LOST: u8 = 3;
+const MARKER_ABNORMAL_END: u8 = 4;
+const MARKER_INIT_DONE: u8 = 5;
+const MARKER_FINALIZE_START: u8 = 6;
+const MARKER_STUCK: u8 = 7;
+
+pub(crate) fn is_misc_kind(kind: u8) -> bool {
+    (KIND_USER..=KIND_MARKER).contains(&kind)
+}
+
+/// Appends the body of a misc event and returns its kind. Calls and completions have no misc body.
+pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
+    match e {
+        Event::Call(_) | Event::Completion(_) => {
+            unreachable!("calls and completions are not misc events")
+        }
+        Event::User(u) => {
+            put64(out, u.time);
+            put32(out, u.name);
+            out.extend_from_slice(&u.payload);
+            KIND_USER
+        }
+        Event::Region(r) => {
+            put64(out, r.time);
+            put32(out, r.name);
+            out.push(r.begin as u8);
+            KIND_REGION
+        }
+        Event::Suspension(s) => {
+            for v in [s.seq, s.start, s.z_ns, s.end] {
+                put64(out, v);
+            }
+            out.push(s.flushed as u8);
+            for v in [
+                s.bytes_raw,
+                s.bytes_stored,
+                s.write_ns,
+                s.overshoot_ns,
+                s.w_ns,
+            ] {
+                put64(out, v);
+            }
+            for v in [s.m_ns, s.d_ns, s.offset_ns] {
+                put64(out, v.to_bits());
+            }
+            KIND_SUSPENSION
+        }
+        Event::CommDef { id, members } => {
+            put32(out, *id);
+            for m in members {
+                put32(out, *m);
+            }
+            KIND_COMM_DEF
+        }
+        Event::Clock(c) => {
+            put64(out, c.local);
+            put64(out, c.offset_ns.to_bits());
+            put64(out, c.rtt_ns.to_bits());
+            out.push(c.when as u8);
+            KIND_CLOCK
+        }
+        Event::StringDef { id, text } => {
+            put32(out, *id);
+            out.extend_from_slice(text.as_bytes());
+            KIND_STRING_DEF
+        }
+        Event::FunctionDef { id, name } => {
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            KIND_FUNCTION_DEF
+        }
+        Event::Marker(m) => {
+            match *m {
+                Marker::LocalFlush { time, bytes } => {
+                    out.push(MARKER_LOCAL_FLUSH);
+                    put64(out, time);
+                    put64(out, bytes);
+                }
+                Marker::RecordingStopped { time } => {
+                    out.push(MARKER_RECORDING_STOPPED);
+                    put64(out, time);
+                }
+                Marker::Lost { time, events } => {
+                    out.push(MARKER_LOST);
+                    put64(out, time);
+                    put64(out, events);
+                }
+                Marker::AbnormalEnd { time, signal } => {
+                    out.push(MARKER_ABNORMAL_END);
+                    put64(out, time);
+                    out.extend_from_slice(&signal.to_le_bytes());
+                }
+                Marker::InitDone { time } => {
+                    out.push(MARKER_INIT_DONE);
+                    put64(out, time);
+                }
+                Marker::FinalizeStart { time } => {
+                    out.push(MARKER_FINALIZE_START);
+                    put64(out, time);
+                }
+                Marker::Stuck {
+                    time,
+                    func,
+                    elapsed_ns,
+                } => {
+                    out.push(MARKER_STUCK);
+                    put64(out, time);
+                    out.extend_from_slice(&func.to_le_bytes());
+                    put64(out, elapsed_ns);
+                }
+            }
+            KIND_MARKER
+        }
+    }
+}
+
+#[inline]
+fn put64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+#[inline]
+fn put32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// A bounds-checked little-endian cursor: every read of corrupt input fails instead of panicking.
+pub(crate) struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf, pos: 0 }
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.buf.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
+        let s = &self.buf[self.pos..];
+        self.pos = self.buf.len();
+        s
+    }
+    pub(crate) fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|s| s[0])
+    }
+    pub(crate) fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|s| u16::from_le_bytes([s[0], s[1]]))
+    }
+    pub(crate) fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|s| u32::from_le_bytes(s.try_into().unwrap_or_default()))
+    }
+    pub(crate) fn i32(&mut self) -> Option<i32> {
+        self.u32().map(|v| v as i32)
+    }
+    pub(crate) fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or_default()))
+    }
+    pub(crate) fn f64(&mut self) -> Option<f64> {
+        self.u64().map(f64::from_bits)
+    }
+    pub(crate) fn bool(&mut self) -> Option<bool> {
+        match self.u8()? {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        }
+    }
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+}
+
+/// Decodes a misc body. `Err` carries a short reason; the caller adds file and offset.
+pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static str> {
+    let mut c = Cursor::new(body);
+    let short = "misc event body too short";
+    let event = match kind {
+        KIND_USER => {
+            let time = c.u64().ok_or(short)?;
+            let name = c.u32().ok_or(short)?;
+            Event::User(UserRecord {
+                time,
+                name,
+                payload: c.rest().to_vec(),
+            })
+        }
+        KIND_REGION => Event::Region(Region {
+            time: c.u64().ok_or(short)?,
+            name: c.u32().ok_or(short)?,
+            begin: c.bool().ok_or("bad region flag")?,
+        }),
+        KIND_SUSPENSION => {
+            let seq = c.u64().ok_or(short)?;
+            let start = c.u64().ok_or(short)?;
+            let z_ns = c.u64().ok_or(short)?;
+            let end = c.u64().ok_or(short)?;
+            let flushed = c.bool().ok_or("bad suspension flag")?;
+            Event::Suspension(Suspension {
+                seq,
+                start,
+                z_ns,
+                end,
+                flushed,
+                bytes_raw: c.u64().ok_or(short)?,
+                bytes_stored: c.u64().ok_or(short)?,
+                write_ns: c.u64().ok_or(short)?,
+                overshoot_ns: c.u64().ok_or(short)?,
+                w_ns: c.u64().ok_or(short)?,
+                m_ns: c.f64().ok_or(short)?,
+                d_ns: c.f64().ok_or(short)?,
+                offset_ns: c.f64().ok_or(short)?,
+            })
+        }
+        KIND_COMM_DEF => {
+            let id = c.u32().ok_or(short)?;
+            let words = c.rest().chunks_exact(4);
+            if !words.remainder().is_empty() {
+                return Err("communicator member list is not a whole number of u32");
+            }
+            let members = words
+                .map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]))
+                .collect();
+            Event::CommDef { id, members }
+        }
+        KIND_CLOCK => Event::Clock(ClockSample {
+            local: c.u64().ok_or(short)?,
+            offset_ns: c.f64().ok_or(short)?,
+            rtt_ns: c.f64().ok_or(short)?,
+            when: match c.u8().ok_or(short)? {
+                0 => SampleKind::Init,
+                1 => SampleKind::Suspension,
+                2 => SampleKind::Finalize,
+                _ => return Err("unknown clock sample kind"),
+            },
+        }),
+        KIND_STRING_DEF => {
+            let id = c.u32().ok_or(short)?;
+            let text = std::str::from_utf8(c.rest()).map_err(|_| "string is not UTF-8")?;
+            Event::StringDef {
+                id,
+                text: text.to_owned(),
+            }
+        }
+        KIND_FUNCTION_DEF => {
+            let id = c.u16().ok_or(short)?;
+            let name = std::str::from_utf8(c.rest()).map_err(|_| "function name is not UTF-8")?;
+            Event::FunctionDef {
+                id,
+                name: name.to_owned(),
+            }
+        }
+        KIND_MARKER => {
+            let sub = c.u8().ok_or(short)?;
+            let time = c.u64().ok_or(short)?;
+            Event::Marker(match sub {
+                MARKER_LOCAL_FLUSH => Marker::LocalFlush {
+                    time,
+                    bytes: c.u64().ok_or(short)?,
+                },
+                MARKER_RECORDING_STOPPED => Marker::RecordingStopped { time },
+                MARKER_LOST => Marker::Lost {
+                    time,
+                    events: c.u64().ok_or(short)?,
+                },
+                MARKER_ABNORMAL_END => Marker::AbnormalEnd {
+                    time,
+                    signal: c.i32().ok_or(short)?,
+                },
+                MARKER_INIT_DONE => Marker::InitDone { time },
+                MARKER_FINALIZE_START => Marker::FinalizeStart { time },
+                MARKER_STUCK => Marker::Stuck {
+                    time,
+                    func: c.u16().ok_or(short)?,
+                    elapsed_ns: c.u64().ok_or(short)?,
+                },
+                _ => return Err("unknown marker kind"),
+            })
+        }
+        _ => return Err("unknown event kind"),
+    };
+    if !c.at_end() {
+        return Err("misc event body has trailing bytes");
+    }
+    Ok(event)
+}
+
+/// The ticks (min, max) a misc body's event happened at, for a chunk's first/last timestamp, read
+/// straight from the body so encoding never materialises the event. Definitions have none.
+pub(crate) fn misc_body_times(kind: u8, body: &[u8]) -> Option<(u64, u64)> {
+    let at = |off: usize| {
+        body.get(off..off + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or_default()))
+    };
+    match kind {
+        KIND_USER | KIND_REGION | KIND_CLOCK => at(0).map(|t| (t, t)),
+        KIND_MARKER => at(1).map(|t| (t, t)),
+        KIND_SUSPENSION => {
+            let (start, end) = (at(8)?, at(24)?);
+            Some((start.min(end), start.max(end)))
+        }
+        _ => None,
+    }
+}

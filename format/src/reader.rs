@@ -1,0 +1,692 @@
+//! Streaming reader of rank files: verifies every checksum, decodes one chunk at a time, and
+//! reports where and why it stopped instead of panicking or guessing.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::chunk::{
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_VERSION, CODEC_NONE, CODEC_ZSTD, ChunkHeader,
+    ColumnCursor, Columns, ENCODING_COLUMNS_V1, MAX_RAW_LEN, split_columns,
+};
+use crate::error::FormatError;
+use crate::model::{ClockCalibration, Event};
+use crate::writer::{
+    FILE_HEADER_FIXED_LEN, FILE_MAGIC, FILE_VERSION, FileHeader, MAX_PRODUCER_LEN,
+    clock_source_from,
+};
+
+/// Payloads up to this size are decompressed into a buffer allocated up front; bigger claimed
+/// sizes grow the buffer only as real bytes arrive, so a lying length cannot reserve memory.
+const PREALLOCATE_LIMIT: u64 = 64 << 20;
+
+/// How the chunk sequence of a file ended, when it did not end exactly at the end of the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// Byte offset of the first byte not part of a complete, valid chunk.
+    pub offset: u64,
+    pub kind: TailKind,
+    pub reason: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TailKind {
+    /// The file ends inside a chunk (a crash or a full disk during a write): every chunk before
+    /// `offset` is complete and valid.
+    Cut,
+    /// The rest of the file is zero bytes (space allocated but never written).
+    ZeroFilled,
+    /// A damaged chunk stopped the reader; the matching error was returned by the iterator.
+    Damaged,
+}
+
+enum Data {
+    Map(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Data {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Data::Map(m) => m,
+            Data::Owned(v) => v,
+        }
+    }
+}
+
+/// One rank file, memory-mapped.
+pub struct RankFile {
+    path: PathBuf,
+    data: Data,
+    header: FileHeader,
+    header_len: usize,
+}
+
+impl std::fmt::Debug for RankFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RankFile")
+            .field("path", &self.path)
+            .field("header", &self.header)
+            .finish()
+    }
+}
+
+impl RankFile {
+    /// Maps the file and checks its header. Chunks are checked as they are iterated.
+    pub fn open(path: impl AsRef<Path>) -> Result<RankFile, FormatError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| FormatError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = std::fs::File::open(&path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let data = if len == 0 {
+            Data::Owned(Vec::new())
+        } else {
+            // SAFETY: the map is read-only; evenflush writers only append, so bytes already mapped
+            // never change. A file truncated underneath us by another process could fault, which
+            // is the documented hazard of reading files that are being deleted.
+            Data::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+        };
+        Self::from_data(path, data)
+    }
+
+    /// Reads a file held in memory; `name` is used in error messages.
+    pub fn from_bytes(bytes: Vec<u8>, name: impl Into<PathBuf>) -> Result<RankFile, FormatError> {
+        Self::from_data(name.into(), Data::Owned(bytes))
+    }
+
+    fn from_data(path: PathBuf, data: Data) -> Result<RankFile, FormatError> {
+        let (header, header_len) = parse_file_header(data.bytes(), &path)?;
+        Ok(RankFile {
+            path,
+            data,
+            header,
+            header_len,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn header(&self) -> &FileHeader {
+        &self.header
+    }
+
+    /// File length in bytes.
+    pub fn len(&self) -> u64 {
+        self.data.bytes().len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.bytes().is_empty()
+    }
+
+    /// The chunks in file order, each verified and decompressed when reached.
+    pub fn chunks(&self) -> ChunkReader<'_> {
+        let bytes = self.data.bytes();
+        ChunkReader::new(
+            &bytes[self.header_len..],
+            self.header_len as u64,
+            &self.path,
+        )
+    }
+
+    /// Every event of every chunk, in file order.
+    pub fn events(&self) -> Events<'_> {
+        Events {
+            chunks: self.chunks(),
+            current: None,
+        }
+    }
+}
+
+/// Parses and verifies a file header; returns it and its length in bytes.
+pub fn parse_file_header(bytes: &[u8], path: &Path) -> Result<(FileHeader, usize), FormatError> {
+    let p = || path.to_path_buf();
+    if bytes.len() < FILE_HEADER_FIXED_LEN + 4 {
+        let prefix = bytes.len().min(FILE_MAGIC.len());
+        if bytes[..prefix] != FILE_MAGIC[..prefix] {
+            return Err(FormatError::BadMagic {
+                path: p(),
+                offset: 0,
+                what: "file",
+                found: bytes[..prefix].to_vec(),
+            });
+        }
+        return Err(FormatError::Truncated {
+            path: p(),
+            offset: 0,
+            what: "file header",
+            needed: (FILE_HEADER_FIXED_LEN + 4) as u64,
+            available: bytes.len() as u64,
+        });
+    }
+    if bytes[..8] != FILE_MAGIC {
+        return Err(FormatError::BadMagic {
+            path: p(),
+            offset: 0,
+            what: "file",
+            found: bytes[..8].to_vec(),
+        });
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap_or_default());
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default());
+    let version = u16_at(8);
+    let total = u32_at(12) as u64;
+    let producer_len = u32_at(64) as u64;
+    if producer_len > MAX_PRODUCER_LEN as u64
+        || total != FILE_HEADER_FIXED_LEN as u64 + producer_len + 4
+    {
+        // Either the version changed the layout or the lengths are damaged; the version decides.
+        if version != FILE_VERSION {
+            return Err(FormatError::UnsupportedVersion {
+                path: p(),
+                offset: 0,
+                what: "file",
+                version,
+                supported: FILE_VERSION,
+            });
+        }
+        return Err(FormatError::BadLength {
+            path: p(),
+            offset: 12,
+            what: "file header length",
+            value: total,
+            reason: "does not match the producer length",
+        });
+    }
+    let total = total as usize;
+    if bytes.len() < total {
+        return Err(FormatError::Truncated {
+            path: p(),
+            offset: 0,
+            what: "file header",
+            needed: total as u64,
+            available: bytes.len() as u64,
+        });
+    }
+    let stored = u32_at(total - 4);
+    let computed = crc32c::crc32c(&bytes[..total - 4]);
+    if stored != computed {
+        return Err(FormatError::ChecksumMismatch {
+            path: p(),
+            offset: 0,
+            what: "file header",
+            stored,
+            computed,
+        });
+    }
+    if version != FILE_VERSION {
+        return Err(FormatError::UnsupportedVersion {
+            path: p(),
+            offset: 0,
+            what: "file",
+            version,
+            supported: FILE_VERSION,
+        });
+    }
+    let bad = |reason| FormatError::BadHeader {
+        path: p(),
+        offset: 0,
+        reason,
+    };
+    if u16_at(10) != 0 {
+        return Err(bad("unknown file flags"));
+    }
+    let source = clock_source_from(bytes[28]).ok_or_else(|| bad("unknown clock source"))?;
+    let producer = std::str::from_utf8(&bytes[FILE_HEADER_FIXED_LEN..total - 4])
+        .map_err(|_| bad("producer is not UTF-8"))?
+        .to_owned();
+    let header = FileHeader {
+        rank: u32_at(16),
+        world_size: u32_at(20),
+        part: u32_at(24),
+        clock: ClockCalibration {
+            source,
+            ticks_per_sec: f64::from_bits(u64_at(32)),
+            tick_at_epoch: u64_at(40),
+            realtime_ns: u64_at(48),
+        },
+        created_unix_ns: u64_at(56),
+        producer,
+    };
+    Ok((header, total))
+}
+
+/// A verified, decompressed chunk. Its events are decoded lazily by [`Chunk::events`].
+#[derive(Debug)]
+pub struct Chunk {
+    /// Byte offset of the chunk header in the file.
+    pub offset: u64,
+    pub header: ChunkHeader,
+    payload: Vec<u8>,
+    columns: Columns,
+}
+
+impl Chunk {
+    pub fn rank(&self) -> u32 {
+        self.header.rank
+    }
+    pub fn stream(&self) -> u32 {
+        self.header.stream
+    }
+    pub fn seq(&self) -> u64 {
+        self.header.seq
+    }
+    pub fn event_count(&self) -> u64 {
+        self.header.events
+    }
+
+    /// The chunk's events in order.
+    pub fn events(&self) -> ChunkEvents<'_> {
+        ChunkEvents {
+            payload: &self.payload,
+            columns: &self.columns,
+            cursor: ColumnCursor::new(&self.columns),
+        }
+    }
+
+    /// The chunk's events, owning the payload.
+    pub fn into_events(self) -> ChunkIntoEvents {
+        let cursor = ColumnCursor::new(&self.columns);
+        ChunkIntoEvents {
+            chunk: self,
+            cursor,
+        }
+    }
+}
+
+/// Events of a borrowed chunk. The chunk was fully validated when read, so this cannot fail.
+pub struct ChunkEvents<'a> {
+    payload: &'a [u8],
+    columns: &'a Columns,
+    cursor: ColumnCursor,
+}
+
+impl Iterator for ChunkEvents<'_> {
+    type Item = Event;
+    fn next(&mut self) -> Option<Event> {
+        self.cursor
+            .next_event(self.payload, self.columns)
+            .ok()
+            .flatten()
+    }
+}
+
+/// Events of an owned chunk.
+pub struct ChunkIntoEvents {
+    chunk: Chunk,
+    cursor: ColumnCursor,
+}
+
+impl Iterator for ChunkIntoEvents {
+    type Item = Event;
+    fn next(&mut self) -> Option<Event> {
+        self.cursor
+            .next_event(&self.chunk.payload, &self.chunk.columns)
+            .ok()
+            .flatten()
+    }
+}
+
+/// Iterates the chunks of a byte range holding a chunk sequence (the part of a rank file after
+/// its header). Yields each valid chunk; a damaged one yields one error and ends the iteration.
+/// [`ChunkReader::tail`] then says where and why reading stopped.
+pub struct ChunkReader<'a> {
+    bytes: &'a [u8],
+    base: u64,
+    pos: usize,
+    path: &'a Path,
+    done: bool,
+    tail: Option<Truncation>,
+    skipped: Vec<Truncation>,
+}
+
+impl<'a> ChunkReader<'a> {
+    /// `bytes` starts at file offset `base`; `path` is used in errors.
+    pub fn new(bytes: &'a [u8], base: u64, path: &'a Path) -> Self {
+        ChunkReader {
+            bytes,
+            base,
+            pos: 0,
+            path,
+            done: false,
+            tail: None,
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Set once iteration ended somewhere other than exactly at the end of the bytes.
+    pub fn tail(&self) -> Option<&Truncation> {
+        self.tail.as_ref()
+    }
+
+    /// Where reading stopped and later resumed through [`ChunkReader::resync`], oldest first.
+    pub fn skipped(&self) -> &[Truncation] {
+        &self.skipped
+    }
+
+    /// After the iteration stopped at damage, looks for the next intact chunk header past the
+    /// stopping point and resumes there, so one damaged chunk does not hide the rest of a file.
+    /// A candidate must carry the chunk magic, a matching header checksum and the known version;
+    /// its payload is then verified as usual. Returns the offset reading resumes at, or `None`
+    /// (and stays stopped) if there is no stop to recover from or no further chunk.
+    pub fn resync(&mut self) -> Option<u64> {
+        let stop = self.tail.as_ref()?;
+        let from = usize::try_from(stop.offset - self.base)
+            .ok()?
+            .checked_add(1)?;
+        let rest = self.bytes.get(from..)?;
+        let found = rest.windows(CHUNK_HEADER_LEN).position(|w| {
+            w[..4] == CHUNK_MAGIC
+                && u32::from_le_bytes([w[68], w[69], w[70], w[71]]) == crc32c::crc32c(&w[..68])
+                && u16::from_le_bytes([w[4], w[5]]) == CHUNK_VERSION
+        })?;
+        if let Some(t) = self.tail.take() {
+            self.skipped.push(t);
+        }
+        self.pos = from + found;
+        self.done = false;
+        Some(self.offset())
+    }
+
+    /// File offset of the next chunk to read (after the end, the end of the valid chunks).
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    fn stop(&mut self, kind: TailKind, reason: String) {
+        self.done = true;
+        self.tail = Some(Truncation {
+            offset: self.offset(),
+            kind,
+            reason,
+        });
+    }
+
+    fn fail(&mut self, e: FormatError) -> Option<Result<Chunk, FormatError>> {
+        self.stop(TailKind::Damaged, e.to_string());
+        Some(Err(e))
+    }
+
+    fn read_next(&mut self) -> Option<Result<Chunk, FormatError>> {
+        let rest = &self.bytes[self.pos..];
+        if rest.is_empty() {
+            self.done = true;
+            return None;
+        }
+        let offset = self.offset();
+        let path = || self.path.to_path_buf();
+        if rest.iter().all(|&b| b == 0) {
+            self.stop(
+                TailKind::ZeroFilled,
+                format!("{} zero bytes after the last chunk", rest.len()),
+            );
+            return None;
+        }
+        let prefix = rest.len().min(CHUNK_MAGIC.len());
+        if rest[..prefix] != CHUNK_MAGIC[..prefix] {
+            let found = rest[..prefix].to_vec();
+            return self.fail(FormatError::BadMagic {
+                path: path(),
+                offset,
+                what: "chunk",
+                found,
+            });
+        }
+        let Some(header_bytes) = rest.get(..CHUNK_HEADER_LEN) else {
+            self.stop(
+                TailKind::Cut,
+                format!("file ends {} bytes into a chunk header", rest.len()),
+            );
+            return None;
+        };
+        let header_bytes: &[u8; CHUNK_HEADER_LEN] = header_bytes.try_into().ok()?;
+        let stored = u32::from_le_bytes(header_bytes[68..72].try_into().ok()?);
+        let computed = crc32c::crc32c(&header_bytes[..68]);
+        if stored != computed {
+            return self.fail(FormatError::ChecksumMismatch {
+                path: path(),
+                offset,
+                what: "chunk header",
+                stored,
+                computed,
+            });
+        }
+        let h = ChunkHeader::from_bytes(header_bytes);
+        if h.version != CHUNK_VERSION {
+            return self.fail(FormatError::UnsupportedVersion {
+                path: path(),
+                offset,
+                what: "chunk",
+                version: h.version,
+                supported: CHUNK_VERSION,
+            });
+        }
+        if h.codec != CODEC_NONE && h.codec != CODEC_ZSTD {
+            return self.fail(FormatError::UnknownCodec {
+                path: path(),
+                offset,
+                what: "codec",
+                value: h.codec,
+            });
+        }
+        if h.encoding != ENCODING_COLUMNS_V1 {
+            return self.fail(FormatError::UnknownCodec {
+                path: path(),
+                offset,
+                what: "payload encoding",
+                value: h.encoding,
+            });
+        }
+        let available = (rest.len() - CHUNK_HEADER_LEN) as u64;
+        if h.stored_len > available {
+            // The header is intact, so its length is trusted: the file was cut inside this chunk.
+            self.stop(
+                TailKind::Cut,
+                format!(
+                    "file ends inside the chunk payload ({available} of {} bytes present)",
+                    h.stored_len
+                ),
+            );
+            return None;
+        }
+        let bad_len = |what, value, reason| FormatError::BadLength {
+            path: path(),
+            offset,
+            what,
+            value,
+            reason,
+        };
+        if h.raw_len > MAX_RAW_LEN {
+            return self.fail(bad_len(
+                "raw length",
+                h.raw_len,
+                "larger than any writer produces",
+            ));
+        }
+        if h.codec == CODEC_NONE && h.raw_len != h.stored_len {
+            return self.fail(bad_len(
+                "raw length",
+                h.raw_len,
+                "differs from the stored length of an uncompressed chunk",
+            ));
+        }
+        // Both bounded by the checks above.
+        if h.events > h.raw_len {
+            return self.fail(bad_len(
+                "event count",
+                h.events,
+                "more events than payload bytes",
+            ));
+        }
+        let stored_len = h.stored_len as usize;
+        let stored_payload = &rest[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + stored_len];
+        let computed = crc32c::crc32c(stored_payload);
+        if computed != h.payload_crc {
+            return self.fail(FormatError::ChecksumMismatch {
+                path: path(),
+                offset,
+                what: "chunk payload",
+                stored: h.payload_crc,
+                computed,
+            });
+        }
+        let bad_payload = |reason: String| FormatError::BadPayload {
+            path: path(),
+            offset,
+            reason,
+        };
+        let payload = if h.codec == CODEC_ZSTD {
+            match decompress(stored_payload, h.raw_len) {
+                Ok(p) => p,
+                Err(reason) => return self.fail(bad_payload(reason)),
+            }
+        } else {
+            stored_payload.to_vec()
+        };
+        let columns = match split_columns(&payload) {
+            Ok(c) => c,
+            Err(reason) => return self.fail(bad_payload(reason.to_owned())),
+        };
+        if let Err(reason) = validate(&payload, &columns, h.events) {
+            return self.fail(bad_payload(reason));
+        }
+        self.pos += CHUNK_HEADER_LEN + stored_len;
+        Some(Ok(Chunk {
+            offset,
+            header: h,
+            payload,
+            columns,
+        }))
+    }
+}
+
+fn decompress(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(raw_len.min(PREALLOCATE_LIMIT) as usize);
+    let decoder =
+        zstd::stream::read::Decoder::with_buffer(stored).map_err(|e| format!("zstd: {e}"))?;
+    // One byte more than promised, to notice a frame that decodes to more than the header says.
+    decoder
+        .single_frame()
+        .take(raw_len + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("zstd: {e}"))?;
+    if out.len() as u64 != raw_len {
+        return Err(format!(
+            "decompressed to {} bytes, header says {raw_len}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// Decodes every event once, so iteration over a returned chunk can never meet bad data.
+fn validate(payload: &[u8], columns: &Columns, events: u64) -> Result<(), String> {
+    let mut cursor = ColumnCursor::new(columns);
+    let mut n = 0u64;
+    while cursor
+        .next_event(payload, columns)
+        .map_err(str::to_owned)?
+        .is_some()
+    {
+        n += 1;
+    }
+    if n != events {
+        return Err(format!("payload holds {n} events, header says {events}"));
+    }
+    if !cursor.fully_consumed(columns) {
+        return Err("columns hold bytes no event uses".to_owned());
+    }
+    Ok(())
+}
+
+impl Iterator for ChunkReader<'_> {
+    type Item = Result<Chunk, FormatError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        self.read_next()
+    }
+}
+
+/// Every event of a file, chunk after chunk. Holds one decoded chunk at a time.
+pub struct Events<'a> {
+    chunks: ChunkReader<'a>,
+    current: Option<ChunkIntoEvents>,
+}
+
+impl Events<'_> {
+    /// See [`ChunkReader::tail`].
+    pub fn tail(&self) -> Option<&Truncation> {
+        self.chunks.tail()
+    }
+}
+
+impl Iterator for Events<'_> {
+    type Item = Result<Event, FormatError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(e) = self.current.as_mut().and_then(Iterator::next) {
+                return Some(Ok(e));
+            }
+            match self.chunks.next()? {
+                Ok(chunk) => self.current = Some(chunk.into_events()),
+                Err(e) => {
+                    self.current = None;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// One rank file found by [`open_dir`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RankFileEntry {
+    pub rank: u32,
+    pub part: u32,
+    pub path: PathBuf,
+}
+
+/// Parses `rank-NNNNN.evf` / `rank-NNNNN.pK.evf` into (rank, part).
+pub fn parse_rank_file_name(name: &str) -> Option<(u32, u32)> {
+    let stem = name.strip_prefix("rank-")?.strip_suffix(".evf")?;
+    let (rank, part) = match stem.split_once(".p") {
+        Some((r, p)) => (r, p.parse::<u32>().ok().filter(|&p| p > 0)?),
+        None => (stem, 0),
+    };
+    if rank.len() < 5 || !rank.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((rank.parse().ok()?, part))
+}
+
+/// The rank files in `dir`, sorted by rank then part.
+pub fn open_dir(dir: impl AsRef<Path>) -> Result<Vec<RankFileEntry>, FormatError> {
+    let dir = dir.as_ref();
+    let io = |source| FormatError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name();
+        if let Some((rank, part)) = name.to_str().and_then(parse_rank_file_name) {
+            out.push(RankFileEntry {
+                rank,
+                part,
+                path: entry.path(),
+            });
+        }
+    }
+    out.sort();
+    Ok(out)
+}

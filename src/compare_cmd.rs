@@ -1,0 +1,42 @@
+//! `evenflush compare`: the command-line layer over `reconstruct::compare`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use clap::Args;
+use reconstruct::Trace;
+use reconstruct::compare::{self, CompareError};
+
+#[derive(Args, Debug)]
+#[command(after_help = crate::reconstruct_cmd::EXIT_CODES_HELP)]
+pub struct CompareArgs {
+    /// The reference trace (e.g. a run without offload, or the original).
+    pub reference: PathBuf,
+    /// The run to judge (e.g. a reconstructed offload run).
+    pub run: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &CompareArgs) -> Result<()> {
+    compare(&args.reference, &args.run, args.json)
+}
+
+pub fn compare(reference: &Path, run: &Path, json: bool) -> Result<()> {
+    let reference = Trace::open(reference)?;
+    let run = Trace::open(run)?;
+    let report = compare::compare(&reference, &run).map_err(|e| match e {
+        CompareError::Trace(t) => anyhow::Error::new(t),
+        other => anyhow::Error::new(other),
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", compare::render_table(&report));
+    }
+    for k in &report.skipped {
+        eprintln!("evenflush: warning: {}: byte {}: {}", k.file.display(), k.offset, k.what);
+    }
+    Ok(())
+}

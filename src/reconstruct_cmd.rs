@@ -1,0 +1,90 @@
+//! `evenflush reconstruct`: the command-line layer over `reconstruct::rebuild`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use reconstruct::Trace;
+use reconstruct::progress::Bar;
+use reconstruct::rebuild::{self, Options, RebuildError, Remove};
+
+/// Exit codes shared by the trace-reading subcommands.
+pub const EXIT_CODES_HELP: &str = "Exit codes: 0 success; 1 error; 2 bad usage; \
+3 damaged or missing trace (unreadable rank file, missing rank, wrong format version, empty directory). \
+Damage that still leaves complete chunks is not fatal: the command goes on and warns, naming the file \
+and byte offset of what it skipped.";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RemoveArg {
+    /// The equalised suspensions (DP'): recovers the traced run without offload, T(G+).
+    Dpprime,
+    /// The recorder's own per-event cost (DP) only.
+    Dp,
+    /// Both: recovers the untraced run, T(G).
+    Both,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct ReconstructArgs {
+    /// Trace directory (holds rank-*.evf and meta.json).
+    pub dir: PathBuf,
+    /// Where to write the reconstructed trace [default: DIR.reconstructed].
+    #[arg(long, value_name = "DIR2")]
+    pub out: Option<PathBuf>,
+    /// What to remove.
+    #[arg(long, value_enum, default_value = "dpprime")]
+    pub remove: RemoveArg,
+    /// Repair happened-before violations (receives ending before their send started, ranks leaving
+    /// a collective before another entered) by shifting later events forward.
+    #[arg(long)]
+    pub hb: bool,
+    /// Print the summary as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `DIR.reconstructed` next to `DIR`.
+pub fn default_out(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "trace".into());
+    name.push(".reconstructed");
+    dir.with_file_name(name)
+}
+
+pub fn run(args: &ReconstructArgs) -> Result<()> {
+    reconstruct(&args.dir, args.out.as_deref(), args.remove, args.hb, args.json)
+}
+
+pub fn reconstruct(dir: &Path, out: Option<&Path>, remove: RemoveArg, hb: bool, json: bool) -> Result<()> {
+    let trace = Trace::open(dir)?;
+    let out = out.map_or_else(|| default_out(dir), Path::to_path_buf);
+    let opts = Options {
+        remove: match remove {
+            RemoveArg::Dpprime => Remove::DpPrime,
+            RemoveArg::Dp => Remove::Dp,
+            RemoveArg::Both => Remove::Both,
+        },
+        hb,
+        ..Options::default()
+    };
+    let bar = if json { Bar::hidden() } else { Bar::for_terminal("reconstructing") };
+    let result = rebuild::reconstruct(&trace, &out, &opts, &mut |done, total| bar.update(done, total));
+    bar.finish();
+    let summary = result.map_err(|e| match e {
+        // Trace damage keeps its type so the caller can map it to exit code 3.
+        RebuildError::Trace(t) => anyhow::Error::new(t),
+        other => anyhow::Error::new(other),
+    })?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", rebuild::render_table(&summary));
+    }
+    for w in &summary.warnings {
+        eprintln!("evenflush: warning: {w}");
+    }
+    for k in &summary.skipped {
+        eprintln!("evenflush: warning: {}: byte {}: {}", k.file.display(), k.offset, k.what);
+    }
+    Ok(())
+}
