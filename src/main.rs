@@ -1,6 +1,9 @@
 //! The `evenflush` command line: one subcommand per task, each a thin layer over a workspace crate.
 
+mod compare_cmd;
+mod dump;
 mod info;
+mod reconstruct_cmd;
 mod mpi;
 mod run;
 
@@ -43,6 +46,19 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Recover the original timing: remove the suspensions (DP') and optionally the recorder cost (DP).
+    Reconstruct(reconstruct_cmd::ReconstructArgs),
+    /// Compare two runs of the same program call by call.
+    Compare(compare_cmd::CompareArgs),
+    /// Print every event of a trace as text, one per line: `[thread] rank event fields`.
+    #[command(after_help = "Example:\n  evenflush dump trace --rank 0 | less")]
+    Dump {
+        /// Trace directory (holds rank-*.evf).
+        dir: PathBuf,
+        /// Only this rank.
+        #[arg(long)]
+        rank: Option<u32>,
+    },
 }
 
 mod run_args;
@@ -62,6 +78,9 @@ fn main() -> ExitCode {
             .and_then(run::run)
             .map(|code| ExitCode::from(code.clamp(0, 255) as u8)),
         Cmd::Info { dir, json } => info::info(&dir, json).map(|()| ExitCode::SUCCESS),
+        Cmd::Reconstruct(a) => reconstruct_cmd::run(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Compare(a) => compare_cmd::run(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Dump { dir, rank } => dump::dump(&dir, rank).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -46,16 +46,31 @@ pub struct ReconstructArgs {
 
 /// `DIR.reconstructed` next to `DIR`.
 pub fn default_out(dir: &Path) -> PathBuf {
-    let mut name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "trace".into());
+    let mut name = dir
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "trace".into());
     name.push(".reconstructed");
     dir.with_file_name(name)
 }
 
 pub fn run(args: &ReconstructArgs) -> Result<()> {
-    reconstruct(&args.dir, args.out.as_deref(), args.remove, args.hb, args.json)
+    reconstruct(
+        &args.dir,
+        args.out.as_deref(),
+        args.remove,
+        args.hb,
+        args.json,
+    )
 }
 
-pub fn reconstruct(dir: &Path, out: Option<&Path>, remove: RemoveArg, hb: bool, json: bool) -> Result<()> {
+pub fn reconstruct(
+    dir: &Path,
+    out: Option<&Path>,
+    remove: RemoveArg,
+    hb: bool,
+    json: bool,
+) -> Result<()> {
     let trace = Trace::open(dir)?;
     let out = out.map_or_else(|| default_out(dir), Path::to_path_buf);
     let opts = Options {
@@ -67,8 +82,14 @@ pub fn reconstruct(dir: &Path, out: Option<&Path>, remove: RemoveArg, hb: bool, 
         hb,
         ..Options::default()
     };
-    let bar = if json { Bar::hidden() } else { Bar::for_terminal("reconstructing") };
-    let result = rebuild::reconstruct(&trace, &out, &opts, &mut |done, total| bar.update(done, total));
+    let bar = if json {
+        Bar::hidden()
+    } else {
+        Bar::for_terminal("reconstructing")
+    };
+    let result = rebuild::reconstruct(&trace, &out, &opts, &mut |done, total| {
+        bar.update(done, total)
+    });
     bar.finish();
     let summary = result.map_err(|e| match e {
         // Trace damage keeps its type so the caller can map it to exit code 3.
@@ -84,7 +105,12 @@ pub fn reconstruct(dir: &Path, out: Option<&Path>, remove: RemoveArg, hb: bool, 
         eprintln!("evenflush: warning: {w}");
     }
     for k in &summary.skipped {
-        eprintln!("evenflush: warning: {}: byte {}: {}", k.file.display(), k.offset, k.what);
+        eprintln!(
+            "evenflush: warning: {}: byte {}: {}",
+            k.file.display(),
+            k.offset,
+            k.what
+        );
     }
     Ok(())
 }

@@ -1,8 +1,17 @@
 //! Reading evenflush traces back: locating every rank's files, streaming their events, and the
-//! summaries built on them. Reconstruction (removing DP' and DP, happened-before repair) and run
-//! comparison are added by the reconstruct issue.
+//! summaries built on them; reconstruction of the original timing (removing DP' and DP,
+//! happened-before repair) and comparison of two runs.
 
+pub mod clock;
+pub mod compare;
+pub mod funcs;
+pub mod hb;
+pub mod hist;
 pub mod info;
+pub mod lanes;
+pub mod progress;
+pub mod rebuild;
+pub mod times;
 pub mod trace;
 
 pub use trace::{Trace, TraceError};

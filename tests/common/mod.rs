@@ -162,6 +162,17 @@ pub fn expected(program: &str) -> serde_json::Value {
     all.get(program).unwrap_or_else(|| panic!("{program} not in expected.json")).clone()
 }
 
+/// The MPI functions the recorder wraps, from its one table (`recorder/mpi_functions.tsv`).
+pub fn wrapped_functions() -> std::collections::BTreeSet<String> {
+    let table = std::fs::read_to_string(repo_root().join("recorder/mpi_functions.tsv")).unwrap();
+    table
+        .lines()
+        .filter(|l| l.starts_with("MPI_"))
+        .filter_map(|l| l.split('\t').next())
+        .map(String::from)
+        .collect()
+}
+
 /// One rank's events in order, per stream, with function names resolved.
 pub struct RankEvents {
     pub rank: u32,

@@ -1,0 +1,336 @@
+//! Reconstruct throughput on one core, and its memory at two trace lengths.
+//!
+//! Writes a synthetic multi-rank trace (the format crate's halo-exchange generator, with an
+//! equalised suspension injected after every 200th Allreduce and clock samples at init, each
+//! suspension and finalize), then measures, each in a child process so peak RSS is its own:
+//! - `decode`: reading every lane's events (the floor any reconstruction pays);
+//! - `reconstruct`: the whole `evenflush reconstruct` (both passes, DP' and DP removed,
+//!   happened-before matching, zstd level 1 writing).
+//!   And in-process: `map+match`, the time mapping and happened-before engine alone over events
+//!   already in memory (no decoding, no encoding).
+//!
+//! `cargo bench --bench reconstruct_throughput` (env: EVF_BENCH_RANKS, EVF_BENCH_EVENTS = events
+//! per rank of the shorter trace; the longer one has 4×).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use format::synthetic::{HaloConfig, generate};
+use format::{
+    ChunkEncoder, ClockCalibration, ClockSample, ClockSource, Event, FileHeader, Marker,
+    RankFileWriter, RawBuf, SampleKind, Suspension, rank_file_name,
+};
+use reconstruct::Trace;
+use reconstruct::clock::{MapCursor, TimeMap};
+use reconstruct::rebuild::{self, Options, Remove};
+
+const EVENTS_PER_ITERATION: u64 = 18;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Every rank's stream, with suspensions and clock samples, handed to `sink`.
+fn rank_events(world: u32, rank: u32, events: u64, mut sink: impl FnMut(&Event)) {
+    let cfg = HaloConfig {
+        world_size: world,
+        rank,
+        iterations: events / EVENTS_PER_ITERATION,
+        ..HaloConfig::default()
+    };
+    let offset_ns = f64::from(rank) * 1_234.5;
+    let mut extra = 0u64;
+    let mut allreduces = 0u64;
+    let mut seq = 0u64;
+    generate(&cfg, |e| {
+        let mut e = e.clone();
+        reconstruct::times::for_each_time(&mut e, |t| *t += extra);
+        // The generator tags a message by the face it leaves through; a receive must name the face
+        // it arrives at (left ↔ right, down ↔ up) for sends and receives to pair up.
+        match &mut e {
+            Event::Call(c) if c.func == format::synthetic::FUNC_IRECV => c.tag ^= 1,
+            Event::Completion(c) if c.source >= 0 => c.tag ^= 1,
+            _ => {}
+        }
+        let after_allreduce =
+            matches!(&e, Event::Call(c) if c.func == format::synthetic::FUNC_ALLREDUCE);
+        if let Event::Marker(m @ (Marker::InitDone { .. } | Marker::FinalizeStart { .. })) = &e {
+            let (local, when) = match *m {
+                Marker::InitDone { time } => (time, SampleKind::Init),
+                Marker::FinalizeStart { time } => (time, SampleKind::Finalize),
+                _ => unreachable!("matched above"),
+            };
+            sink(&Event::Clock(ClockSample {
+                local,
+                offset_ns,
+                rtt_ns: 800.0,
+                when,
+            }));
+        }
+        sink(&e);
+        if after_allreduce {
+            allreduces += 1;
+            if allreduces.is_multiple_of(200)
+                && let Event::Call(c) = &e
+            {
+                let z = 400_000 + u64::from(rank) * 10;
+                let start = c.end + 2 * c.cost as u64;
+                sink(&Event::Suspension(Suspension {
+                    seq,
+                    start,
+                    z_ns: z / 2,
+                    end: start + z,
+                    ..Default::default()
+                }));
+                sink(&Event::Clock(ClockSample {
+                    local: start + z / 2,
+                    offset_ns,
+                    rtt_ns: 800.0,
+                    when: SampleKind::Suspension,
+                }));
+                seq += 1;
+                extra += z;
+            }
+        }
+    });
+}
+
+fn write_trace(dir: &Path, world: u32, events: u64) -> u64 {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("bench dir");
+    let mut encoder = ChunkEncoder::new(1);
+    let mut total = 0u64;
+    for rank in 0..world {
+        let header = FileHeader {
+            rank,
+            world_size: world,
+            part: 0,
+            clock: ClockCalibration {
+                ticks_per_sec: 2e9,
+                tick_at_epoch: 0,
+                realtime_ns: 0,
+                source: ClockSource::Tsc,
+            },
+            created_unix_ns: 0,
+            producer: "reconstruct bench".into(),
+        };
+        let file = std::fs::File::create(dir.join(rank_file_name(rank, 0))).expect("rank file");
+        let mut w = RankFileWriter::new(std::io::BufWriter::new(file), &header).expect("header");
+        let mut buf = RawBuf::new();
+        let mut seq = 0;
+        rank_events(world, rank, events, |e| {
+            buf.push_event(e);
+            total += 1;
+            if buf.events() >= 1 << 16 {
+                w.write_chunk(&encoder.encode(rank, 0, seq, &buf))
+                    .expect("write");
+                seq += 1;
+                buf.clear();
+            }
+        });
+        if !buf.is_empty() {
+            w.write_chunk(&encoder.encode(rank, 0, seq, &buf))
+                .expect("write");
+        }
+        w.flush().expect("flush");
+    }
+    total
+}
+
+fn peak_rss_mib() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    };
+    (field("VmHWM:"), field("RssAnon:"))
+}
+
+/// Child mode: one measurement, printed as `events seconds vmhwm_mib peak_rssanon_mib`.
+/// VmHWM counts the file pages the reader has mapped (they are page cache, reclaimable); the
+/// anonymous peak is what the process itself allocated, sampled every 5 ms.
+fn child(what: &str, dir: &Path) {
+    let peak_anon = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampler = {
+        let peak_anon = std::sync::Arc::clone(&peak_anon);
+        std::thread::spawn(move || {
+            loop {
+                let anon = (peak_rss_mib().1 * 1024.0) as u64;
+                peak_anon.fetch_max(anon, std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        })
+    };
+    drop(sampler);
+    let trace = Trace::open(dir).expect("trace");
+    let start = Instant::now();
+    let events = match what {
+        "decode" => {
+            let mut n = 0u64;
+            for files in &trace.ranks {
+                let open = reconstruct::lanes::OpenRank::open(files).expect("open");
+                n += reconstruct::lanes::LaneReader::new(&open, 0).count() as u64;
+            }
+            n
+        }
+        _ => {
+            let out = dir.with_extension("out");
+            let opts = Options {
+                remove: Remove::Both,
+                ..Options::default()
+            };
+            rebuild::reconstruct(&trace, &out, &opts, &mut |_, _| {})
+                .expect("reconstruct")
+                .events
+        }
+    };
+    let secs = start.elapsed().as_secs_f64();
+    let (hwm, anon) = peak_rss_mib();
+    let anon = anon.max(peak_anon.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0);
+    println!("{events} {secs} {hwm} {anon}");
+}
+
+fn run_child(what: &str, dir: &Path) -> (f64, f64, f64, f64) {
+    let out = Command::new(std::env::current_exe().expect("exe"))
+        .env("EVF_BENCH_CHILD", what)
+        .env("EVF_BENCH_DIR", dir)
+        .output()
+        .expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    assert_eq!(
+        v.len(),
+        4,
+        "child output: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (v[0], v[1], v[2], v[3])
+}
+
+/// The time mapping and the happened-before engine over events already in memory.
+fn map_and_match(world: u32, events: u64) -> (u64, f64) {
+    let mut lanes_events = Vec::new();
+    let mut metas = Vec::new();
+    for rank in 0..world {
+        let mut v = Vec::new();
+        rank_events(world, rank, events, |e| v.push(e.clone()));
+        let mut meta = reconstruct::clock::RankMeta {
+            rank,
+            clock: ClockCalibration {
+                ticks_per_sec: 2e9,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        for e in &v {
+            match e {
+                Event::Clock(s) => meta.samples.push(*s),
+                Event::Suspension(s) => meta.suspensions.push(s.clone()),
+                Event::FunctionDef { id, name } => {
+                    meta.functions.insert(*id, name.clone());
+                }
+                _ => {}
+            }
+        }
+        meta.streams.insert(0);
+        lanes_events.push(v);
+        metas.push(meta);
+    }
+    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
+    let ctx = reconstruct::hb::HbContext::new(&metas, world);
+    let total: u64 = lanes_events.iter().map(|v| v.len() as u64).sum();
+    let start = Instant::now();
+    let lanes = lanes_events
+        .into_iter()
+        .enumerate()
+        .map(|(r, v)| {
+            let map = &maps[r];
+            let mut cur = MapCursor::default();
+            let iter = v.into_iter().map(move |mut e| {
+                reconstruct::times::for_each_time(&mut e, |t| {
+                    *t = map.collapsed_ns(*t, &mut cur) as u64
+                });
+                e
+            });
+            (
+                reconstruct::lanes::LaneId {
+                    rank: r as u32,
+                    stream: 0,
+                },
+                iter,
+            )
+        })
+        .collect();
+    let mut seen = 0u64;
+    let report = reconstruct::hb::run(&ctx, lanes, false, |_, _| seen += 1, |_| {});
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(seen, total);
+    assert!(
+        report.messages > 0 && report.unmatched_receives == 0,
+        "{report:?}"
+    );
+    (total, secs)
+}
+
+fn main() {
+    if let (Ok(what), Ok(dir)) = (
+        std::env::var("EVF_BENCH_CHILD"),
+        std::env::var("EVF_BENCH_DIR"),
+    ) {
+        child(&what, &PathBuf::from(dir));
+        return;
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let world = env_u64("EVF_BENCH_RANKS", 8) as u32;
+    let short = env_u64("EVF_BENCH_EVENTS", 500_000);
+    let base = std::env::temp_dir().join(format!(
+        "evenflush-bench-reconstruct-{}",
+        std::process::id()
+    ));
+    println!("reconstruct throughput, {world} ranks, one core");
+    for per_rank in [short, 4 * short] {
+        let dir = base.join(format!("trace-{per_rank}"));
+        let total = write_trace(&dir, world, per_rank);
+        let bytes: u64 = std::fs::read_dir(&dir)
+            .expect("dir")
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        println!(
+            "trace: {total} events, {:.1} MiB on disk",
+            bytes as f64 / (1 << 20) as f64
+        );
+        for what in ["decode", "reconstruct"] {
+            let (events, secs, hwm, anon) = run_child(what, &dir);
+            println!(
+                "  {what:<12} {:>8.2} M events/s  ({events} events in {secs:.3} s)  peak RSS {hwm:.1} MiB (anonymous {anon:.1} MiB)",
+                events / secs / 1e6
+            );
+        }
+        if std::env::var_os("EVF_BENCH_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_dir_all(dir.with_extension("out"));
+        }
+    }
+    let (events, secs) = map_and_match(world, short);
+    println!(
+        "  map+match    {:>8.2} M events/s  (in memory, {events} events in {secs:.3} s)",
+        events as f64 / secs / 1e6
+    );
+    if std::env::var_os("EVF_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}

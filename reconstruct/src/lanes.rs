@@ -1,0 +1,83 @@
+//! A lane is one stream (thread) of one rank: the unit in which events are ordered. A
+//! [`LaneReader`] streams one lane's events out of the rank's files, holding one decoded chunk.
+//!
+//! Damage is not reported here: the first pass ([`crate::clock::scan_rank`]) reads the same files
+//! and reports it once per file; a lane simply ends where the readable chunks end.
+
+use format::reader::{ChunkIntoEvents, ChunkReader};
+use format::{Event, RankFile};
+
+use crate::trace::{RankFiles, TraceError};
+
+/// Which lane, and where its events live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct LaneId {
+    pub rank: u32,
+    pub stream: u32,
+}
+
+/// A rank's files, opened (memory-mapped) once and shared by the rank's lanes.
+pub struct OpenRank {
+    pub rank: u32,
+    pub files: Vec<RankFile>,
+}
+
+impl OpenRank {
+    pub fn open(files: &RankFiles) -> Result<OpenRank, TraceError> {
+        let files = files
+            .parts
+            .iter()
+            .map(RankFile::open)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(OpenRank {
+            rank: files.first().map_or(0, |f| f.header().rank),
+            files,
+        })
+    }
+}
+
+pub struct LaneReader<'a> {
+    files: &'a [RankFile],
+    stream: u32,
+    part: usize,
+    chunks: Option<ChunkReader<'a>>,
+    current: Option<ChunkIntoEvents>,
+}
+
+impl<'a> LaneReader<'a> {
+    pub fn new(rank: &'a OpenRank, stream: u32) -> Self {
+        LaneReader {
+            files: &rank.files,
+            stream,
+            part: 0,
+            chunks: None,
+            current: None,
+        }
+    }
+}
+
+impl Iterator for LaneReader<'_> {
+    type Item = Event;
+
+    fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.current.as_mut().and_then(Iterator::next) {
+                return Some(e);
+            }
+            self.current = None;
+            if self.chunks.is_none() {
+                let file = self.files.get(self.part)?;
+                self.part += 1;
+                self.chunks = Some(file.chunks());
+            }
+            match self.chunks.as_mut().and_then(Iterator::next) {
+                Some(Ok(chunk)) if chunk.stream() == self.stream => {
+                    self.current = Some(chunk.into_events())
+                }
+                Some(Ok(_)) => {}
+                // Damage ends this file (already reported by the first pass); go on with the next.
+                Some(Err(_)) | None => self.chunks = None,
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Helpers shared by the reconstruct tests: writing traces with the format crate's own writer and
+//! reading lanes back.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use format::{
+    ChunkEncoder, ClockCalibration, ClockSource, Event, FileHeader, FunctionId, MpiCall, NO_RANK,
+    NO_REQUEST, NO_TAG, RankFile, RankFileWriter, RawBuf, rank_file_name,
+};
+
+pub const SEND: FunctionId = 1;
+pub const RECV: FunctionId = 2;
+pub const BARRIER: FunctionId = 3;
+pub const ISEND: FunctionId = 4;
+pub const IRECV: FunctionId = 5;
+pub const WAIT: FunctionId = 6;
+pub const SSEND: FunctionId = 7;
+
+pub fn function_defs() -> Vec<Event> {
+    [
+        (SEND, "MPI_Send"),
+        (RECV, "MPI_Recv"),
+        (BARRIER, "MPI_Barrier"),
+        (ISEND, "MPI_Isend"),
+        (IRECV, "MPI_Irecv"),
+        (WAIT, "MPI_Wait"),
+        (SSEND, "MPI_Ssend"),
+    ]
+    .into_iter()
+    .map(|(id, name)| Event::FunctionDef {
+        id,
+        name: name.into(),
+    })
+    .collect()
+}
+
+pub fn call(func: FunctionId, start: u64, end: u64, peer: i32, tag: i32) -> MpiCall {
+    MpiCall {
+        func,
+        start,
+        end,
+        comm: 0,
+        peer,
+        tag,
+        bytes: 8,
+        root: NO_RANK,
+        request: NO_REQUEST,
+        cost: 0,
+    }
+}
+
+pub fn barrier(start: u64, end: u64) -> MpiCall {
+    call(BARRIER, start, end, NO_RANK, NO_TAG)
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("evenflush-rec-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// One rank's events per stream, written in chunks of `chunk_events` (streams interleaved).
+pub struct RankTrace {
+    pub rank: u32,
+    pub ticks_per_sec: f64,
+    pub streams: Vec<(u32, Vec<Event>)>,
+}
+
+pub fn write_trace(dir: &Path, world_size: u32, ranks: &[RankTrace], chunk_events: usize) {
+    let mut encoder = ChunkEncoder::new(1);
+    for r in ranks {
+        let header = FileHeader {
+            rank: r.rank,
+            world_size,
+            part: 0,
+            clock: ClockCalibration {
+                ticks_per_sec: r.ticks_per_sec,
+                tick_at_epoch: 0,
+                realtime_ns: 0,
+                source: ClockSource::Tsc,
+            },
+            created_unix_ns: 0,
+            producer: "reconstruct test".into(),
+        };
+        let file = std::fs::File::create(dir.join(rank_file_name(r.rank, 0))).unwrap();
+        let mut w = RankFileWriter::new(file, &header).unwrap();
+        let mut cursors = vec![0usize; r.streams.len()];
+        let mut seqs = vec![0u64; r.streams.len()];
+        loop {
+            let mut wrote = false;
+            for (i, (stream, events)) in r.streams.iter().enumerate() {
+                let from = cursors[i];
+                if from >= events.len() {
+                    continue;
+                }
+                let to = (from + chunk_events).min(events.len());
+                let mut buf = RawBuf::new();
+                for e in &events[from..to] {
+                    buf.push_event(e);
+                }
+                w.write_chunk(&encoder.encode(r.rank, *stream, seqs[i], &buf))
+                    .unwrap();
+                seqs[i] += 1;
+                cursors[i] = to;
+                wrote = true;
+            }
+            if !wrote {
+                break;
+            }
+        }
+    }
+}
+
+/// Every event of one stream of one rank, in order.
+pub fn read_lane(dir: &Path, rank: u32, stream: u32) -> Vec<Event> {
+    let file = RankFile::open(dir.join(rank_file_name(rank, 0))).unwrap();
+    let mut out = Vec::new();
+    for chunk in file.chunks() {
+        let chunk = chunk.unwrap();
+        if chunk.stream() == stream {
+            out.extend(chunk.events());
+        }
+    }
+    out
+}
+
+pub fn calls(events: &[Event]) -> Vec<MpiCall> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Call(c) => Some(*c),
+            _ => None,
+        })
+        .collect()
+}

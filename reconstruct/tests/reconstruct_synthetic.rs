@@ -1,0 +1,690 @@
+//! Reconstruction on synthetic traces whose original timing is known: injected suspensions
+//! (with per-rank overshoot), per-event recorder costs, clock offsets and different tick rates
+//! must all come out exactly; a failed equalisation must be found and repaired.
+
+mod common;
+
+use common::*;
+use format::synthetic::Rng;
+use format::{
+    ClockSample, Completion, Event, Marker, MpiCall, NO_RANK, NO_REQUEST, NO_TAG, SampleKind,
+    Suspension,
+};
+use reconstruct::Trace;
+use reconstruct::rebuild::{self, Options, Remove, Summary};
+
+/// A known original run and the trace its recording would have produced.
+struct Program {
+    world: u32,
+    measured: Vec<RankTrace>,
+    /// Per rank, the original calls in global ns.
+    original: Vec<Vec<MpiCall>>,
+    /// Per rank, the recorder cost (ns) spent before each call.
+    cost_before: Vec<Vec<u64>>,
+    /// Per rank: original span, total suspension time, total cost inside the span (ns).
+    span: Vec<u64>,
+    suspended: Vec<u64>,
+    cost: Vec<u64>,
+}
+
+/// Ranks exchange with their ring neighbours and meet in a barrier every iteration; every third
+/// barrier is followed by a suspension of Z plus a rank-dependent overshoot. Rank r's clock runs
+/// at (1 + r % 2) GHz and is behind rank 0's by r·1.000003 ms.
+fn ring_program(world: u32, iterations: u64, seed: u64) -> Program {
+    let mut rng = Rng::new(seed);
+    let mut p = Program {
+        world,
+        measured: Vec::new(),
+        original: vec![Vec::new(); world as usize],
+        cost_before: vec![Vec::new(); world as usize],
+        span: vec![0; world as usize],
+        suspended: vec![0; world as usize],
+        cost: vec![0; world as usize],
+    };
+    // The common schedule: every rank's timing derives from the iteration start T_i, so the
+    // original run respects happened-before.
+    let mut starts = Vec::new();
+    let mut t = 10_000_000_000u64;
+    for _ in 0..iterations {
+        starts.push(t);
+        t += 6_000 + rng.next_u64() % 3_000;
+    }
+    let init = 10_000_000_000u64 - 500;
+    let finalize = t + 200;
+    for r in 0..world {
+        let k = 1 + u64::from(r % 2);
+        let offset = u64::from(r) * 1_000_003;
+        let ticks = |g: u64| (g - offset) * k;
+        let (next, prev) = (((r + 1) % world) as i32, ((r + world - 1) % world) as i32);
+        let mut events = function_defs();
+        let mut extra = 0u64;
+        let sample = |g: u64, when| {
+            Event::Clock(ClockSample {
+                local: ticks(g),
+                offset_ns: offset as f64,
+                rtt_ns: 100.0,
+                when,
+            })
+        };
+        events.push(sample(init, SampleKind::Init));
+        events.push(Event::Marker(Marker::InitDone { time: ticks(init) }));
+        let rank = r as usize;
+        let mut suspended = 0u64;
+        let mut push_call = |events: &mut Vec<Event>,
+                             c: MpiCall,
+                             extra: &mut u64,
+                             suspended: u64,
+                             rng: &mut Rng| {
+            let cost_ns = 20 + rng.next_u64() % 60;
+            p.original[rank].push(c);
+            p.cost_before[rank].push(*extra - suspended);
+            let mut m = c;
+            m.start = ticks(c.start + *extra);
+            m.end = ticks(c.end + *extra);
+            m.cost = (cost_ns * k) as u32;
+            events.push(Event::Call(m));
+            *extra += cost_ns;
+        };
+        for (i, &ti) in starts.iter().enumerate() {
+            let tag = i as i32;
+            let a = ti + rng.next_u64() % 1_000;
+            push_call(
+                &mut events,
+                call(SEND, a, a + 300, next, tag),
+                &mut extra,
+                suspended,
+                &mut rng,
+            );
+            let b = ti + 1_500 + rng.next_u64() % 300;
+            push_call(
+                &mut events,
+                call(RECV, b, ti + 2_000 + rng.next_u64() % 100, prev, tag),
+                &mut extra,
+                suspended,
+                &mut rng,
+            );
+            events.push(Event::Completion(Completion {
+                request: NO_REQUEST,
+                source: prev,
+                tag,
+                bytes: 8,
+                cancelled: false,
+            }));
+            let c = ti + 3_000 + rng.next_u64() % 1_000;
+            push_call(
+                &mut events,
+                barrier(c, ti + 5_000 + rng.next_u64() % 100),
+                &mut extra,
+                suspended,
+                &mut rng,
+            );
+            if i % 3 == 2 {
+                let z = 50_000 + i as u64 * 10;
+                let dur = z + (u64::from(r) * 37 + i as u64) % 200;
+                // The suspension starts after the barrier and the recorder's cost for it.
+                let start = ti + 5_100 + extra;
+                events.push(Event::Suspension(Suspension {
+                    seq: (i / 3) as u64,
+                    start: ticks(start),
+                    z_ns: z,
+                    end: ticks(start + dur),
+                    flushed: i % 2 == 0,
+                    overshoot_ns: dur - z,
+                    offset_ns: offset as f64,
+                    ..Default::default()
+                }));
+                events.push(sample(start + dur / 2, SampleKind::Suspension));
+                extra += dur;
+                suspended += dur;
+            }
+        }
+        events.push(Event::Marker(Marker::FinalizeStart {
+            time: ticks(finalize + extra),
+        }));
+        events.push(sample(finalize + extra + 50, SampleKind::Finalize));
+        p.span[rank] = finalize - init;
+        p.suspended[rank] = suspended;
+        p.cost[rank] = extra - suspended;
+        p.measured.push(RankTrace {
+            rank: r,
+            ticks_per_sec: 1e9 * k as f64,
+            streams: vec![(0, events)],
+        });
+    }
+    p
+}
+
+fn rebuild(dir: &std::path::Path, out: &std::path::Path, remove: Remove, hb: bool) -> Summary {
+    let trace = Trace::open(dir).unwrap();
+    let opts = Options {
+        remove,
+        hb,
+        chunk_events: 97,
+        ..Options::default()
+    };
+    rebuild::reconstruct(&trace, out, &opts, &mut |_, _| {}).unwrap()
+}
+
+#[test]
+fn removing_both_recovers_the_original_timestamps_exactly() {
+    let dir = temp_dir("exact");
+    let out = dir.with_extension("out");
+    let p = ring_program(4, 40, 11);
+    write_trace(&dir, p.world, &p.measured, 50);
+    let s = rebuild(&dir, &out, Remove::Both, false);
+    for r in 0..p.world {
+        let got = calls(&read_lane(&out, r, 0));
+        let want = &p.original[r as usize];
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!((g.start, g.end), (w.start, w.end), "rank {r} call {i}");
+            assert_eq!(g.cost, 0, "DP removed: the cost is spent");
+        }
+        // Suspensions stay, as zero-length markers; clock samples say the clock is now global.
+        for e in read_lane(&out, r, 0) {
+            match e {
+                Event::Suspension(s) => assert_eq!(s.start, s.end),
+                Event::Clock(c) => assert_eq!(c.offset_ns, 0.0),
+                _ => {}
+            }
+        }
+        let rs = &s.per_rank[r as usize];
+        let close = |a: f64, b: u64| (a - b as f64 / 1e9).abs() < 1e-12;
+        assert!(
+            close(rs.reconstructed_s.unwrap(), p.span[r as usize]),
+            "{rs:?}"
+        );
+        assert!(close(rs.dp_prime_s, p.suspended[r as usize]), "{rs:?}");
+        assert!(close(rs.dp_s, p.cost[r as usize]), "{rs:?}");
+        assert!(close(
+            rs.measured_s.unwrap(),
+            p.span[r as usize] + p.suspended[r as usize] + p.cost[r as usize]
+        ));
+    }
+    assert_eq!(s.suspensions.count, 40 / 3);
+    assert_eq!(
+        s.suspensions.flushes,
+        (0..40).filter(|i| i % 3 == 2 && i % 2 == 0).count() as u64
+    );
+    assert!(s.measured_s > s.reconstructed_plus_s && s.reconstructed_plus_s > s.reconstructed_s);
+    // The original run respects causality, so its exact reconstruction does too; the messages
+    // and barriers were all matched.
+    assert_eq!(s.hb.violations_before, 0, "{:?}", s.hb);
+    assert_eq!(s.hb.before.messages, 4 * 40);
+    assert_eq!(s.hb.before.collective_exits, 4 * 40);
+    assert_eq!(
+        s.hb.before.unmatched_sends + s.hb.before.unmatched_receives,
+        0
+    );
+    assert!(
+        s.skipped.is_empty() && s.warnings.is_empty(),
+        "{:?} {:?}",
+        s.skipped,
+        s.warnings
+    );
+
+    // Reconstructing a reconstruction removes nothing more.
+    let again = dir.with_extension("again");
+    let s2 = rebuild(&out, &again, Remove::Both, false);
+    for r in 0..p.world {
+        assert_eq!(
+            calls(&read_lane(&out, r, 0)),
+            calls(&read_lane(&again, r, 0))
+        );
+    }
+    assert!((s2.measured_s - s2.reconstructed_s).abs() < 1e-12);
+    for d in [dir, out, again] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+#[test]
+fn removing_only_the_suspensions_keeps_the_recorder_cost() {
+    let dir = temp_dir("dpprime");
+    let out = dir.with_extension("out");
+    let p = ring_program(3, 12, 5);
+    write_trace(&dir, p.world, &p.measured, 1_000);
+    let s = rebuild(&dir, &out, Remove::DpPrime, false);
+    for r in 0..p.world as usize {
+        let got = calls(&read_lane(&out, r as u32, 0));
+        for (i, g) in got.iter().enumerate() {
+            let w = p.original[r][i];
+            let before = p.cost_before[r][i];
+            assert_eq!(
+                (g.start, g.end),
+                (w.start + before, w.end + before),
+                "rank {r} call {i}"
+            );
+            assert!(g.cost > 0, "the cost is kept, in output ticks (ns)");
+        }
+        let rs = &s.per_rank[r];
+        assert!(
+            (rs.reconstructed_plus_s.unwrap() - (p.span[r] + p.cost[r]) as f64 / 1e9).abs() < 1e-12
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
+fn drifting_clocks_are_followed_between_samples() {
+    // Rank 1's clock loses 1 µs per ms against rank 0's (1000 ppm), sampled at init, at one
+    // suspension and at finalize; events between samples must land on rank 0's clock.
+    let dir = temp_dir("drift");
+    let out = dir.with_extension("out");
+    let base = 1_000_000_000u64;
+    let local = |g: u64| ((g as f64 - 5_000.0) / 1.001).round() as u64; // off(g) grows with time
+    let off_at = |g: u64| g as f64 - local(g) as f64;
+    let mut r0 = function_defs();
+    let mut r1 = function_defs();
+    let sample = |g: u64, off: f64, when| {
+        Event::Clock(ClockSample {
+            local: g,
+            offset_ns: off,
+            rtt_ns: 0.0,
+            when,
+        })
+    };
+    r0.push(Event::Marker(Marker::InitDone { time: base }));
+    r1.push(sample(local(base), off_at(base), SampleKind::Init));
+    r1.push(Event::Marker(Marker::InitDone { time: local(base) }));
+    let mut times = Vec::new();
+    for i in 0..20u64 {
+        let g = base + i * 100_000;
+        times.push(g);
+        r0.push(Event::Call(barrier(g, g + 1_000)));
+        r1.push(Event::Call(barrier(local(g), local(g + 1_000))));
+        if i == 10 {
+            r1.push(Event::Clock(ClockSample {
+                local: local(g + 2_000),
+                offset_ns: off_at(g + 2_000),
+                rtt_ns: 0.0,
+                when: SampleKind::Suspension,
+            }));
+        }
+    }
+    let end = base + 2_100_000;
+    r0.push(Event::Marker(Marker::FinalizeStart { time: end }));
+    r1.push(Event::Marker(Marker::FinalizeStart { time: local(end) }));
+    r1.push(sample(local(end), off_at(end), SampleKind::Finalize));
+    let ranks = [
+        RankTrace {
+            rank: 0,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r0)],
+        },
+        RankTrace {
+            rank: 1,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r1)],
+        },
+    ];
+    write_trace(&dir, 2, &ranks, 8);
+    let s = rebuild(&dir, &out, Remove::DpPrime, false);
+    let got = calls(&read_lane(&out, 1, 0));
+    for (c, g) in got.iter().zip(&times) {
+        assert!(
+            (c.start as i64 - *g as i64).abs() <= 2,
+            "{} vs {g}",
+            c.start
+        );
+    }
+    let m1 = s.per_rank[1].measured_s.unwrap();
+    assert!(
+        (m1 - 2.1e-3).abs() < 3e-9,
+        "rank 1's span in the global clock: {m1}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+/// Rank 0 resumes 500 ns late from a suspension of Z = 1000 ns; rank 1 sends it a message right
+/// after resuming, which rank 0 then finds already there; then both meet in a barrier that rank 0
+/// leaves early. Removing each rank's actual suspension puts rank 0's receive before the send and
+/// its barrier exit before rank 1's entry.
+fn failed_equalisation() -> Vec<RankTrace> {
+    let mut r0 = function_defs();
+    r0.extend([
+        Event::Marker(Marker::InitDone { time: 0 }),
+        Event::Call(barrier(100, 200)),
+        Event::Suspension(Suspension {
+            seq: 0,
+            start: 200,
+            z_ns: 1_000,
+            end: 1_700,
+            overshoot_ns: 500,
+            ..Default::default()
+        }),
+        Event::Call(call(RECV, 1_795, 1_798, 1, 5)),
+        Event::Completion(Completion {
+            request: NO_REQUEST,
+            source: 1,
+            tag: 5,
+            bytes: 8,
+            cancelled: false,
+        }),
+        Event::Call(barrier(1_900, 1_905)),
+        Event::Marker(Marker::FinalizeStart { time: 2_100 }),
+    ]);
+    let mut r1 = function_defs();
+    r1.extend([
+        Event::Marker(Marker::InitDone { time: 0 }),
+        Event::Call(barrier(100, 200)),
+        Event::Suspension(Suspension {
+            seq: 0,
+            start: 200,
+            z_ns: 1_000,
+            end: 1_200,
+            ..Default::default()
+        }),
+        Event::Call(call(SEND, 1_300, 1_310, 0, 5)),
+        Event::Call(barrier(1_620, 2_000)),
+        Event::Marker(Marker::FinalizeStart { time: 2_100 }),
+    ]);
+    vec![
+        RankTrace {
+            rank: 0,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r0)],
+        },
+        RankTrace {
+            rank: 1,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r1)],
+        },
+    ]
+}
+
+#[test]
+fn failed_equalisation_is_found_and_repaired() {
+    let dir = temp_dir("hb");
+    write_trace(&dir, 2, &failed_equalisation(), 3);
+
+    let plain = dir.with_extension("plain");
+    let s = rebuild(&dir, &plain, Remove::DpPrime, false);
+    assert_eq!(s.hb.before.message_violations, 1, "{:?}", s.hb);
+    assert_eq!(s.hb.before.collective_violations, 1, "{:?}", s.hb);
+    assert_eq!(s.hb.violations_after, 2, "not repaired without --hb");
+
+    let fixed = dir.with_extension("fixed");
+    let s = rebuild(&dir, &fixed, Remove::DpPrime, true);
+    assert_eq!(s.hb.violations_before, 2);
+    assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
+    // Rank 0: the receive now ends when the send started (2 ns later than before); the barrier's
+    // entry moves by those 2 ns and its exit waits for rank 1's entry at 620; the finalize marker
+    // keeps its 195 ns gap after the barrier exit.
+    let r0 = read_lane(&fixed, 0, 0);
+    let c = calls(&r0);
+    assert_eq!((c[1].start, c[1].end), (295, 300));
+    assert_eq!((c[2].start, c[2].end), (402, 620));
+    assert!(
+        r0.contains(&Event::Marker(Marker::FinalizeStart { time: 815 })),
+        "{r0:?}"
+    );
+    // Rank 1 needed nothing: it is exactly the DP'-removed trace.
+    assert_eq!(
+        calls(&read_lane(&fixed, 1, 0)),
+        calls(&read_lane(&plain, 1, 0))
+    );
+    assert_eq!(s.hb.max_shift_s, 215e-9);
+    for d in [dir, plain, fixed] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+#[test]
+fn nonblocking_and_wildcard_receives_are_matched_by_mpi_order() {
+    // Rank 1 posts two ANY_SOURCE receives and one specific receive; ranks 0 and 2 send. The
+    // wildcard completions name the real sources; the pairs must follow them, not timestamps.
+    let dir = temp_dir("match");
+    let isend = |start, peer, tag, request| {
+        let mut c = call(ISEND, start, start + 10, peer, tag);
+        c.request = request;
+        Event::Call(c)
+    };
+    let irecv = |start, peer, tag, request| {
+        let mut c = call(IRECV, start, start + 10, peer, tag);
+        c.request = request;
+        Event::Call(c)
+    };
+    let wait = |start, end| Event::Call(call(WAIT, start, end, NO_RANK, NO_TAG));
+    let done = |request, source, tag| {
+        Event::Completion(Completion {
+            request,
+            source,
+            tag,
+            bytes: 8,
+            cancelled: false,
+        })
+    };
+    let mut r0 = function_defs();
+    r0.extend([
+        isend(100, 1, 7, 1),
+        wait(120, 130),
+        done(1, NO_RANK, NO_TAG),
+        isend(200, 1, 7, 1),
+        wait(220, 230),
+        done(1, NO_RANK, NO_TAG),
+    ]);
+    let mut r1 = function_defs();
+    r1.extend([
+        irecv(50, format::ANY_SOURCE, 7, 10),
+        irecv(60, format::ANY_SOURCE, 7, 11),
+        irecv(70, 0, 7, 12),
+        wait(300, 310),
+        done(11, 0, 7),
+        wait(320, 330),
+        done(10, 2, 7),
+        wait(340, 350),
+        done(12, 0, 7),
+    ]);
+    let mut r2 = function_defs();
+    r2.extend([
+        isend(150, 1, 7, 3),
+        wait(160, 170),
+        done(3, NO_RANK, NO_TAG),
+    ]);
+    let ranks = [
+        RankTrace {
+            rank: 0,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r0)],
+        },
+        RankTrace {
+            rank: 1,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r1)],
+        },
+        RankTrace {
+            rank: 2,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r2)],
+        },
+    ];
+    write_trace(&dir, 3, &ranks, 2);
+    let (mut matches, report) = rebuild::matched_messages(&Trace::open(&dir).unwrap()).unwrap();
+    assert_eq!(report.messages, 3);
+    assert_eq!(report.violations(), 0);
+    assert_eq!(report.unmatched_sends + report.unmatched_receives, 0);
+    matches.sort_by_key(|m| m.recv_done.index);
+    let pairs: Vec<(u32, u64, u64, u64)> = matches
+        .iter()
+        .map(|m| {
+            (
+                m.send.rank,
+                m.send.index,
+                m.recv_post.index,
+                m.recv_done.index,
+            )
+        })
+        .collect();
+    // Indices count the 7 function definitions first.
+    assert_eq!(pairs, vec![(0, 7, 8, 10), (2, 7, 7, 12), (0, 10, 9, 14)]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn every_stream_of_a_rank_loses_the_rank_suspensions() {
+    // Rank 0's main thread suspends for 1 µs; its second thread's events after the suspension
+    // move back by it too, and one inside the suspension lands on its start.
+    let dir = temp_dir("streams");
+    let out = dir.with_extension("out");
+    let mut main = function_defs();
+    main.extend([
+        Event::Marker(Marker::InitDone { time: 0 }),
+        Event::Call(barrier(100, 200)),
+        Event::Suspension(Suspension {
+            seq: 0,
+            start: 200,
+            z_ns: 1_000,
+            end: 1_200,
+            ..Default::default()
+        }),
+        Event::Call(barrier(1_300, 1_400)),
+        Event::Marker(Marker::FinalizeStart { time: 1_500 }),
+    ]);
+    let worker = vec![
+        Event::Call(call(SEND, 150, 160, 0, 1)),
+        Event::Call(call(SEND, 700, 710, 0, 2)),
+        Event::Call(call(SEND, 1_250, 1_260, 0, 3)),
+    ];
+    let r1: Vec<Event> = function_defs()
+        .into_iter()
+        .chain([
+            Event::Marker(Marker::InitDone { time: 0 }),
+            Event::Call(barrier(100, 200)),
+            Event::Suspension(Suspension {
+                seq: 0,
+                start: 200,
+                z_ns: 1_000,
+                end: 1_200,
+                ..Default::default()
+            }),
+            Event::Call(barrier(1_300, 1_400)),
+            Event::Marker(Marker::FinalizeStart { time: 1_500 }),
+        ])
+        .collect();
+    let ranks = [
+        RankTrace {
+            rank: 0,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, main), (1, worker)],
+        },
+        RankTrace {
+            rank: 1,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r1)],
+        },
+    ];
+    write_trace(&dir, 2, &ranks, 2);
+    let s = rebuild(&dir, &out, Remove::DpPrime, false);
+    let w = calls(&read_lane(&out, 0, 1));
+    let got: Vec<(u64, u64)> = w.iter().map(|c| (c.start, c.end)).collect();
+    assert_eq!(got, vec![(150, 160), (200, 200), (250, 260)]);
+    assert_eq!(calls(&read_lane(&out, 0, 0))[1].start, 300);
+    assert_eq!(s.per_rank[0].events, 7 + 5 + 3);
+    assert!(
+        (s.reconstructed_plus_s - 500e-9).abs() < 1e-15,
+        "{}",
+        s.reconstructed_plus_s
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
+fn sendrecv_rooted_and_nonblocking_collectives_follow_their_semantics() {
+    let dir = temp_dir("shapes");
+    let (sendrecv, bcast, ibarrier) = (20, 21, 22);
+    let defs = || {
+        let mut d = function_defs();
+        d.push(Event::FunctionDef {
+            id: sendrecv,
+            name: "MPI_Sendrecv".into(),
+        });
+        d.push(Event::FunctionDef {
+            id: bcast,
+            name: "MPI_Bcast".into(),
+        });
+        d.push(Event::FunctionDef {
+            id: ibarrier,
+            name: "MPI_Ibarrier".into(),
+        });
+        d
+    };
+    let status = |source| {
+        Event::Completion(Completion {
+            request: NO_REQUEST,
+            source,
+            tag: 4,
+            bytes: 8,
+            cancelled: false,
+        })
+    };
+    let coll = |func, start, end, request| {
+        let mut c = call(func, start, end, NO_RANK, NO_TAG);
+        c.root = 0;
+        c.request = request;
+        Event::Call(c)
+    };
+    let done = |request| {
+        Event::Completion(Completion {
+            request,
+            source: NO_RANK,
+            tag: NO_TAG,
+            bytes: 0,
+            cancelled: false,
+        })
+    };
+    let mut r0 = defs();
+    r0.extend([
+        Event::Call(call(sendrecv, 100, 300, 1, 4)),
+        status(1),
+        // The root of a broadcast may leave before the others enter.
+        coll(bcast, 400, 410, NO_REQUEST),
+        coll(ibarrier, 1_000, 1_010, 9),
+        Event::Call(call(WAIT, 1_100, 1_110, NO_RANK, NO_TAG)),
+        done(9),
+    ]);
+    let mut r1 = defs();
+    r1.extend([
+        Event::Call(call(sendrecv, 150, 250, 0, 4)),
+        status(0),
+        // A non-root rank may not: it left at 390, before the root entered at 400.
+        coll(bcast, 380, 390, NO_REQUEST),
+        coll(ibarrier, 1_200, 1_210, 3),
+        Event::Call(call(WAIT, 1_220, 1_230, NO_RANK, NO_TAG)),
+        done(3),
+    ]);
+    let ranks = [
+        RankTrace {
+            rank: 0,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r0)],
+        },
+        RankTrace {
+            rank: 1,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r1)],
+        },
+    ];
+    write_trace(&dir, 2, &ranks, 3);
+    let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+    assert_eq!(report.messages, 2);
+    assert_eq!(report.message_violations, 0);
+    assert_eq!(report.collective_exits, 4);
+    // Rank 1's broadcast exit and rank 0's Ibarrier completion (1110, before rank 1 entered at 1200).
+    assert_eq!(report.collective_violations, 2, "{report:?}");
+    assert_eq!(report.unmatched_sends + report.unmatched_receives, 0);
+
+    let out = dir.with_extension("out");
+    let s = rebuild(&dir, &out, Remove::DpPrime, true);
+    assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
+    let c0 = calls(&read_lane(&out, 0, 0));
+    // Rank 1 was shifted by 10 ns at its broadcast exit, so it entered the Ibarrier at 1210;
+    // rank 0's Wait now ends then.
+    assert_eq!(calls(&read_lane(&out, 1, 0))[2].start, 1_210);
+    assert_eq!(c0[3].end, 1_210);
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}

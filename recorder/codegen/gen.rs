@@ -1,0 +1,822 @@
+//! Generator for the recorder's C layer, shared by the build scripts of `recorder` (function name
+//! table) and of the preload packages (C and Fortran wrappers). It reads `mpi_functions.tsv`, the one
+//! table of wrapped functions; every wrapper body is derived from a row, none is written by hand.
+//!
+//! Roles (last column of the table) name the parameters the recorder reads:
+//! - `comm`, `peer`, `tag`, `root`: copied into the call record (peer/tag with wildcards mapped).
+//! - `count`+`type`: bytes = count x `PMPI_Type_size(type)`; `vcounts`+`type`: the sum over the
+//!   communicator's (remote) size; `inplace`: that buffer being `MPI_IN_PLACE` means bytes = 0
+//!   (the count/type arguments are then not significant and may be garbage).
+//! - `req`/`preq` (+`reqkind`): the call creates a request (persistent for `preq`); `start`,
+//!   `startall`+`n`: the call starts persistent requests; `freereq`: the request is freed.
+//! - `complete`: a Wait/Test family call; with `wreq` or `wreqs`+`n`, `status`/`statuses`, `flag`,
+//!   `index`, `outcount`+`indices`. Each completed request becomes a `Completion` record.
+//! - `recvstatus`: a blocking receive; its status becomes a `Completion` without request.
+//! - `newcomm`: the call creates a communicator (defined right away); `freecomm`: frees one.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A choice buffer or other opaque pointer, forwarded untouched.
+    Buf,
+    Int,
+    /// `int *`, `int[]`, `int[][3]`.
+    IntPtr,
+    /// An MPI handle by value; the string is the handle type without `MPI_`.
+    Handle(String),
+    /// Pointer to (or array of) MPI handles.
+    HandlePtr(String),
+    Aint,
+    AintPtr,
+    Offset,
+    Status,
+    Str,
+    Argc,
+    Argv,
+}
+
+#[derive(Clone, Debug)]
+pub struct Param {
+    pub decl: String,
+    pub name: String,
+    pub kind: Kind,
+}
+
+#[derive(Clone, Debug)]
+pub struct Func {
+    pub id: u16,
+    pub name: String,
+    pub category: String,
+    pub params: Vec<Param>,
+    pub roles: BTreeMap<String, String>,
+}
+
+impl Func {
+    pub fn role(&self, key: &str) -> Option<&str> {
+        self.roles.get(key).map(String::as_str)
+    }
+    fn param(&self, name: &str) -> &Param {
+        self.params
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("{}: role names unknown parameter {name}", self.name))
+    }
+    pub fn lower(&self) -> String {
+        self.name.to_lowercase()
+    }
+}
+
+pub const CATEGORIES: &[&str] = &[
+    "init",
+    "finalize",
+    "abort",
+    "p2p-blocking",
+    "probe",
+    "p2p-nonblocking",
+    "persistent",
+    "start",
+    "completion",
+    "request",
+    "collective-blocking",
+    "collective-nonblocking",
+    "neighbor-blocking",
+    "neighbor-nonblocking",
+    "comm-query",
+    "comm",
+    "group",
+    "io",
+    "io-nonblocking",
+    "rma-window",
+    "rma-comm",
+    "rma-sync",
+];
+
+const ROLE_KEYS: &[&str] = &[
+    "comm",
+    "peer",
+    "tag",
+    "root",
+    "count",
+    "type",
+    "inplace",
+    "vcounts",
+    "req",
+    "preq",
+    "reqkind",
+    "start",
+    "startall",
+    "n",
+    "freereq",
+    "complete",
+    "wreq",
+    "wreqs",
+    "status",
+    "statuses",
+    "flag",
+    "index",
+    "outcount",
+    "indices",
+    "recvstatus",
+    "newcomm",
+    "freecomm",
+];
+
+fn classify(decl: &str) -> Result<Param, String> {
+    let decl = decl.trim().to_string();
+    let (base, array) = match decl.find('[') {
+        Some(i) => (decl[..i].trim(), true),
+        None => (decl.as_str(), false),
+    };
+    let name_start = base
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |i| i + 1);
+    let name = base[name_start..].to_string();
+    let ty = base[..name_start].replace("const", "").replace(' ', "");
+    let ty = if array { format!("{ty}*") } else { ty };
+    let kind = match ty.as_str() {
+        "void*" => Kind::Buf,
+        "int" => Kind::Int,
+        "int*" => Kind::IntPtr,
+        "MPI_Aint" => Kind::Aint,
+        "MPI_Aint*" => Kind::AintPtr,
+        "MPI_Offset" => Kind::Offset,
+        "MPI_Status*" => Kind::Status,
+        "char*" => Kind::Str,
+        "char***" => Kind::Argv,
+        t if t.starts_with("MPI_") && t.ends_with('*') => {
+            Kind::HandlePtr(t[4..t.len() - 1].to_string())
+        }
+        t if t.starts_with("MPI_") => Kind::Handle(t[4..].to_string()),
+        _ => return Err(format!("unsupported parameter type in `{decl}`")),
+    };
+    let kind = if kind == Kind::IntPtr && name == "argc" {
+        Kind::Argc
+    } else {
+        kind
+    };
+    Ok(Param { decl, name, kind })
+}
+
+pub fn parse(tsv: &str) -> Result<Vec<Func>, String> {
+    let mut funcs = Vec::new();
+    for (lineno, line) in tsv.lines().enumerate() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() < 3 {
+            return Err(format!(
+                "line {}: expected 4 tab-separated columns",
+                lineno + 1
+            ));
+        }
+        let name = cols[0].trim().to_string();
+        let category = cols[1].trim().to_string();
+        if !CATEGORIES.contains(&category.as_str()) {
+            return Err(format!("line {}: unknown category {category}", lineno + 1));
+        }
+        let params = if cols[2].trim().is_empty() {
+            Vec::new()
+        } else {
+            cols[2]
+                .split(',')
+                .map(classify)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("line {}: {e}", lineno + 1))?
+        };
+        let mut roles = BTreeMap::new();
+        for item in cols.get(3).copied().unwrap_or("").split_whitespace() {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| format!("line {}: role `{item}` lacks `=`", lineno + 1))?;
+            if !ROLE_KEYS.contains(&k) {
+                return Err(format!("line {}: unknown role {k}", lineno + 1));
+            }
+            roles.insert(k.to_string(), v.to_string());
+        }
+        let id = u16::try_from(funcs.len()).map_err(|_| "too many functions".to_string())?;
+        let f = Func {
+            id,
+            name,
+            category,
+            params,
+            roles,
+        };
+        for (k, v) in &f.roles {
+            if !matches!(k.as_str(), "complete" | "reqkind")
+                && !f.params.iter().any(|p| &p.name == v)
+            {
+                return Err(format!("{}: role {k} names unknown parameter {v}", f.name));
+            }
+        }
+        funcs.push(f);
+    }
+    Ok(funcs)
+}
+
+/// Rust source: the name and category of every function id.
+pub fn rust_table(funcs: &[Func]) -> String {
+    let mut s =
+        String::from("/// Generated from mpi_functions.tsv: (name, category) by function id.\n");
+    s.push_str("pub const FUNCTIONS: &[(&str, &str)] = &[\n");
+    for f in funcs {
+        let _ = writeln!(s, "    ({:?}, {:?}),", f.name, f.category);
+    }
+    s.push_str("];\n");
+    s
+}
+
+/// The covered-functions document.
+pub fn functions_md(funcs: &[Func]) -> String {
+    let mut s = String::new();
+    s.push_str("# Functions wrapped by the evenflush recorder\n\n");
+    s.push_str(
+        "Generated from `recorder/mpi_functions.tsv` (do not edit by hand; regenerate with\n",
+    );
+    s.push_str(
+        "`EVENFLUSH_BLESS=1 cargo test -p recorder functions_md`). The id is the `FunctionId`\n",
+    );
+    s.push_str("stored in traces. Every function is wrapped under its C name and under the Fortran names\n");
+    s.push_str(
+        "`mpi_xxx_` (mpif.h / `use mpi`), `mpi_xxx_f08_` and `mpi_xxx_f08ts_` (`use mpi_f08`).\n\n",
+    );
+    let _ = writeln!(s, "{} functions.\n", funcs.len());
+    s.push_str("| id | function | category | recorded arguments |\n|---:|---|---|---|\n");
+    for f in funcs {
+        let roles: Vec<String> = f.roles.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | {} | {} |",
+            f.id,
+            f.name,
+            f.category,
+            roles.join(" ")
+        );
+    }
+    s.push_str("\nNotes: `bytes` is count x type size of the named arguments (0 when the named buffer is\n");
+    s.push_str("`MPI_IN_PLACE`); blocking receives add a `Completion` (no request) with the actual source,\n");
+    s.push_str("tag and byte count; `MPI_Startall` adds one call record per started request.\n");
+    s
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    C,
+    Fortran,
+}
+
+/// Expression giving the C value of an integer parameter.
+fn int_of(lang: Lang, p: &Param) -> String {
+    match (lang, &p.kind) {
+        (Lang::C, Kind::Int) => p.name.clone(),
+        (Lang::C, Kind::IntPtr) => format!("(*{})", p.name),
+        (Lang::Fortran, _) => format!("((int)*{})", p.name),
+        _ => panic!("{} is not an int", p.name),
+    }
+}
+
+/// Expression giving the C handle of a handle parameter (by value or through a pointer).
+fn handle_of(lang: Lang, p: &Param, expected: &str) -> String {
+    let (ty, ptr) = match &p.kind {
+        Kind::Handle(t) => (t.as_str(), false),
+        Kind::HandlePtr(t) => (t.as_str(), true),
+        _ => panic!("{} is not a handle", p.name),
+    };
+    assert_eq!(ty, expected, "{}: expected MPI_{expected}", p.name);
+    match lang {
+        Lang::C if ptr => format!("(*{})", p.name),
+        Lang::C => p.name.clone(),
+        Lang::Fortran => {
+            let f2c = match ty {
+                "Comm" => "PMPI_Comm_f2c",
+                "Datatype" => "PMPI_Type_f2c",
+                "Request" => "PMPI_Request_f2c",
+                other => panic!("no f2c for {other}"),
+            };
+            format!("{f2c}(*{})", p.name)
+        }
+    }
+}
+
+fn fortran_decl(p: &Param) -> Option<String> {
+    let n = &p.name;
+    Some(match p.kind {
+        Kind::Buf => format!("void *{n}"),
+        Kind::Int | Kind::IntPtr | Kind::Handle(_) | Kind::HandlePtr(_) | Kind::Status => {
+            format!("MPI_Fint *{n}")
+        }
+        Kind::Aint | Kind::AintPtr => format!("MPI_Aint *{n}"),
+        Kind::Offset => format!("MPI_Offset *{n}"),
+        Kind::Str => format!("char *{n}"),
+        Kind::Argc | Kind::Argv => return None,
+    })
+}
+
+fn fortran_params(f: &Func) -> (Vec<String>, Vec<String>) {
+    let mut decls: Vec<String> = f.params.iter().filter_map(fortran_decl).collect();
+    let mut args: Vec<String> = f
+        .params
+        .iter()
+        .filter(|p| !matches!(p.kind, Kind::Argc | Kind::Argv))
+        .map(|p| p.name.clone())
+        .collect();
+    decls.push("MPI_Fint *ierr".into());
+    args.push("ierr".into());
+    for p in f.params.iter().filter(|p| p.kind == Kind::Str) {
+        decls.push(format!("size_t {}_len", p.name));
+        args.push(format!("{}_len", p.name));
+    }
+    (decls, args)
+}
+
+/// The shared body between "call the real function" and "return": record the call.
+/// `call` is the statement performing the real call and leaving its result in `evf_rc`.
+fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
+    let fid = f.id;
+    let cat = f.category.as_str();
+    let w = |out: &mut String, s: &str| {
+        out.push_str("    ");
+        out.push_str(s);
+        out.push('\n');
+    };
+    let status_ignore = |p: &Param| match lang {
+        Lang::C => format!("{} == MPI_STATUS_IGNORE", p.name),
+        Lang::Fortran => format!("evf_f_status_ignored({})", p.name),
+    };
+
+    match cat {
+        "init" => {
+            w(out, "evf_init_begin();");
+            w(out, "uint64_t evf_t0 = evf_now();");
+            w(out, call);
+            w(out, "uint64_t evf_t1 = evf_now();");
+            let provided = f
+                .params
+                .iter()
+                .find(|p| p.name == "provided")
+                .map(|p| format!("(evf_rc == MPI_SUCCESS ? {} : -1)", int_of(lang, p)))
+                .unwrap_or_else(|| "-1".into());
+            w(
+                out,
+                &format!("evf_init_end({fid}, evf_t0, evf_t1, evf_rc, {provided});"),
+            );
+            return;
+        }
+        "finalize" => {
+            w(out, "evf_finalize_begin();");
+            w(out, &format!("evf_call_t evf_r = evf_call_blank({fid});"));
+            w(out, "evf_r.start = evf_now();");
+            w(out, call);
+            w(out, "evf_r.end = evf_now();");
+            w(out, "evf_record_call(&evf_r);");
+            w(out, "evf_finalize_end();");
+            return;
+        }
+        "abort" => {
+            w(out, &format!("evf_call_t evf_r = evf_call_blank({fid});"));
+            let c = f.param(f.role("comm").unwrap());
+            w(
+                out,
+                &format!("evf_r.comm = evf_comm_id({});", handle_of(lang, c, "Comm")),
+            );
+            w(out, "evf_r.start = evf_now(); evf_r.end = evf_r.start;");
+            w(out, "evf_record_call(&evf_r);");
+            w(out, "evf_abnormal_end(-1);");
+            w(out, call);
+            return;
+        }
+        _ => {}
+    }
+
+    w(out, &format!("evf_call_t evf_r = evf_call_blank({fid});"));
+
+    // Values that the call overwrites are captured first.
+    if let Some(c) = f.role("freecomm") {
+        let h = handle_of(lang, f.param(c), "Comm");
+        w(out, &format!("MPI_Comm evf_freed = {h};"));
+        w(out, "evf_r.comm = evf_comm_id(evf_freed);");
+    }
+    if let Some(r) = f.role("freereq") {
+        let h = handle_of(lang, f.param(r), "Request");
+        w(out, &format!("evf_r.req_handle = EVF_REQ_H({h});"));
+        w(out, "evf_r.req_op = EVF_REQ_FREE;");
+    }
+    let completion = f.role("complete");
+    if completion.is_some() {
+        // Requests are saved because MPI resets completed ones to MPI_REQUEST_NULL; a status array
+        // is supplied when the application passed MPI_STATUS(ES)_IGNORE, so completions always
+        // carry the actual source, tag and size.
+        let n = match f.role("n") {
+            Some(n) => int_of(lang, f.param(n)),
+            None => "1".into(),
+        };
+        w(out, &format!("int evf_n = {n};"));
+        w(
+            out,
+            "uint64_t evf_saved_small[EVF_SMALL]; uint64_t *evf_saved = evf_n <= EVF_SMALL ? evf_saved_small : (uint64_t *)malloc(sizeof(uint64_t) * (size_t)evf_n);",
+        );
+        if let Some(r) = f.role("wreq") {
+            let h = handle_of(lang, f.param(r), "Request");
+            w(
+                out,
+                &format!("if (evf_saved) evf_saved[0] = EVF_REQ_H({h});"),
+            );
+        } else {
+            let p = f.param(f.role("wreqs").unwrap());
+            let elem = match lang {
+                Lang::C => format!("{}[evf_i]", p.name),
+                Lang::Fortran => format!("PMPI_Request_f2c({}[evf_i])", p.name),
+            };
+            w(
+                out,
+                &format!(
+                    "if (evf_saved) for (int evf_i = 0; evf_i < evf_n; evf_i++) evf_saved[evf_i] = EVF_REQ_H({elem});"
+                ),
+            );
+        }
+        let (sp, multi) = match (f.role("status"), f.role("statuses")) {
+            (Some(s), _) => (f.param(s), false),
+            (None, Some(s)) => (f.param(s), true),
+            _ => panic!("{}: completion without status", f.name),
+        };
+        let count = if multi { "evf_n" } else { "1" };
+        w(out, &format!("int evf_nst_cap = {count};"));
+        w(out, "int evf_saved_ok_st = 1;");
+        match lang {
+            Lang::C => {
+                let ignored = if multi {
+                    format!("{} == MPI_STATUSES_IGNORE", sp.name)
+                } else {
+                    status_ignore(sp)
+                };
+                w(out, "MPI_Status evf_st_small[EVF_SMALL];");
+                w(out, &format!("MPI_Status *evf_st = {};", sp.name));
+                w(
+                    out,
+                    &format!(
+                        "if ({ignored}) evf_st = evf_nst_cap <= EVF_SMALL ? evf_st_small : (MPI_Status *)malloc(sizeof(MPI_Status) * (size_t)evf_nst_cap);"
+                    ),
+                );
+                // Out of memory for the substitute: pass the application's argument through; the
+                // completions of this call are then counted as lost.
+                w(
+                    out,
+                    &format!(
+                        "if (evf_st == NULL) {{ evf_st = {}; evf_saved_ok_st = 0; }}",
+                        sp.name
+                    ),
+                );
+                w(out, &format!("MPI_Status *{} = evf_st;", evf_alias(sp)));
+            }
+            Lang::Fortran => {
+                w(out, "MPI_Fint evf_fst_small[EVF_SMALL * EVF_FSTAT_INTS];");
+                w(out, &format!("MPI_Fint *evf_fst = {};", sp.name));
+                w(
+                    out,
+                    &format!(
+                        "if ({}) evf_fst = evf_nst_cap <= EVF_SMALL ? evf_fst_small : (MPI_Fint *)malloc(sizeof(MPI_Fint) * EVF_FSTAT_INTS * (size_t)evf_nst_cap);",
+                        status_ignore(sp)
+                    ),
+                );
+                w(
+                    out,
+                    &format!(
+                        "if (evf_fst == NULL) {{ evf_fst = {}; evf_saved_ok_st = 0; }}",
+                        sp.name
+                    ),
+                );
+                w(out, &format!("MPI_Fint *{} = evf_fst;", evf_alias(sp)));
+            }
+        }
+    }
+    if let Some(s) = f.role("recvstatus") {
+        let sp = f.param(s);
+        match lang {
+            Lang::C => {
+                w(out, "MPI_Status evf_st_one;");
+                w(
+                    out,
+                    &format!(
+                        "MPI_Status *{} = {} ? &evf_st_one : {};",
+                        evf_alias(sp),
+                        status_ignore(sp),
+                        sp.name
+                    ),
+                );
+            }
+            Lang::Fortran => {
+                w(out, "MPI_Fint evf_fst_one[EVF_FSTAT_INTS];");
+                w(
+                    out,
+                    &format!(
+                        "MPI_Fint *{} = {} ? evf_fst_one : {};",
+                        evf_alias(sp),
+                        status_ignore(sp),
+                        sp.name
+                    ),
+                );
+            }
+        }
+    }
+
+    w(out, "evf_r.start = evf_now();");
+    w(out, call);
+    w(out, "evf_r.end = evf_now();");
+
+    if let Some(c) = f.role("comm") {
+        let h = handle_of(lang, f.param(c), "Comm");
+        w(out, &format!("evf_r.comm = evf_comm_id({h});"));
+    }
+    if let Some(p) = f.role("peer") {
+        w(
+            out,
+            &format!("evf_r.peer = evf_peer({});", int_of(lang, f.param(p))),
+        );
+    }
+    if let Some(t) = f.role("tag") {
+        w(
+            out,
+            &format!("evf_r.tag = evf_tag({});", int_of(lang, f.param(t))),
+        );
+    }
+    if let Some(r) = f.role("root") {
+        w(out, &format!("evf_r.root = {};", int_of(lang, f.param(r))));
+    }
+    let bytes = if let Some(t) = f.role("type") {
+        let ty = handle_of(lang, f.param(t), "Datatype");
+        if let Some(c) = f.role("count") {
+            Some(format!("evf_bytes({}, {ty})", int_of(lang, f.param(c))))
+        } else if let Some(v) = f.role("vcounts") {
+            let comm = handle_of(lang, f.param(f.role("comm").unwrap()), "Comm");
+            Some(format!(
+                "evf_vbytes((const int *){}, {ty}, {comm})",
+                f.param(v).name
+            ))
+        } else {
+            Some(format!("evf_bytes(1, {ty})"))
+        }
+    } else {
+        None
+    };
+    if let Some(b) = bytes {
+        match f.role("inplace") {
+            Some(ip) => {
+                let test = match lang {
+                    Lang::C => format!("{} == MPI_IN_PLACE", ip),
+                    Lang::Fortran => format!("evf_f_in_place({ip})"),
+                };
+                w(out, &format!("evf_r.bytes = ({test}) ? 0 : {b};"));
+            }
+            None => w(out, &format!("evf_r.bytes = {b};")),
+        }
+    }
+    if let Some(nc) = f.role("newcomm") {
+        let h = handle_of(lang, f.param(nc), "Comm");
+        w(
+            out,
+            &format!(
+                "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; if (evf_nc != MPI_COMM_NULL) (void)evf_comm_id(evf_nc); }}"
+            ),
+        );
+    }
+    for (key, op) in [
+        ("req", "EVF_REQ_NEW"),
+        ("preq", "EVF_REQ_NEW_PERSISTENT"),
+        ("start", "EVF_REQ_START"),
+    ] {
+        if let Some(r) = f.role(key) {
+            let h = handle_of(lang, f.param(r), "Request");
+            w(
+                out,
+                &format!(
+                    "if (evf_rc == MPI_SUCCESS) {{ evf_r.req_handle = EVF_REQ_H({h}); evf_r.req_op = {op}; }}"
+                ),
+            );
+        }
+    }
+    if let Some(k) = f.role("reqkind") {
+        let kind = match k {
+            "send" => "EVF_KIND_SEND",
+            "recv" => "EVF_KIND_RECV",
+            _ => "EVF_KIND_OTHER",
+        };
+        w(out, &format!("evf_r.req_kind = {kind};"));
+    }
+
+    if let Some(sa) = f.role("startall") {
+        let p = f.param(sa);
+        let n = int_of(lang, f.param(f.role("n").unwrap()));
+        let elem = match lang {
+            Lang::C => format!("{}[evf_i]", p.name),
+            Lang::Fortran => format!("PMPI_Request_f2c({}[evf_i])", p.name),
+        };
+        w(out, "evf_r.req_op = EVF_REQ_START;");
+        w(
+            out,
+            &format!(
+                "for (int evf_i = 0; evf_i < {n}; evf_i++) {{ evf_r.req_handle = EVF_REQ_H({elem}); evf_record_call(&evf_r); }}"
+            ),
+        );
+        w(out, &format!("if ({n} <= 0) evf_record_call(&evf_r);"));
+    } else {
+        w(out, "evf_record_call(&evf_r);");
+    }
+
+    if f.role("freecomm").is_some() {
+        w(
+            out,
+            "if (evf_rc == MPI_SUCCESS) evf_comm_forget(evf_freed);",
+        );
+    }
+    if let Some(s) = f.role("recvstatus") {
+        let alias = evf_alias(f.param(s));
+        match lang {
+            Lang::C => w(
+                out,
+                &format!("if (evf_rc == MPI_SUCCESS) evf_complete_blocking({alias});"),
+            ),
+            Lang::Fortran => w(
+                out,
+                &format!(
+                    "if (evf_rc == MPI_SUCCESS) {{ MPI_Status evf_cs; PMPI_Status_f2c({alias}, &evf_cs); evf_complete_blocking(&evf_cs); }}"
+                ),
+            ),
+        }
+    }
+    if let Some(kind) = completion {
+        let flag = match f.role("flag") {
+            Some(p) => format!("({} != 0)", int_of(lang, f.param(p))),
+            None => "1".into(),
+        };
+        let index = match f.role("index") {
+            Some(p) => int_of(lang, f.param(p)),
+            None => "0".into(),
+        };
+        let outcount = match f.role("outcount") {
+            Some(p) => int_of(lang, f.param(p)),
+            None => "0".into(),
+        };
+        let indices = match f.role("indices") {
+            Some(p) => format!("(const int *){}", f.param(p).name),
+            None => "NULL".into(),
+        };
+        let base = if lang == Lang::Fortran { 1 } else { 0 };
+        let ck = match kind {
+            "single" => "EVF_DONE_SINGLE",
+            "all" => "EVF_DONE_ALL",
+            "any" => "EVF_DONE_ANY",
+            "some" => "EVF_DONE_SOME",
+            other => panic!("{}: unknown completion kind {other}", f.name),
+        };
+        let sp = f.param(f.role("status").or(f.role("statuses")).unwrap());
+        let alias = evf_alias(sp);
+        let statuses = match lang {
+            Lang::C => format!("{alias}, NULL"),
+            Lang::Fortran => format!("NULL, {alias}"),
+        };
+        w(
+            out,
+            &format!(
+                "if (evf_rc == MPI_SUCCESS) {{ if (evf_saved && evf_saved_ok_st) evf_complete_set({ck}, evf_n, evf_saved, {statuses}, {flag}, {index}, {outcount}, {indices}, {base}); else evf_completions_lost(evf_n); }}"
+            ),
+        );
+        w(out, "if (evf_saved != evf_saved_small) free(evf_saved);");
+        match lang {
+            Lang::C => w(
+                out,
+                &format!(
+                    "if (evf_st != {} && evf_st != evf_st_small) free(evf_st);",
+                    sp.name
+                ),
+            ),
+            Lang::Fortran => w(
+                out,
+                &format!(
+                    "if (evf_fst != {} && evf_fst != evf_fst_small) free(evf_fst);",
+                    sp.name
+                ),
+            ),
+        }
+    }
+    if cat == "collective-blocking" || cat == "neighbor-blocking" {
+        w(
+            out,
+            &format!("evf_after_blocking_collective(evf_r.comm, {fid});"),
+        );
+    }
+}
+
+/// Name of the local that replaces a status parameter in the real call.
+fn evf_alias(p: &Param) -> String {
+    format!("evf_use_{}", p.name)
+}
+
+/// The argument list for the real call, with status parameters replaced by their aliases when the
+/// wrapper substitutes a buffer.
+fn call_args(f: &Func, names: &[String]) -> String {
+    let substituted: Vec<&str> = ["recvstatus", "status", "statuses"]
+        .iter()
+        .filter(|k| f.role("complete").is_some() || **k == "recvstatus")
+        .filter_map(|k| f.role(k))
+        .collect();
+    names
+        .iter()
+        .map(|n| {
+            if substituted.contains(&n.as_str()) {
+                format!("evf_use_{n}")
+            } else {
+                n.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn c_wrapper(f: &Func, out: &mut String) {
+    let decls: Vec<&str> = f.params.iter().map(|p| p.decl.as_str()).collect();
+    let names: Vec<String> = f.params.iter().map(|p| p.name.clone()).collect();
+    let plain = names.join(", ");
+    let decl = if decls.is_empty() {
+        "void".to_string()
+    } else {
+        decls.join(", ")
+    };
+    let _ = writeln!(out, "int {}({decl})\n{{", f.name);
+    let guard = if f.category == "init" {
+        "evf_depth != 0 || evf_initialized"
+    } else {
+        "evf_depth != 0 || !evf_active"
+    };
+    let _ = writeln!(
+        out,
+        "    if (EVF_UNLIKELY({guard})) return P{}({plain});",
+        f.name
+    );
+    out.push_str("    evf_depth++;\n");
+    let call = format!("int evf_rc = P{}({});", f.name, call_args(f, &names));
+    body(f, Lang::C, &call, out);
+    out.push_str("    evf_depth--;\n    return evf_rc;\n}\n\n");
+}
+
+fn fortran_wrapper(f: &Func, symbol: &str, out: &mut String) {
+    let (decls, args) = fortran_params(f);
+    let plain = args.join(", ");
+    let types: Vec<String> = decls
+        .iter()
+        .map(|d| {
+            let cut = d
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap();
+            d[..=cut].trim().to_string()
+        })
+        .collect();
+    let _ = writeln!(out, "void {symbol}({})\n{{", decls.join(", "));
+    let _ = writeln!(out, "    typedef void (*evf_real_t)({});", types.join(", "));
+    let _ = writeln!(out, "    static evf_real_t evf_real;");
+    let _ = writeln!(
+        out,
+        "    if (EVF_UNLIKELY(evf_real == NULL)) evf_real = (evf_real_t)evf_next_symbol(\"{symbol}\");"
+    );
+    let guard = if f.category == "init" {
+        "evf_depth != 0 || evf_initialized"
+    } else {
+        "evf_depth != 0 || !evf_active"
+    };
+    let _ = writeln!(
+        out,
+        "    if (EVF_UNLIKELY({guard})) {{ evf_real({plain}); return; }}"
+    );
+    out.push_str("    evf_depth++;\n");
+    out.push_str(
+        "    MPI_Fint evf_ierr_local = 0;\n    if (ierr == NULL) ierr = &evf_ierr_local;\n",
+    );
+    let call = format!(
+        "evf_real({}); int evf_rc = (int)*ierr; (void)evf_rc;",
+        call_args(f, &args)
+    );
+    body(f, Lang::Fortran, &call, out);
+    out.push_str("    evf_depth--;\n}\n\n");
+}
+
+/// The whole generated C translation unit (includes the hand-written runtime header).
+pub fn c_layer(funcs: &[Func]) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "/* Generated by recorder/codegen/gen.rs from mpi_functions.tsv. Do not edit. */\n",
+    );
+    out.push_str("#include \"evf_runtime.h\"\n\n");
+    for f in funcs {
+        c_wrapper(f, &mut out);
+    }
+    for f in funcs {
+        let lower = f.lower();
+        for suffix in ["_", "_f08_", "_f08ts_"] {
+            fortran_wrapper(f, &format!("{lower}{suffix}"), &mut out);
+        }
+    }
+    out
+}

@@ -1,0 +1,378 @@
+/* Hand-written part of the C layer: communicator ids, completions, init/finalize glue, Fortran
+ * helpers and the private transport. The MPI_* wrappers themselves are generated. */
+#include "evf_runtime.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+__thread int evf_depth __attribute__((tls_model("initial-exec")));
+__thread void *evf_tb __attribute__((tls_model("initial-exec")));
+int evf_active;
+int evf_initialized;
+int evf_clock_tsc = 1;
+
+static MPI_Group evf_world_group = MPI_GROUP_NULL;
+static MPI_Comm evf_tr_comm = MPI_COMM_NULL;
+
+/* ---------------- clock / init / finalize ---------------- */
+
+void evf_init_begin(void)
+{
+    evf_clock_tsc = evf_rust_pre_init();
+}
+
+static void evf_define_comm(uint32_t id, MPI_Comm comm);
+static void evf_resolve_fortran_constants(void);
+static const evf_transport_t evf_transport_template;
+
+void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)
+{
+    if (rc != MPI_SUCCESS) return;
+    evf_initialized = 1;
+    int rank = 0, size = 1;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    PMPI_Comm_group(MPI_COMM_WORLD, &evf_world_group);
+    evf_resolve_fortran_constants();
+    if (!evf_rust_init(rank, size, provided)) return; /* recording disabled: stay inert */
+    /* The private duplicate is made collectively on every rank whether or not the protocol uses
+     * it, so no rank can disagree about its existence. */
+    if (PMPI_Comm_dup(MPI_COMM_WORLD, &evf_tr_comm) == MPI_SUCCESS) {
+        evf_transport_t t = evf_transport_template;
+        t.rank = rank;
+        t.size = size;
+        static evf_transport_t installed;
+        installed = t;
+        evf_rust_set_transport(&installed);
+    }
+    evf_active = 1;
+    evf_define_comm(0, MPI_COMM_WORLD);
+    evf_define_comm(1, MPI_COMM_SELF);
+    evf_call_t r = evf_call_blank(fid);
+    r.start = t0;
+    r.end = t1;
+    evf_rec_call(&r);
+    evf_rust_init_done(t1);
+}
+
+void evf_finalize_begin(void)
+{
+    evf_rust_finalize_begin();
+    evf_rust_set_transport(NULL);
+    if (evf_tr_comm != MPI_COMM_NULL) PMPI_Comm_free(&evf_tr_comm);
+    if (evf_world_group != MPI_GROUP_NULL) PMPI_Group_free(&evf_world_group);
+}
+
+void evf_finalize_end(void)
+{
+    evf_active = 0;
+    evf_rust_finalize_end();
+}
+
+/* ---------------- communicator ids ----------------
+ * Lookups hit a per-thread cache of a few handles; the shared table is only searched (under a
+ * mutex) on a miss. Freeing a communicator bumps a generation counter that empties every cache,
+ * so a reused handle gets a new id and a new definition. */
+
+#define EVF_CACHE 4
+typedef struct {
+    uint64_t handle;
+    uint32_t id;
+} evf_comm_entry;
+
+static pthread_mutex_t evf_comm_lock = PTHREAD_MUTEX_INITIALIZER;
+static evf_comm_entry *evf_comms;
+static size_t evf_ncomms, evf_cap_comms;
+static uint32_t evf_next_comm_id = 2;
+static atomic_uint evf_comm_gen;
+
+static __thread evf_comm_entry evf_cache[EVF_CACHE] __attribute__((tls_model("initial-exec")));
+static __thread unsigned evf_cache_gen __attribute__((tls_model("initial-exec")));
+static __thread unsigned evf_cache_next __attribute__((tls_model("initial-exec")));
+static __thread int evf_cache_valid __attribute__((tls_model("initial-exec")));
+
+static void evf_define_comm(uint32_t id, MPI_Comm comm)
+{
+    MPI_Group group;
+    int n = 0;
+    if (PMPI_Comm_group(comm, &group) != MPI_SUCCESS) {
+        evf_rec_commdef(id, NULL, 0);
+        return;
+    }
+    PMPI_Group_size(group, &n);
+    int32_t stack_buf[2 * 64];
+    int32_t *buf = n <= 64 ? stack_buf : (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)n);
+    if (buf == NULL) {
+        evf_rec_commdef(id, NULL, 0);
+        PMPI_Group_free(&group);
+        return;
+    }
+    int32_t *local = buf, *world = buf + n;
+    for (int i = 0; i < n; i++) local[i] = i;
+    if (n > 0) PMPI_Group_translate_ranks(group, n, local, evf_world_group, world);
+    evf_rec_commdef(id, world, n);
+    PMPI_Group_free(&group);
+    if (buf != stack_buf) free(buf);
+}
+
+uint32_t evf_comm_id(MPI_Comm comm)
+{
+    if (comm == MPI_COMM_WORLD) return 0;
+    if (comm == MPI_COMM_SELF) return 1;
+    if (comm == MPI_COMM_NULL) return EVF_NO_COMM;
+    uint64_t h = EVF_HANDLE_U64(comm);
+    unsigned gen = atomic_load_explicit(&evf_comm_gen, memory_order_acquire);
+    if (evf_cache_valid && evf_cache_gen == gen) {
+        for (int i = 0; i < EVF_CACHE; i++)
+            if (evf_cache[i].handle == h && h != 0) return evf_cache[i].id;
+    } else {
+        memset(evf_cache, 0, sizeof evf_cache);
+        evf_cache_gen = gen;
+        evf_cache_valid = 1;
+    }
+    uint32_t id = EVF_NO_COMM;
+    pthread_mutex_lock(&evf_comm_lock);
+    for (size_t i = 0; i < evf_ncomms; i++)
+        if (evf_comms[i].handle == h) {
+            id = evf_comms[i].id;
+            break;
+        }
+    if (id == EVF_NO_COMM) {
+        if (evf_ncomms == evf_cap_comms) {
+            size_t cap = evf_cap_comms ? 2 * evf_cap_comms : 32;
+            evf_comm_entry *grown = (evf_comm_entry *)realloc(evf_comms, cap * sizeof *grown);
+            if (grown != NULL) {
+                evf_comms = grown;
+                evf_cap_comms = cap;
+            }
+        }
+        id = evf_next_comm_id++;
+        /* Defined before it is added, so no thread can use the id before its CommDef exists. */
+        evf_define_comm(id, comm);
+        if (evf_ncomms < evf_cap_comms) evf_comms[evf_ncomms++] = (evf_comm_entry){h, id};
+    }
+    pthread_mutex_unlock(&evf_comm_lock);
+    evf_cache[evf_cache_next % EVF_CACHE] = (evf_comm_entry){h, id};
+    evf_cache_next++;
+    return id;
+}
+
+void evf_comm_forget(MPI_Comm comm)
+{
+    uint64_t h = EVF_HANDLE_U64(comm);
+    pthread_mutex_lock(&evf_comm_lock);
+    for (size_t i = 0; i < evf_ncomms; i++)
+        if (evf_comms[i].handle == h) {
+            evf_comms[i] = evf_comms[--evf_ncomms];
+            break;
+        }
+    atomic_fetch_add_explicit(&evf_comm_gen, 1, memory_order_release);
+    pthread_mutex_unlock(&evf_comm_lock);
+}
+
+/* ---------------- sizes ---------------- */
+
+uint64_t evf_type_bytes_slow(int count, MPI_Datatype type)
+{
+    if (type == MPI_DATATYPE_NULL) return 0;
+    int size = 0;
+    if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size < 0) return 0;
+    return (uint64_t)count * (uint64_t)size;
+}
+
+uint64_t evf_vbytes(const int *counts, MPI_Datatype type, MPI_Comm comm)
+{
+    if (counts == NULL || type == MPI_DATATYPE_NULL) return 0;
+    int inter = 0, n = 0, size = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    if (inter)
+        PMPI_Comm_remote_size(comm, &n);
+    else
+        PMPI_Comm_size(comm, &n);
+    if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size < 0) return 0;
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0) total += (uint64_t)counts[i];
+    return total * (uint64_t)size;
+}
+
+/* ---------------- completions ---------------- */
+
+/* Completions are processed after the completion call's record was stored, so their cost is
+ * measured here (two clock reads, only when something completed) and charged to the thread's next
+ * event, like the other slow paths (see recorder/src/core.rs). */
+static void evf_emit(uint64_t handle, MPI_Status *st, uint64_t *t_first)
+{
+    if (*t_first == 0) *t_first = evf_now();
+    int count = 0, cancelled = 0;
+    if (PMPI_Get_count(st, MPI_BYTE, &count) != MPI_SUCCESS || count == MPI_UNDEFINED || count < 0)
+        count = 0;
+    PMPI_Test_cancelled(st, &cancelled);
+    evf_rec_completion(handle, evf_peer(st->MPI_SOURCE), evf_tag(st->MPI_TAG), (uint64_t)count,
+                       cancelled);
+}
+
+static MPI_Status *evf_status_at(MPI_Status *cst, MPI_Fint *fst, int k, MPI_Status *tmp)
+{
+    if (cst != NULL) return &cst[k];
+    PMPI_Status_f2c(fst + (size_t)k * EVF_FSTAT_INTS, tmp);
+    return tmp;
+}
+
+void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, MPI_Fint *fst, int flag,
+                      int index, int outcount, const int *indices, int base)
+{
+    const uint64_t null_h = EVF_REQ_H(MPI_REQUEST_NULL);
+    MPI_Status tmp;
+    uint64_t t = 0;
+    switch (kind) {
+    case EVF_DONE_SINGLE:
+        if (flag && n >= 1 && saved[0] != null_h) evf_emit(saved[0], evf_status_at(cst, fst, 0, &tmp), &t);
+        break;
+    case EVF_DONE_ALL:
+        if (!flag) break;
+        for (int i = 0; i < n; i++)
+            if (saved[i] != null_h) evf_emit(saved[i], evf_status_at(cst, fst, i, &tmp), &t);
+        break;
+    case EVF_DONE_ANY: {
+        if (!flag || index == MPI_UNDEFINED) break;
+        int i = index - base;
+        if (i >= 0 && i < n && saved[i] != null_h) evf_emit(saved[i], evf_status_at(cst, fst, 0, &tmp), &t);
+        break;
+    }
+    case EVF_DONE_SOME:
+        if (outcount == MPI_UNDEFINED || indices == NULL) break;
+        for (int k = 0; k < outcount; k++) {
+            int i = indices[k] - base;
+            if (i >= 0 && i < n && saved[i] != null_h) evf_emit(saved[i], evf_status_at(cst, fst, k, &tmp), &t);
+        }
+        break;
+    default:
+        break;
+    }
+    if (t != 0) evf_rust_charge(evf_now() - t);
+}
+
+/* No memory for the request copies or the substitute status array: the completions of this call
+ * cannot be recorded. Counted (at most n were lost) and marked, never silent. */
+void evf_completions_lost(int n)
+{
+    evf_rust_lost(n > 0 ? (uint64_t)n : 0);
+}
+
+void evf_complete_blocking(MPI_Status *status)
+{
+    uint64_t t = 0;
+    evf_emit(0, status, &t);
+    evf_rust_charge(evf_now() - t);
+}
+
+/* ---------------- Fortran helpers ---------------- */
+
+void *evf_next_symbol(const char *name)
+{
+    void *sym = dlsym(RTLD_NEXT, name);
+    if (sym == NULL) {
+        fprintf(stderr, "evenflush: the MPI library defines no %s; cannot forward the call\n", name);
+        abort();
+    }
+    return sym;
+}
+
+/* Addresses the Fortran bindings use for MPI_IN_PLACE and MPI_STATUS(ES)_IGNORE. They differ per
+ * MPI and binding, so every known spelling is looked up once. */
+#define EVF_MAX_SENTINELS 16
+static const void *evf_in_place_addrs[EVF_MAX_SENTINELS];
+static int evf_n_in_place;
+static const void *evf_status_ignore_addrs[EVF_MAX_SENTINELS];
+static int evf_n_status_ignore;
+
+static void evf_add(const void **arr, int *n, const void *p)
+{
+    if (p != NULL && *n < EVF_MAX_SENTINELS) arr[(*n)++] = p;
+}
+
+static void evf_resolve_fortran_constants(void)
+{
+    static const char *in_place[] = {"mpi_fortran_in_place_", "mpi_fortran_in_place", "mpi_fortran_in_place__",
+                                     "MPI_FORTRAN_IN_PLACE", "mpifcmb5_", "MPIR_F08_MPI_IN_PLACE"};
+    for (size_t i = 0; i < sizeof in_place / sizeof *in_place; i++)
+        evf_add(evf_in_place_addrs, &evf_n_in_place, dlsym(RTLD_DEFAULT, in_place[i]));
+    /* MPICH keeps a pointer to its common block. */
+    void **indirect = (void **)dlsym(RTLD_DEFAULT, "MPIR_F_MPI_IN_PLACE");
+    if (indirect != NULL) evf_add(evf_in_place_addrs, &evf_n_in_place, *indirect);
+
+    evf_add(evf_status_ignore_addrs, &evf_n_status_ignore, MPI_F_STATUS_IGNORE);
+    evf_add(evf_status_ignore_addrs, &evf_n_status_ignore, MPI_F_STATUSES_IGNORE);
+#ifdef MPICH
+    evf_add(evf_status_ignore_addrs, &evf_n_status_ignore, MPI_F08_STATUS_IGNORE);
+    evf_add(evf_status_ignore_addrs, &evf_n_status_ignore, MPI_F08_STATUSES_IGNORE);
+#endif
+    static const char *ignore[] = {"mpi_fortran_status_ignore_", "mpi_fortran_statuses_ignore_",
+                                   "MPIR_F08_MPI_STATUS_IGNORE_OBJ", "MPIR_F08_MPI_STATUSES_IGNORE_OBJ"};
+    for (size_t i = 0; i < sizeof ignore / sizeof *ignore; i++)
+        evf_add(evf_status_ignore_addrs, &evf_n_status_ignore, dlsym(RTLD_DEFAULT, ignore[i]));
+}
+
+int evf_f_in_place(const void *buf)
+{
+    for (int i = 0; i < evf_n_in_place; i++)
+        if (buf == evf_in_place_addrs[i]) return 1;
+    return 0;
+}
+
+int evf_f_status_ignored(const MPI_Fint *status)
+{
+    for (int i = 0; i < evf_n_status_ignore; i++)
+        if ((const void *)status == evf_status_ignore_addrs[i]) return 1;
+    return 0;
+}
+
+/* ---------------- private transport on a duplicate of MPI_COMM_WORLD ---------------- */
+
+static int evf_tr_barrier(void) { return PMPI_Barrier(evf_tr_comm); }
+
+static int evf_tr_allreduce_or(int value, int *result)
+{
+    return PMPI_Allreduce(&value, result, 1, MPI_INT, MPI_LOR, evf_tr_comm);
+}
+
+static int evf_tr_gather_f64(double value, double *all_at_root)
+{
+    return PMPI_Gather(&value, 1, MPI_DOUBLE, all_at_root, 1, MPI_DOUBLE, 0, evf_tr_comm);
+}
+
+static int evf_tr_bcast_f64(double *value, int root) { return PMPI_Bcast(value, 1, MPI_DOUBLE, root, evf_tr_comm); }
+
+static int evf_tr_bcast_u64(uint64_t *value, int root)
+{
+    return PMPI_Bcast(value, 1, MPI_UINT64_T, root, evf_tr_comm);
+}
+
+static int evf_tr_send_f64(double value, int dest, int tag)
+{
+    return PMPI_Send(&value, 1, MPI_DOUBLE, dest, tag, evf_tr_comm);
+}
+
+static int evf_tr_recv_f64(double *value, int source, int tag)
+{
+    return PMPI_Recv(value, 1, MPI_DOUBLE, source, tag, evf_tr_comm, MPI_STATUS_IGNORE);
+}
+
+static int evf_tr_send_u64(uint64_t value, int dest, int tag)
+{
+    return PMPI_Send(&value, 1, MPI_UINT64_T, dest, tag, evf_tr_comm);
+}
+
+static int evf_tr_recv_u64(uint64_t *value, int source, int tag)
+{
+    return PMPI_Recv(value, 1, MPI_UINT64_T, source, tag, evf_tr_comm, MPI_STATUS_IGNORE);
+}
+
+static const evf_transport_t evf_transport_template = {
+    0, 1, evf_tr_barrier, evf_tr_allreduce_or, evf_tr_gather_f64, evf_tr_bcast_f64, evf_tr_bcast_u64,
+    evf_tr_send_f64, evf_tr_recv_f64, evf_tr_send_u64, evf_tr_recv_u64,
+};

@@ -1,0 +1,160 @@
+/* Runtime shared by the generated wrappers (evf_wrappers.c) and evf_runtime.c.
+ * The C layer owns every MPI type: it turns handles into integers and hands plain records to the
+ * Rust core through the evf_* hooks declared below. */
+#ifndef EVF_RUNTIME_H
+#define EVF_RUNTIME_H
+
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <x86intrin.h>
+
+#define EVF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define EVF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define EVF_EXPORT __attribute__((visibility("default")))
+
+/* Arrays of requests/statuses up to this length live on the wrapper's stack. */
+#define EVF_SMALL 16
+/* A Fortran status (mpif.h, use mpi and mpi_f08) has the C MPI_Status layout in both MPIs. */
+#define EVF_FSTAT_INTS ((int)(sizeof(MPI_Status) / sizeof(MPI_Fint)))
+
+#define EVF_NO_COMM 0xffffffffu
+
+/* Handles as integers: Open MPI's are pointers, MPICH's are ints. */
+#ifdef OPEN_MPI
+#define EVF_HANDLE_U64(h) ((uint64_t)(uintptr_t)(h))
+#else
+#define EVF_HANDLE_U64(h) ((uint64_t)(uint32_t)(h))
+#endif
+#define EVF_REQ_H(r) EVF_HANDLE_U64(r)
+
+enum { EVF_REQ_NONE = 0, EVF_REQ_NEW = 1, EVF_REQ_NEW_PERSISTENT = 2, EVF_REQ_START = 3, EVF_REQ_FREE = 4 };
+enum { EVF_KIND_NONE = 0, EVF_KIND_SEND = 1, EVF_KIND_RECV = 2, EVF_KIND_OTHER = 3 };
+enum { EVF_DONE_SINGLE = 0, EVF_DONE_ALL = 1, EVF_DONE_ANY = 2, EVF_DONE_SOME = 3 };
+
+/* Mirrored by recorder::ffi::CallRecord (same field order and types). */
+typedef struct {
+    uint64_t start;
+    uint64_t end;
+    uint64_t bytes;
+    uint64_t req_handle;
+    uint32_t comm;
+    int32_t peer;
+    int32_t tag;
+    int32_t root;
+    uint16_t func;
+    uint8_t req_op;
+    uint8_t req_kind;
+} evf_call_t;
+
+/* Mirrored by recorder::mpi_link::Transport. Every function returns an MPI error code. */
+typedef struct {
+    int rank;
+    int size;
+    int (*barrier)(void);
+    int (*allreduce_or)(int value, int *result);
+    int (*gather_f64)(double value, double *all_at_root);
+    int (*bcast_f64)(double *value, int root);
+    int (*bcast_u64)(uint64_t *value, int root);
+    int (*send_f64)(double value, int dest, int tag);
+    int (*recv_f64)(double *value, int source, int tag);
+    int (*send_u64)(uint64_t value, int dest, int tag);
+    int (*recv_u64)(uint64_t *value, int source, int tag);
+} evf_transport_t;
+
+/* ---- Rust core hooks (recorder::ffi) ---- */
+int evf_rust_pre_init(void);
+int evf_rust_init(int world_rank, int world_size, int thread_level);
+void evf_rust_init_done(uint64_t tick);
+void evf_rec_call(const evf_call_t *call);
+void *evf_rust_thread_buf(void);
+void evf_rec_call_on(void *thread_buf, const evf_call_t *call);
+void evf_rec_completion(uint64_t req_handle, int32_t source, int32_t tag, uint64_t bytes, int cancelled);
+void evf_rec_commdef(uint32_t id, const int32_t *members, int n);
+void evf_after_blocking_collective(uint32_t comm, uint16_t func);
+void evf_rust_charge(uint64_t ticks);
+void evf_rust_lost(uint64_t events);
+void evf_rust_finalize_begin(void);
+void evf_rust_finalize_end(void);
+void evf_abnormal_end(int signal);
+void evf_rust_set_transport(const evf_transport_t *transport);
+
+/* ---- C runtime (evf_runtime.c) ---- */
+extern __thread int evf_depth __attribute__((tls_model("initial-exec")));
+extern int evf_active;
+extern int evf_initialized;
+extern int evf_clock_tsc;
+/* This thread's Rust buffer, cached here because initial-exec TLS is a plain %fs load while
+ * Rust's thread-locals in a cdylib go through __tls_get_addr. */
+extern __thread void *evf_tb __attribute__((tls_model("initial-exec")));
+
+void evf_init_begin(void);
+void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided);
+void evf_finalize_begin(void);
+void evf_finalize_end(void);
+uint32_t evf_comm_id(MPI_Comm comm);
+void evf_comm_forget(MPI_Comm comm);
+uint64_t evf_type_bytes_slow(int count, MPI_Datatype type);
+uint64_t evf_vbytes(const int *counts, MPI_Datatype type, MPI_Comm comm);
+void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, MPI_Fint *fst, int flag,
+                      int index, int outcount, const int *indices, int base);
+void evf_complete_blocking(MPI_Status *status);
+void evf_completions_lost(int n);
+void *evf_next_symbol(const char *name);
+int evf_f_in_place(const void *buf);
+int evf_f_status_ignored(const MPI_Fint *status);
+
+/* Must match recorder::clock::now(). */
+static inline uint64_t evf_now(void)
+{
+    if (EVF_LIKELY(evf_clock_tsc)) return __rdtsc();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void evf_record_call(const evf_call_t *call)
+{
+    void *tb = evf_tb;
+    if (EVF_UNLIKELY(tb == NULL)) {
+        tb = evf_rust_thread_buf();
+        evf_tb = tb;
+    }
+    evf_rec_call_on(tb, call);
+}
+
+static inline evf_call_t evf_call_blank(uint16_t fid)
+{
+    evf_call_t r = {0};
+    r.func = fid;
+    r.comm = EVF_NO_COMM;
+    r.peer = -1;
+    r.tag = -1;
+    r.root = -1;
+    return r;
+}
+
+/* Wildcards to the trace's own values (format::ANY_SOURCE = -2, PROC_NULL = -3, ANY_TAG = -2):
+ * the two MPIs use different numbers for them. */
+static inline int32_t evf_peer(int rank)
+{
+    if (rank == MPI_ANY_SOURCE) return -2;
+    if (rank == MPI_PROC_NULL) return -3;
+    return rank;
+}
+
+static inline int32_t evf_tag(int tag)
+{
+    return tag == MPI_ANY_TAG ? -2 : tag;
+}
+
+static inline uint64_t evf_bytes(int count, MPI_Datatype type)
+{
+    if (count <= 0) return 0;
+    return evf_type_bytes_slow(count, type);
+}
+
+#endif

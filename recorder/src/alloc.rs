@@ -1,0 +1,140 @@
+//! Global allocator of the preload libraries: trace blocks (2 MiB and up) come from their own
+//! 2 MiB-aligned mappings marked `MADV_HUGEPAGE`, everything else from the system allocator.
+//!
+//! Why: in-memory tracing touches fresh memory at ~55 bytes per event; with 4 KiB pages that is a
+//! page fault every ~75 events, which measured ~15-20 ns per event on this VM. With transparent
+//! huge pages in `madvise` mode (Debian's default) one fault maps a whole block.
+//! Only the Rust code of the preload library allocates through this; the application's `malloc`
+//! is untouched.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+
+/// Allocations at least this large get their own huge-page mapping.
+pub const HUGE_MIN: usize = 2 << 20;
+const HUGE_ALIGN: usize = 2 << 20;
+
+pub struct HugeBlockAlloc;
+
+fn is_huge(layout: &Layout) -> bool {
+    layout.size() >= HUGE_MIN && layout.align() <= HUGE_ALIGN
+}
+
+fn mapped_len(size: usize) -> usize {
+    size.div_ceil(HUGE_ALIGN) * HUGE_ALIGN
+}
+
+unsafe fn map_huge(size: usize) -> *mut u8 {
+    let len = mapped_len(size);
+    let Some(total) = len.checked_add(HUGE_ALIGN) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: an anonymous private mapping; nothing else refers to the range until we return it.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            total,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return std::ptr::null_mut();
+        }
+        let start = p as usize;
+        let aligned = start.div_ceil(HUGE_ALIGN) * HUGE_ALIGN;
+        let head = aligned - start;
+        if head > 0 {
+            libc::munmap(p, head);
+        }
+        let tail = total - head - len;
+        if tail > 0 {
+            libc::munmap((aligned + len) as *mut libc::c_void, tail);
+        }
+        libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        aligned as *mut u8
+    }
+}
+
+// SAFETY: huge allocations are whole private mappings released with the same length they were
+// made with (derived from the layout the caller must pass back); the rest is the system allocator.
+unsafe impl GlobalAlloc for HugeBlockAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if is_huge(&layout) {
+            // SAFETY: size is non-zero (>= HUGE_MIN).
+            unsafe { map_huge(layout.size()) }
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { System.alloc(layout) }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if is_huge(&layout) {
+            // SAFETY: fresh anonymous mappings are zero-filled.
+            unsafe { map_huge(layout.size()) }
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { System.alloc_zeroed(layout) }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if is_huge(&layout) {
+            // SAFETY: `ptr` came from `map_huge` with this size, so this is exactly its mapping.
+            unsafe { libc::munmap(ptr as *mut libc::c_void, mapped_len(layout.size())) };
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
+            return std::ptr::null_mut();
+        };
+        if !is_huge(&layout) && !is_huge(&new_layout) {
+            // SAFETY: forwarded contract; both sides belong to the system allocator.
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
+        if is_huge(&layout)
+            && is_huge(&new_layout)
+            && mapped_len(layout.size()) == mapped_len(new_size)
+        {
+            return ptr;
+        }
+        // SAFETY: a new block of the new layout, the common prefix copied, the old one released.
+        unsafe {
+            let fresh = self.alloc(new_layout);
+            if !fresh.is_null() {
+                std::ptr::copy_nonoverlapping(ptr, fresh, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+            fresh
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_blocks_are_aligned_usable_and_reallocatable() {
+        let a = HugeBlockAlloc;
+        let layout = Layout::from_size_align(HUGE_MIN + 100, 8).unwrap();
+        // SAFETY: matching alloc/realloc/dealloc with the layouts used to allocate.
+        unsafe {
+            let p = a.alloc(layout);
+            assert!(!p.is_null());
+            assert_eq!(p as usize % HUGE_ALIGN, 0);
+            p.write_bytes(0xab, layout.size());
+            let q = a.realloc(p, layout, 3 * HUGE_MIN);
+            assert!(!q.is_null());
+            assert_eq!(*q.add(HUGE_MIN + 99), 0xab);
+            let shrunk = a.realloc(q, Layout::from_size_align(3 * HUGE_MIN, 8).unwrap(), 64);
+            assert_eq!(*shrunk.add(63), 0xab);
+            a.dealloc(shrunk, Layout::from_size_align(64, 8).unwrap());
+        }
+    }
+}

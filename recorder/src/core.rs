@@ -1,0 +1,372 @@
+//! The recorder's state and the record paths the C hooks call.
+//!
+//! Cost accounting (the direct perturbation `cost` of each call record): the C wrapper reads the
+//! clock right before (t0) and right after (t1) the PMPI call; everything the recorder does after
+//! t1 (communicator lookup, type size, request bookkeeping, storing the record) plus one clock read
+//! is its cost. Reading the clock a third time for every event would itself cost ~20 ns, so:
+//! - fast path, sampled: every [`SAMPLE_EVERY`]-th event of a thread (and its first
+//!   [`WARMUP_SAMPLES`]) reads the clock after storing its record (t2); `t2 - t1 + one clock read`
+//!   is a measurement that updates the thread's running estimate (a moving average; samples above
+//!   [`OUTLIER_NS`] are preemptions or page faults, not the recorder, and are dropped; others are
+//!   clipped to 4x the estimate), and every event is charged the current estimate;
+//! - slow paths, exact: when storing the record allocated a new block, the hard limit forced a
+//!   local flush, or a Wait/Test/receive produced completions (processed after the call's record
+//!   was stored), the whole extra time is measured and charged to the thread's next event (that
+//!   time passes between this event's end and the next one's start, so that is where it perturbs).
+//!   Slow-path measurements are wall time, so a preemption that hits one is included.
+//!
+//! The clock read cost is measured at init (minimum of back-to-back reads).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
+
+use format::{
+    ClockCalibration, Completion, Event, FileHeader, Marker, MpiCall, NO_RANK, NO_REQUEST, NO_TAG,
+};
+use offload::config::Config;
+
+use crate::buffers::{self, Taken};
+use crate::clock;
+use crate::requests::{self, ReqKind};
+use crate::sink;
+
+/// One fast-path event in this many takes a third clock read to measure the recorder's cost.
+pub const SAMPLE_EVERY: u64 = 32;
+/// The first events of each thread are all measured, so the estimate settles quickly.
+pub const WARMUP_SAMPLES: u64 = 8;
+/// A fast-path sample longer than this is an interruption, not recorder work.
+pub const OUTLIER_NS: f64 = 20_000.0;
+
+/// Request bookkeeping requested by the C layer (`evf_call_t.req_op`).
+pub const REQ_NONE: u8 = 0;
+pub const REQ_NEW: u8 = 1;
+pub const REQ_NEW_PERSISTENT: u8 = 2;
+pub const REQ_START: u8 = 3;
+pub const REQ_FREE: u8 = 4;
+/// Request kinds (`evf_call_t.req_kind`).
+pub const KIND_SEND: u8 = 1;
+pub const KIND_RECV: u8 = 2;
+
+/// A call as the C layer hands it over; mirrors `evf_call_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CallRecord {
+    pub start: u64,
+    pub end: u64,
+    pub bytes: u64,
+    pub req_handle: u64,
+    pub comm: u32,
+    pub peer: i32,
+    pub tag: i32,
+    pub root: i32,
+    pub func: u16,
+    pub req_op: u8,
+    pub req_kind: u8,
+}
+
+/// Fixed facts about this rank's recording, set once at init.
+#[derive(Debug)]
+pub struct Session {
+    pub rank: u32,
+    pub size: u32,
+    pub thread_level: i32,
+    pub config: Config,
+    pub clock: ClockCalibration,
+    pub read_cost: u64,
+}
+
+static SESSION: OnceLock<Session> = OnceLock::new();
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static FINISHED: AtomicBool = AtomicBool::new(false);
+static LOCAL_FLUSHES: AtomicU64 = AtomicU64::new(0);
+static FLUSH_LOCK: Mutex<()> = Mutex::new(());
+static LIMIT_WARNING: Once = Once::new();
+static LOST_WARNING: Once = Once::new();
+static LIMIT: AtomicU64 = AtomicU64::new(u64::MAX);
+static READ_COST: AtomicU64 = AtomicU64::new(0);
+static OUTLIER_TICKS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+pub fn session() -> Option<&'static Session> {
+    SESSION.get()
+}
+
+/// Whether events are being recorded (between init and finalize).
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// Starts recording. Returns false (and stays inert) if a session already exists.
+pub fn start_session(session: Session) -> bool {
+    let limit = session.config.limit;
+    READ_COST.store(session.read_cost, Ordering::Relaxed);
+    OUTLIER_TICKS.store(
+        (OUTLIER_NS * 1e-9 * session.clock.ticks_per_sec) as u64,
+        Ordering::Relaxed,
+    );
+    if SESSION.set(session).is_err() {
+        return false;
+    }
+    LIMIT.store(limit, Ordering::Relaxed);
+    ACTIVE.store(true, Ordering::Release);
+    true
+}
+
+fn clip_u32(v: u64) -> u32 {
+    v.min(u32::MAX as u64) as u32
+}
+
+/// Stores one call record on this thread's buffer.
+pub fn record_call(rec: &CallRecord) {
+    record_call_on(buffers::mine(), rec);
+}
+
+/// Stores one call record (the hot path) on `tb`, which must be this thread's buffer.
+#[inline]
+pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
+    let request = match rec.req_op {
+        REQ_NONE => NO_REQUEST,
+        REQ_NEW | REQ_NEW_PERSISTENT => {
+            let kind = match rec.req_kind {
+                KIND_SEND => ReqKind::Send,
+                KIND_RECV => ReqKind::Recv,
+                _ => ReqKind::Other,
+            };
+            requests::create(
+                rec.req_handle,
+                kind,
+                rec.bytes,
+                rec.req_op == REQ_NEW_PERSISTENT,
+            )
+        }
+        REQ_START => requests::start(rec.req_handle),
+        REQ_FREE => requests::free(rec.req_handle),
+        _ => NO_REQUEST,
+    };
+    let mut call = MpiCall {
+        func: rec.func,
+        start: rec.start,
+        end: rec.end,
+        comm: rec.comm,
+        peer: rec.peer,
+        tag: rec.tag,
+        bytes: rec.bytes,
+        root: rec.root,
+        request,
+        cost: 0,
+    };
+    let read_cost = READ_COST.load(Ordering::Relaxed);
+    let outlier = OUTLIER_TICKS.load(Ordering::Relaxed);
+    let ((), grew) = buffers::with_buf(tb, |l| {
+        let sampled = l.calls < WARMUP_SAMPLES || l.calls.is_multiple_of(SAMPLE_EVERY);
+        l.calls += 1;
+        call.cost = clip_u32(l.cost_estimate + l.cost_carry);
+        l.cost_carry = 0;
+        let cap_before = l.buf.capacity_bytes();
+        l.buf.push_call(&call);
+        let allocated = l.buf.capacity_bytes() != cap_before;
+        if sampled || allocated {
+            let measured = clock::now().wrapping_sub(rec.end).wrapping_add(read_cost);
+            if allocated {
+                l.cost_carry += measured.saturating_sub(l.cost_estimate);
+            } else if measured > outlier {
+                // preempted or faulted while storing: says nothing about the recorder's cost
+            } else if l.cost_estimate == 0 {
+                l.cost_estimate = measured;
+            } else {
+                let clipped = measured.min(4 * l.cost_estimate);
+                l.cost_estimate = (3 * l.cost_estimate + clipped) / 4;
+            }
+        }
+    });
+    if grew > 0 {
+        check_limit();
+    }
+}
+
+/// Charges `ticks` of measured recorder work (plus one clock read) to this thread's next event.
+pub fn charge(ticks: u64) {
+    let read_cost = READ_COST.load(Ordering::Relaxed);
+    buffers::with_mine(|l| l.cost_carry += ticks.saturating_add(read_cost));
+}
+
+/// Records that up to `events` events could not be recorded (warned once on stderr).
+pub fn lost(events: u64) {
+    if events == 0 {
+        return;
+    }
+    LOST_WARNING.call_once(|| {
+        let rank = session().map_or(0, |s| s.rank);
+        eprintln!("evenflush: rank {rank}: out of memory in the recorder; some completions are lost (marked in the trace)");
+    });
+    record_event(&Event::Marker(Marker::Lost {
+        time: clock::now(),
+        events,
+    }));
+}
+
+/// Stores the completion of a request (or, with `handle == 0`, of a blocking receive).
+pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancelled: bool) {
+    let completion = if handle == 0 {
+        Completion {
+            request: NO_REQUEST,
+            source,
+            tag,
+            bytes,
+            cancelled,
+        }
+    } else {
+        match requests::complete(handle) {
+            None => return,
+            Some(r) => match r.kind {
+                ReqKind::Recv => Completion {
+                    request: r.id,
+                    source,
+                    tag,
+                    bytes,
+                    cancelled,
+                },
+                ReqKind::Other if r.id == NO_REQUEST => Completion {
+                    request: r.id,
+                    source,
+                    tag,
+                    bytes,
+                    cancelled,
+                },
+                _ => Completion {
+                    request: r.id,
+                    source: NO_RANK,
+                    tag: NO_TAG,
+                    bytes: r.bytes,
+                    cancelled,
+                },
+            },
+        }
+    };
+    let ((), grew) = buffers::with_mine(|l| l.buf.push_completion(&completion));
+    if grew > 0 {
+        check_limit();
+    }
+}
+
+/// Stores any other event (definitions, markers, user records).
+pub fn record_event(event: &Event) {
+    let ((), grew) = buffers::with_mine(|l| l.buf.push_event(event));
+    if grew > 0 {
+        check_limit();
+    }
+}
+
+/// Past the hard limit: flush locally (timing may be perturbed; the trace says so).
+fn check_limit() {
+    if buffers::held_bytes() <= LIMIT.load(Ordering::Relaxed) {
+        return;
+    }
+    let Ok(_guard) = FLUSH_LOCK.try_lock() else {
+        return; // another thread is flushing right now
+    };
+    if buffers::held_bytes() <= LIMIT.load(Ordering::Relaxed) {
+        return;
+    }
+    let t0 = clock::now();
+    let held = buffers::held_bytes();
+    let (taken, _) = buffers::take_all(None);
+    let stats = sink::write(&taken);
+    LOCAL_FLUSHES.fetch_add(1, Ordering::Relaxed);
+    LIMIT_WARNING.call_once(|| {
+        let rank = session().map_or(0, |s| s.rank);
+        eprintln!(
+            "evenflush: rank {rank}: recorder memory reached the limit ({held} bytes held); flushing locally \
+             (marked in the trace; raise EVENFLUSH_LIMIT to avoid it)"
+        );
+    });
+    let _ = stats;
+    let t1 = clock::now();
+    record_event(&Event::Marker(Marker::LocalFlush {
+        time: t0,
+        bytes: held,
+    }));
+    buffers::with_mine(|l| l.cost_carry += t1.wrapping_sub(t0));
+}
+
+/// How many local flushes the hard limit forced so far.
+pub fn local_flushes() -> u64 {
+    LOCAL_FLUSHES.load(Ordering::Relaxed)
+}
+
+/// Takes every thread's buffered events, for a writer (offload suspension, finalize).
+pub fn take_all_buffers() -> Vec<Taken> {
+    buffers::take_all(None).0
+}
+
+/// Ends recording and writes everything held. `abnormal` is `Some(signal)` when not called from
+/// `MPI_Finalize` (0 = exit without finalize, -1 = `MPI_Abort`). Runs at most once.
+pub fn finish(abnormal: Option<i32>) {
+    if FINISHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    ACTIVE.store(false, Ordering::Release);
+    let held = buffers::held_bytes();
+    let (mut taken, busy) = match abnormal {
+        // A signal may have interrupted an append on this very thread: never wait for long.
+        Some(sig) if sig > 0 => buffers::take_all(Some(1 << 20)),
+        _ => buffers::take_all(None),
+    };
+    let rank = session().map_or(0, |s| s.rank);
+    if !busy.streams.is_empty() {
+        eprintln!(
+            "evenflush: rank {rank}: {} thread buffer(s) were in use when the signal arrived; their events are lost",
+            busy.streams.len()
+        );
+    }
+    if let Some(signal) = abnormal {
+        let mut tail = format::RawBuf::new();
+        let time = clock::now();
+        if !busy.streams.is_empty() {
+            tail.push_event(&Event::Marker(Marker::RecordingStopped { time }));
+        }
+        tail.push_event(&Event::Marker(Marker::AbnormalEnd { time, signal }));
+        // Written as the last chunk of the first thread's stream, after everything else.
+        taken.push(Taken {
+            stream: 0,
+            buf: tail,
+        });
+    }
+    let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
+    let used: u64 = taken.iter().map(|t| t.buf.bytes() as u64).sum();
+    let t0 = clock::now();
+    let stats = sink::write(&taken);
+    let t1 = clock::now();
+    if stats.events_lost > 0 {
+        eprintln!(
+            "evenflush: rank {rank}: {} events could not be written",
+            stats.events_lost
+        );
+    }
+    if std::env::var_os("EVENFLUSH_VERBOSE").is_some() {
+        let tps = session().map_or(1e9, |s| s.clock.ticks_per_sec);
+        eprintln!(
+            "evenflush: rank {rank}: {events} events in memory, {used} bytes used ({:.1} B/event), {held} bytes held; \
+             wrote {} bytes ({} raw) in {:.1} ms to {}",
+            used as f64 / events.max(1) as f64,
+            stats.bytes_stored,
+            stats.bytes_raw,
+            t1.wrapping_sub(t0) as f64 / tps * 1e3,
+            sink::path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Builds the rank file header for this session.
+pub fn file_header(rank: u32, size: u32, clock: ClockCalibration) -> FileHeader {
+    FileHeader {
+        rank,
+        world_size: size,
+        part: 0,
+        clock,
+        created_unix_ns: clock::realtime_ns(),
+        producer: format!("evenflush-recorder {}", env!("CARGO_PKG_VERSION")),
+    }
+}

@@ -1,0 +1,337 @@
+//! The plain `extern "C"` functions the generated C layer calls. No MPI types cross this line:
+//! handles arrive as integers, communicators as recorder ids.
+//!
+//! Nothing here may unwind into C: the preload libraries are built with `panic = "abort"`, and the
+//! code avoids panicking paths (poisoned locks are recovered, writes report errors instead).
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use format::{CommId, Event, FunctionId, Marker};
+use offload::config::Config;
+
+use crate::clock::{self, CalibrationStart};
+use crate::core::{self, CallRecord, Session};
+use crate::{functions, mpi_link, protocol, sink};
+
+static CALIBRATION: Mutex<Option<CalibrationStart>> = Mutex::new(None);
+static SPANS_WORLD: Mutex<Option<HashMap<CommId, bool>>> = Mutex::new(None);
+
+/// Whether communicator `comm` (a recorder id) contains every rank of `MPI_COMM_WORLD`.
+pub fn comm_spans_world(comm: CommId) -> bool {
+    SPANS_WORLD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(&comm).copied())
+        .unwrap_or(false)
+}
+
+/// Entry of `MPI_Init`: picks the clock and starts calibrating it. Returns 1 if the C layer must
+/// read the TSC, 0 for `CLOCK_MONOTONIC`.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_pre_init() -> c_int {
+    let source = clock::select_source();
+    *CALIBRATION.lock().unwrap_or_else(|e| e.into_inner()) = Some(clock::begin_calibration());
+    (source == format::ClockSource::Tsc) as c_int
+}
+
+/// After a successful `MPI_Init`: reads the settings, finishes the clock calibration and starts
+/// the session. Returns 0 if recording is disabled (bad settings): the library then stays inert.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_init(
+    world_rank: c_int,
+    world_size: c_int,
+    thread_level: c_int,
+) -> c_int {
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            if world_rank == 0 {
+                eprintln!("evenflush: {e}; recording is disabled");
+            }
+            return 0;
+        }
+    };
+    let start = CALIBRATION.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let start = start.unwrap_or_else(clock::begin_calibration);
+    let calibration = clock::finish_calibration(start, Duration::from_millis(20));
+    let rank = world_rank.max(0) as u32;
+    let size = world_size.max(1) as u32;
+    let dir = config
+        .out
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "evenflush-trace".into());
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!(
+            "evenflush: rank {rank}: cannot create {}: {e}",
+            dir.display()
+        );
+    }
+    sink::configure(
+        &dir,
+        core::file_header(rank, size, calibration),
+        config.zstd_level,
+    );
+    let session = Session {
+        rank,
+        size,
+        thread_level,
+        config,
+        clock: calibration,
+        read_cost: clock::read_cost_ticks(),
+    };
+    if !core::start_session(session) {
+        return 0;
+    }
+    for (id, (name, _)) in functions::FUNCTIONS.iter().enumerate() {
+        core::record_event(&Event::FunctionDef {
+            id: id as FunctionId,
+            name: (*name).to_string(),
+        });
+    }
+    crate::signals::install();
+    1
+}
+
+/// End of `MPI_Init`: the measured span starts here.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_init_done(tick: u64) {
+    core::record_event(&Event::Marker(Marker::InitDone { time: tick }));
+    if std::env::var_os("EVENFLUSH_CHECK_LINK").is_some() {
+        match mpi_link::self_check() {
+            Ok(report) => eprintln!("evenflush: transport ok: {report}"),
+            Err(e) => eprintln!("evenflush: transport check failed: {e}"),
+        }
+    }
+    protocol::on_init_done();
+    // Everything since PMPI_Init returned (calibration wait, settings, definitions, the protocol's
+    // initial clock measurement) is recorder time before the application's first event.
+    core::charge(clock::now().wrapping_sub(tick));
+}
+
+/// # Safety
+/// `call` must point to a valid `evf_call_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rec_call(call: *const CallRecord) {
+    // SAFETY: the C wrapper passes the address of a local record that lives across this call.
+    if let Some(rec) = unsafe { call.as_ref() } {
+        core::record_call(rec);
+    }
+}
+
+/// This thread's buffer, for the C layer to cache (see `evf_record_call` in evf_runtime.h).
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_thread_buf() -> *const c_void {
+    crate::buffers::mine() as *const crate::buffers::ThreadBuf as *const c_void
+}
+
+/// # Safety
+/// `thread_buf` must come from `evf_rust_thread_buf` called on this same thread; `call` must
+/// point to a valid `evf_call_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rec_call_on(thread_buf: *const c_void, call: *const CallRecord) {
+    // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread and a live
+    // record on the caller's stack.
+    let (tb, rec) = unsafe {
+        (
+            (thread_buf as *const crate::buffers::ThreadBuf).as_ref(),
+            call.as_ref(),
+        )
+    };
+    if let (Some(tb), Some(rec)) = (tb, rec) {
+        core::record_call_on(tb, rec);
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rec_completion(
+    req_handle: u64,
+    source: i32,
+    tag: i32,
+    bytes: u64,
+    cancelled: c_int,
+) {
+    core::record_completion(req_handle, source, tag, bytes, cancelled != 0);
+}
+
+/// # Safety
+/// `members` must point to `n` readable ints (or be null with `n == 0`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rec_commdef(id: u32, members: *const i32, n: c_int) {
+    let members: Vec<u32> = if members.is_null() || n <= 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the C layer passes an array of `n` translated ranks.
+        unsafe { std::slice::from_raw_parts(members, n as usize) }
+            .iter()
+            .map(|&r| r.max(0) as u32)
+            .collect()
+    };
+    let world = core::session().map_or(0, |s| s.size);
+    let spans = members.len() as u32 == world && {
+        let mut sorted = members.clone();
+        sorted.sort_unstable();
+        sorted.iter().enumerate().all(|(i, &r)| i as u32 == r)
+    };
+    SPANS_WORLD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(id, spans);
+    core::record_event(&Event::CommDef { id, members });
+}
+
+/// Recorder work measured by the C layer after a record was stored (completion processing):
+/// charged to this thread's next event.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_charge(ticks: u64) {
+    core::charge(ticks);
+}
+
+/// Events the C layer could not record (out of memory): counted and marked in the trace.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_lost(events: u64) {
+    core::lost(events);
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_after_blocking_collective(comm: u32, func: u16) {
+    protocol::after_blocking_collective(comm, func);
+}
+
+/// Entry of `MPI_Finalize` (the transport still works): the measured span ends here.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_finalize_begin() {
+    core::record_event(&Event::Marker(Marker::FinalizeStart { time: clock::now() }));
+    protocol::on_finalize_start();
+}
+
+/// After `PMPI_Finalize` returned: write everything.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_finalize_end() {
+    core::finish(None);
+}
+
+/// `MPI_Abort` (-1), exit without finalize (0) or a fatal signal: write what we have.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_abnormal_end(signal: c_int) {
+    if core::session().is_some() {
+        core::finish(Some(signal));
+    }
+}
+
+/// # Safety
+/// `transport` must be null or stay valid until replaced (the C layer keeps it in a static).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rust_set_transport(transport: *const c_void) {
+    // SAFETY: forwarded contract; the table layout is `mpi_link::RawTransport`.
+    unsafe { mpi_link::install(transport as *const mpi_link::RawTransport) };
+}
+
+static WARNED_USER_BEFORE_INIT: AtomicBool = AtomicBool::new(false);
+static NAMES: OnceLock<Mutex<HashMap<Vec<u8>, u32>>> = OnceLock::new();
+
+/// The string id of `name`, defining it (in this thread's stream) on first use.
+fn string_id(name: &[u8]) -> u32 {
+    let names = NAMES.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut map = names.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&id) = map.get(name) {
+        return id;
+    }
+    let id = map.len() as u32;
+    map.insert(name.to_vec(), id);
+    // Defined while holding the map lock, so no other thread can use the id before it exists.
+    core::record_event(&Event::StringDef {
+        id,
+        text: String::from_utf8_lossy(name).into_owned(),
+    });
+    id
+}
+
+/// # Safety
+/// `name` must be null or a NUL-terminated string.
+unsafe fn name_bytes<'a>(name: *const std::ffi::c_char) -> &'a [u8] {
+    if name.is_null() {
+        return b"(null)";
+    }
+    // SAFETY: caller guarantees a NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes()
+}
+
+fn user_api_usable() -> bool {
+    if core::active() {
+        return true;
+    }
+    if !WARNED_USER_BEFORE_INIT.swap(true, Ordering::Relaxed)
+        && std::env::var_os("EVENFLUSH_VERBOSE").is_some()
+    {
+        eprintln!("evenflush: user records outside MPI_Init..MPI_Finalize are not recorded");
+    }
+    false
+}
+
+/// User API: records `len` bytes at `data` under `name`.
+///
+/// # Safety
+/// `name` must be null or NUL-terminated; `data` must be readable for `len` bytes (or null).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evenflush_record(
+    name: *const std::ffi::c_char,
+    data: *const c_void,
+    len: usize,
+) {
+    if !user_api_usable() {
+        return;
+    }
+    let time = clock::now();
+    // SAFETY: forwarded contract.
+    let id = string_id(unsafe { name_bytes(name) });
+    let payload = if data.is_null() || len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller guarantees `len` readable bytes at `data`.
+        unsafe { std::slice::from_raw_parts(data as *const u8, len) }.to_vec()
+    };
+    core::record_event(&Event::User(format::UserRecord {
+        time,
+        name: id,
+        payload,
+    }));
+}
+
+fn region(name: *const std::ffi::c_char, begin: bool) {
+    if !user_api_usable() {
+        return;
+    }
+    let time = clock::now();
+    // SAFETY: callers pass the user's pointer, which the API contract requires to be NUL-terminated.
+    let id = string_id(unsafe { name_bytes(name) });
+    core::record_event(&Event::Region(format::Region {
+        time,
+        name: id,
+        begin,
+    }));
+}
+
+/// User API: a named region begins.
+///
+/// # Safety
+/// `name` must be null or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evenflush_region_begin(name: *const std::ffi::c_char) {
+    region(name, true);
+}
+
+/// User API: a named region ends.
+///
+/// # Safety
+/// `name` must be null or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evenflush_region_end(name: *const std::ffi::c_char) {
+    region(name, false);
+}

@@ -1,0 +1,255 @@
+//! The private MPI transport the C layer offers the protocol: collectives and point-to-point
+//! messages on a duplicate of `MPI_COMM_WORLD` made at init, never on the application's
+//! communicators. The C layer installs it after `MPI_Init` and removes it at `MPI_Finalize`.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+/// Table of C functions, mirrored by `evf_transport_t` in `csrc/evf_runtime.h`.
+#[repr(C)]
+pub struct RawTransport {
+    pub rank: c_int,
+    pub size: c_int,
+    pub barrier: unsafe extern "C" fn() -> c_int,
+    pub allreduce_or: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
+    pub gather_f64: unsafe extern "C" fn(f64, *mut f64) -> c_int,
+    pub bcast_f64: unsafe extern "C" fn(*mut f64, c_int) -> c_int,
+    pub bcast_u64: unsafe extern "C" fn(*mut u64, c_int) -> c_int,
+    pub send_f64: unsafe extern "C" fn(f64, c_int, c_int) -> c_int,
+    pub recv_f64: unsafe extern "C" fn(*mut f64, c_int, c_int) -> c_int,
+    pub send_u64: unsafe extern "C" fn(u64, c_int, c_int) -> c_int,
+    pub recv_u64: unsafe extern "C" fn(*mut u64, c_int, c_int) -> c_int,
+}
+
+static TRANSPORT: AtomicPtr<RawTransport> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Installs (or with null, removes) the transport.
+///
+/// # Safety
+/// `t` must be null or point to a table that stays valid and unchanged until it is replaced.
+pub unsafe fn install(t: *const RawTransport) {
+    TRANSPORT.store(t as *mut RawTransport, Ordering::Release);
+}
+
+/// An MPI call of the transport failed with this MPI error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkError(pub i32);
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MPI error {} on the recorder's private communicator",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for LinkError {}
+
+/// A handle on the installed transport.
+#[derive(Clone, Copy)]
+pub struct Link(&'static RawTransport);
+
+/// The transport, if MPI is initialised and not yet finalised.
+pub fn link() -> Option<Link> {
+    let p = TRANSPORT.load(Ordering::Acquire);
+    // SAFETY: `install` requires the table to stay valid while installed; the C layer keeps it in
+    // a static and only removes it (null) at finalize.
+    unsafe { p.as_ref() }.map(Link)
+}
+
+fn check(rc: c_int) -> Result<(), LinkError> {
+    if rc == 0 { Ok(()) } else { Err(LinkError(rc)) }
+}
+
+// SAFETY (for every method below): the function pointers come from the C layer's table, take
+// plain values or pointers to locals that outlive the call, and only run PMPI calls on the
+// private communicator.
+impl Link {
+    /// This process's rank in `MPI_COMM_WORLD`.
+    pub fn rank(&self) -> i32 {
+        self.0.rank
+    }
+    pub fn size(&self) -> i32 {
+        self.0.size
+    }
+    pub fn barrier(&self) -> Result<(), LinkError> {
+        check(unsafe { (self.0.barrier)() })
+    }
+    /// Logical OR of `value` over all ranks.
+    pub fn allreduce_or(&self, value: bool) -> Result<bool, LinkError> {
+        let mut out: c_int = 0;
+        check(unsafe { (self.0.allreduce_or)(value as c_int, &mut out) })?;
+        Ok(out != 0)
+    }
+    /// Gathers one value per rank to rank 0: `Some(values by rank)` there, `None` elsewhere.
+    pub fn gather_f64(&self, value: f64) -> Result<Option<Vec<f64>>, LinkError> {
+        let mut all = vec![
+            0.0;
+            if self.rank() == 0 {
+                self.size().max(1) as usize
+            } else {
+                1
+            }
+        ];
+        check(unsafe { (self.0.gather_f64)(value, all.as_mut_ptr()) })?;
+        Ok((self.rank() == 0).then_some(all))
+    }
+    /// Broadcasts `value` from `root`; returns the root's value on every rank.
+    pub fn bcast_f64(&self, value: f64, root: i32) -> Result<f64, LinkError> {
+        let mut v = value;
+        check(unsafe { (self.0.bcast_f64)(&mut v, root) })?;
+        Ok(v)
+    }
+    pub fn bcast_u64(&self, value: u64, root: i32) -> Result<u64, LinkError> {
+        let mut v = value;
+        check(unsafe { (self.0.bcast_u64)(&mut v, root) })?;
+        Ok(v)
+    }
+    pub fn send_f64(&self, value: f64, dest: i32, tag: i32) -> Result<(), LinkError> {
+        check(unsafe { (self.0.send_f64)(value, dest, tag) })
+    }
+    pub fn recv_f64(&self, source: i32, tag: i32) -> Result<f64, LinkError> {
+        let mut v = 0.0;
+        check(unsafe { (self.0.recv_f64)(&mut v, source, tag) })?;
+        Ok(v)
+    }
+    pub fn send_u64(&self, value: u64, dest: i32, tag: i32) -> Result<(), LinkError> {
+        check(unsafe { (self.0.send_u64)(value, dest, tag) })
+    }
+    pub fn recv_u64(&self, source: i32, tag: i32) -> Result<u64, LinkError> {
+        let mut v = 0;
+        check(unsafe { (self.0.recv_u64)(&mut v, source, tag) })?;
+        Ok(v)
+    }
+}
+
+/// The offload protocol's [`offload::Transport`] over the private MPI communicator, with the
+/// recorder's calibrated clock: nanoseconds since the calibration tick, converted both ways.
+pub struct MpiTransport {
+    link: Link,
+    epoch_tick: u64,
+    ticks_per_ns: f64,
+}
+
+impl MpiTransport {
+    /// The transport, if MPI is up and a session exists.
+    pub fn new() -> Option<MpiTransport> {
+        let link = link()?;
+        let session = crate::core::session()?;
+        Some(MpiTransport {
+            link,
+            epoch_tick: session.clock.tick_at_epoch,
+            ticks_per_ns: session.clock.ticks_per_sec / 1e9,
+        })
+    }
+
+    pub fn link(&self) -> Link {
+        self.link
+    }
+
+    fn rank_arg(&self, rank: usize) -> Result<i32, offload::TransportError> {
+        let size = self.link.size().max(0) as usize;
+        if rank < size {
+            Ok(rank as i32)
+        } else {
+            Err(offload::TransportError::BadRank(rank, size))
+        }
+    }
+}
+
+fn failed(e: LinkError) -> offload::TransportError {
+    offload::TransportError::Failed(e.to_string())
+}
+
+/// MPI tags are `int` and must stay below `MPI_TAG_UB` (at least 32767).
+fn tag_arg(tag: offload::Tag) -> Result<i32, offload::TransportError> {
+    i32::try_from(tag)
+        .ok()
+        .filter(|t| *t <= 32767)
+        .ok_or_else(|| offload::TransportError::Failed(format!("tag {tag} is above 32767")))
+}
+
+impl offload::Transport for MpiTransport {
+    fn rank(&self) -> usize {
+        self.link.rank().max(0) as usize
+    }
+    fn size(&self) -> usize {
+        self.link.size().max(0) as usize
+    }
+    fn now(&self) -> u64 {
+        let ticks = crate::clock::now().saturating_sub(self.epoch_tick);
+        (ticks as f64 / self.ticks_per_ns) as u64
+    }
+    fn to_tick(&self, local_ns: u64) -> u64 {
+        self.epoch_tick + (local_ns as f64 * self.ticks_per_ns) as u64
+    }
+    fn barrier(&mut self) -> Result<(), offload::TransportError> {
+        self.link.barrier().map_err(failed)
+    }
+    fn allreduce_or(&mut self, flag: bool) -> Result<bool, offload::TransportError> {
+        self.link.allreduce_or(flag).map_err(failed)
+    }
+    fn gather_f64(&mut self, value: f64) -> Result<Option<Vec<f64>>, offload::TransportError> {
+        self.link.gather_f64(value).map_err(failed)
+    }
+    fn send_u64(
+        &mut self,
+        dest: usize,
+        tag: offload::Tag,
+        value: u64,
+    ) -> Result<(), offload::TransportError> {
+        let dest = self.rank_arg(dest)?;
+        self.link
+            .send_u64(value, dest, tag_arg(tag)?)
+            .map_err(failed)
+    }
+    fn recv_u64(&mut self, src: usize, tag: offload::Tag) -> Result<u64, offload::TransportError> {
+        let src = self.rank_arg(src)?;
+        self.link.recv_u64(src, tag_arg(tag)?).map_err(failed)
+    }
+}
+
+/// Diagnostic run at init when `EVENFLUSH_CHECK_LINK` is set: exercises every transport operation
+/// once and reports on stderr, so a new MPI or platform can be checked without the protocol.
+pub fn self_check() -> Result<String, offload::TransportError> {
+    use offload::Transport;
+    let mut t = MpiTransport::new()
+        .ok_or_else(|| offload::TransportError::Failed("no transport".into()))?;
+    let (rank, size) = (t.rank(), t.size());
+    let any_odd = t.allreduce_or(rank % 2 == 1)?;
+    let gathered = t.gather_f64(rank as f64)?;
+    if size > 1 {
+        let next = (rank + 1) % size;
+        let prev = (rank + size - 1) % size;
+        // Even ranks send first so the ring cannot deadlock even with synchronous sends.
+        if rank % 2 == 0 {
+            t.send_u64(next, 0x4500, rank as u64)?;
+            let got = t.recv_u64(prev, 0x4500)?;
+            if got != prev as u64 {
+                return Err(offload::TransportError::Failed(format!(
+                    "ring got {got}, expected {prev}"
+                )));
+            }
+        } else {
+            let got = t.recv_u64(prev, 0x4500)?;
+            t.send_u64(next, 0x4500, rank as u64)?;
+            if got != prev as u64 {
+                return Err(offload::TransportError::Failed(format!(
+                    "ring got {got}, expected {prev}"
+                )));
+            }
+        }
+    }
+    let root_value = t
+        .link()
+        .bcast_f64(if rank == 0 { 42.5 } else { 0.0 }, 0)
+        .map_err(failed)?;
+    t.barrier()?;
+    let t0 = t.now();
+    let tick = t.to_tick(t0);
+    Ok(format!(
+        "rank {rank}/{size}: allreduce_or={any_odd} gather={gathered:?} bcast={root_value} now={t0}ns tick={tick}"
+    ))
+}

@@ -1,0 +1,215 @@
+//! MPI request handles -> unique request ids. A handle value is reused by MPI once its request is
+//! freed, so ids come from a counter, and completion of a non-persistent request forgets the
+//! handle. Persistent requests keep their id across `MPI_Start`s until `MPI_Request_free`.
+//!
+//! Two live requests can share one handle value: MPICH hands out a single pre-completed
+//! "lightweight" request for small sends that finished at once, so two `MPI_Isend`s of a halo
+//! exchange may both return it. Such duplicates queue behind the first, in creation order, and
+//! complete in that order (the order a `Waitall` over them reports them in).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
+
+use format::NO_REQUEST;
+
+/// What the request does (decides which status fields mean something at completion).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReqKind {
+    Send,
+    Recv,
+    Other,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct ReqInfo {
+    id: u64,
+    kind: ReqKind,
+    bytes: u64,
+    persistent: bool,
+    active: bool,
+}
+
+/// What a completion resolved to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub id: u64,
+    pub kind: ReqKind,
+    /// Bytes given when the request was created (what a send sends).
+    pub bytes: u64,
+}
+
+/// Request handles are pointers (Open MPI) or small tagged integers (MPICH), not attacker input:
+/// one multiply spreads them well enough and costs far less than SipHash on this hot-ish path.
+#[derive(Default)]
+struct HandleHasher(u64);
+
+impl Hasher for HandleHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type HandleMap<V> = HashMap<u64, V, BuildHasherDefault<HandleHasher>>;
+
+struct Table {
+    map: HandleMap<ReqInfo>,
+    /// Further live requests holding a handle already in `map` (see the module comment). Kept
+    /// apart so the common path never allocates a queue.
+    shared: HandleMap<std::collections::VecDeque<ReqInfo>>,
+    next_id: u64,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+fn with_table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
+    let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let table = guard.get_or_insert_with(|| Table {
+        map: HashMap::default(),
+        shared: HashMap::default(),
+        next_id: 1,
+    });
+    f(table)
+}
+
+/// A request was created (`Isend`, `Irecv`, `Send_init`, ...). Returns its new id.
+pub fn create(handle: u64, kind: ReqKind, bytes: u64, persistent: bool) -> u64 {
+    with_table(|t| {
+        let id = t.next_id;
+        t.next_id += 1;
+        let info = ReqInfo {
+            id,
+            kind,
+            bytes,
+            persistent,
+            active: !persistent,
+        };
+        match t.map.get(&handle) {
+            Some(live) if !live.persistent && !persistent => {
+                t.shared.entry(handle).or_default().push_back(info);
+            }
+            _ => {
+                t.map.insert(handle, info);
+            }
+        }
+        id
+    })
+}
+
+/// A persistent request was started; returns its id (or [`NO_REQUEST`] if the handle is unknown).
+pub fn start(handle: u64) -> u64 {
+    with_table(|t| match t.map.get_mut(&handle) {
+        Some(info) => {
+            info.active = true;
+            info.id
+        }
+        None => NO_REQUEST,
+    })
+}
+
+/// `MPI_Request_free`: forgets the handle; returns the id it had.
+pub fn free(handle: u64) -> u64 {
+    with_table(|t| t.map.remove(&handle).map_or(NO_REQUEST, |i| i.id))
+}
+
+/// A request completed. `None` when the handle names an inactive persistent request (MPI then
+/// returns an empty status, nothing happened). Unknown handles (created before recording began)
+/// resolve to [`NO_REQUEST`] of unknown kind.
+pub fn complete(handle: u64) -> Option<Resolved> {
+    with_table(|t| {
+        let Some(info) = t.map.get_mut(&handle) else {
+            return Some(Resolved {
+                id: NO_REQUEST,
+                kind: ReqKind::Other,
+                bytes: 0,
+            });
+        };
+        if info.persistent {
+            if !info.active {
+                return None;
+            }
+            info.active = false;
+            Some(Resolved {
+                id: info.id,
+                kind: info.kind,
+                bytes: info.bytes,
+            })
+        } else {
+            let info = t.map.remove(&handle)?;
+            if let Some(queue) = t.shared.get_mut(&handle) {
+                if let Some(next) = queue.pop_front() {
+                    t.map.insert(handle, next);
+                }
+                if queue.is_empty() {
+                    t.shared.remove(&handle);
+                }
+            }
+            Some(Resolved {
+                id: info.id,
+                kind: info.kind,
+                bytes: info.bytes,
+            })
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Handles are picked far apart per test because the table is process-wide.
+    #[test]
+    fn nonpersistent_requests_get_fresh_ids_when_handles_are_reused() {
+        let h = 0x1000_0001;
+        let a = create(h, ReqKind::Send, 64, false);
+        assert_eq!(
+            complete(h),
+            Some(Resolved {
+                id: a,
+                kind: ReqKind::Send,
+                bytes: 64
+            })
+        );
+        let b = create(h, ReqKind::Recv, 8, false);
+        assert_ne!(a, b);
+        assert_eq!(complete(h).map(|r| r.id), Some(b));
+        assert_eq!(
+            complete(h).map(|r| r.id),
+            Some(NO_REQUEST),
+            "a forgotten handle is unknown"
+        );
+    }
+
+    #[test]
+    fn requests_sharing_a_handle_complete_in_creation_order() {
+        let h = 0x3000_0003;
+        let a = create(h, ReqKind::Send, 8, false);
+        let b = create(h, ReqKind::Send, 16, false);
+        let c = create(h, ReqKind::Send, 24, false);
+        let done: Vec<_> = (0..3).map(|_| complete(h).unwrap()).collect();
+        assert_eq!(done.iter().map(|r| r.id).collect::<Vec<_>>(), vec![a, b, c]);
+        assert_eq!(done.iter().map(|r| r.bytes).collect::<Vec<_>>(), vec![8, 16, 24]);
+        assert_eq!(complete(h).map(|r| r.id), Some(NO_REQUEST), "all three were completed");
+    }
+
+    #[test]
+    fn persistent_requests_keep_their_id_until_freed() {
+        let h = 0x2000_0002;
+        let id = create(h, ReqKind::Recv, 16, true);
+        assert_eq!(complete(h), None, "not started yet: nothing completes");
+        for _ in 0..3 {
+            assert_eq!(start(h), id);
+            assert_eq!(complete(h).map(|r| r.id), Some(id));
+        }
+        assert_eq!(free(h), id);
+        assert_eq!(start(h), NO_REQUEST);
+    }
+}

@@ -1,0 +1,167 @@
+//! Whole-session test without MPI (its own process, since the recorder's state is process-wide):
+//! drives the hooks the way the C layer does, then reads the rank file back with the format crate.
+
+use std::collections::HashMap;
+
+use format::{Event, Marker, RankFile};
+use recorder::core::{CallRecord, KIND_RECV, KIND_SEND, REQ_NEW};
+use recorder::ffi;
+use recorder::functions::id_of;
+
+/// A record as the C layer makes it: real clock readings around a (here empty) PMPI call.
+fn call(func: &str, _order: u64, comm: u32, peer: i32, tag: i32, bytes: u64) -> CallRecord {
+    let start = recorder::clock::now();
+    CallRecord {
+        start,
+        end: recorder::clock::now(),
+        bytes,
+        req_handle: 0,
+        comm,
+        peer,
+        tag,
+        root: -1,
+        func: id_of(func).unwrap(),
+        req_op: 0,
+        req_kind: 0,
+    }
+}
+
+#[test]
+fn a_session_through_the_hooks_reads_back_exactly() {
+    let dir = std::env::temp_dir().join(format!("evenflush-recorder-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // SAFETY (edition 2024 requires `unsafe` for set_var): this is the only test touching these
+    // variables, and nothing reads them concurrently.
+    unsafe {
+        std::env::set_var("EVENFLUSH_OUT", &dir);
+        std::env::set_var("EVENFLUSH_MODE", "off");
+    }
+    assert!(ffi::evf_rust_pre_init() == 0 || cfg!(target_arch = "x86_64"));
+    assert_eq!(ffi::evf_rust_init(3, 4, 0), 1);
+    let members = [0i32, 1, 2, 3];
+    // SAFETY: valid pointer/length pair.
+    unsafe { ffi::evf_rec_commdef(0, members.as_ptr(), 4) };
+    assert!(recorder::comm_spans_world(0));
+    let init_tick = recorder::clock::now();
+    ffi::evf_rust_init_done(init_tick);
+
+    const SENDS: u64 = 1000;
+    for i in 0..SENDS {
+        let rec = call("MPI_Send", 100 + i * 20, 0, 1, 7, 64);
+        // SAFETY: pointer to a live local.
+        unsafe { ffi::evf_rec_call(&rec) };
+    }
+    // An Irecv from ANY_SOURCE, completed by a Wait with the actual source.
+    let mut irecv = call("MPI_Irecv", 50_000, 0, -2, 9, 128);
+    irecv.req_handle = 0xabc;
+    irecv.req_op = REQ_NEW;
+    irecv.req_kind = KIND_RECV;
+    let mut isend = call("MPI_Isend", 50_100, 0, 2, 9, 256);
+    isend.req_handle = 0xdef;
+    isend.req_op = REQ_NEW;
+    isend.req_kind = KIND_SEND;
+    // SAFETY: pointers to live locals.
+    unsafe {
+        ffi::evf_rec_call(&irecv);
+        ffi::evf_rec_call(&isend);
+        ffi::evf_rec_call(&call("MPI_Waitall", 50_200, u32::MAX, -1, -1, 0));
+    }
+    ffi::evf_rec_completion(0xabc, 2, 9, 100, 0);
+    ffi::evf_rec_completion(0xdef, 0, 0, 0, 0);
+
+    // A second thread records into its own stream.
+    std::thread::spawn(|| {
+        for i in 0..10 {
+            let rec = call("MPI_Barrier", 60_000 + i * 20, 0, -1, -1, 0);
+            // SAFETY: pointer to a live local.
+            unsafe { ffi::evf_rec_call(&rec) };
+        }
+    })
+    .join()
+    .unwrap();
+    let name = c"phase";
+    // SAFETY: NUL-terminated name and a readable payload.
+    unsafe {
+        ffi::evenflush_region_begin(name.as_ptr());
+        ffi::evenflush_record(name.as_ptr(), b"xyz".as_ptr().cast(), 3);
+        ffi::evenflush_region_end(name.as_ptr());
+    }
+    ffi::evf_rust_finalize_begin();
+    ffi::evf_rust_finalize_end();
+    assert!(!recorder::active());
+
+    let file = RankFile::open(dir.join("rank-00003.evf")).expect("rank file");
+    assert_eq!(file.header().rank, 3);
+    assert_eq!(file.header().world_size, 4);
+    assert!(file.header().clock.ticks_per_sec > 0.0);
+    let mut per_func: HashMap<String, u64> = HashMap::new();
+    let mut names: HashMap<u16, String> = HashMap::new();
+    let mut completions = Vec::new();
+    let mut markers = Vec::new();
+    let mut user = 0;
+    let mut streams = std::collections::HashSet::new();
+    let mut calls = Vec::new();
+    for chunk in file.chunks() {
+        let chunk = chunk.expect("valid chunk");
+        streams.insert(chunk.stream());
+        for e in chunk.events() {
+            match e {
+                Event::FunctionDef { id, name } => {
+                    names.insert(id, name);
+                }
+                Event::Call(c) => {
+                    *per_func.entry(names[&c.func].clone()).or_default() += 1;
+                    calls.push(c);
+                }
+                Event::Completion(c) => completions.push(c),
+                Event::Marker(m) => markers.push(m),
+                Event::User(_) | Event::Region(_) => user += 1,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(per_func["MPI_Send"], SENDS);
+    assert_eq!(per_func["MPI_Barrier"], 10);
+    assert_eq!(per_func["MPI_Irecv"], 1);
+    assert_eq!(streams.len(), 2, "two threads, two streams");
+    assert_eq!(user, 3);
+    let irecv_id = calls
+        .iter()
+        .find(|c| names[&c.func] == "MPI_Irecv")
+        .unwrap()
+        .request;
+    let isend_id = calls
+        .iter()
+        .find(|c| names[&c.func] == "MPI_Isend")
+        .unwrap()
+        .request;
+    assert_ne!(irecv_id, isend_id);
+    assert_eq!(completions.len(), 2);
+    let recv_done = completions.iter().find(|c| c.request == irecv_id).unwrap();
+    assert_eq!(
+        (recv_done.source, recv_done.tag, recv_done.bytes),
+        (2, 9, 100)
+    );
+    let send_done = completions.iter().find(|c| c.request == isend_id).unwrap();
+    assert_eq!((send_done.source, send_done.bytes), (format::NO_RANK, 256));
+    assert!(markers.contains(&Marker::InitDone { time: init_tick }));
+    assert!(
+        markers
+            .iter()
+            .any(|m| matches!(m, Marker::FinalizeStart { .. }))
+    );
+    assert!(
+        !markers
+            .iter()
+            .any(|m| matches!(m, Marker::AbnormalEnd { .. }))
+    );
+    // Every call carries a measured cost, and it is far below a millisecond.
+    let tps = file.header().clock.ticks_per_sec;
+    let sends: Vec<_> = calls
+        .iter()
+        .filter(|c| names[&c.func] == "MPI_Send")
+        .collect();
+    assert!(sends.iter().skip(1).all(|c| c.cost > 0));
+    assert!(sends.iter().all(|c| (c.cost as f64) / tps < 1e-3));
+    let _ = std::fs::remove_dir_all(&dir);
+}
