@@ -13,7 +13,11 @@ pub fn dump(dir: &Path, only_rank: Option<u32>) -> Result<()> {
     let trace = Trace::open(dir)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    for files in trace.ranks.iter().filter(|f| only_rank.is_none_or(|r| r == f.rank)) {
+    for files in trace
+        .ranks
+        .iter()
+        .filter(|f| only_rank.is_none_or(|r| r == f.rank))
+    {
         let mut names = std::collections::HashMap::new();
         let mut failed = None;
         let (_, skipped) = for_each_event(
@@ -38,7 +42,13 @@ pub fn dump(dir: &Path, only_rank: Option<u32>) -> Result<()> {
                         c.request,
                         c.cost
                     ),
-                    Event::User(u) => format!("{} user name={} time={} payload={} bytes", files.rank, u.name, u.time, u.payload.len()),
+                    Event::User(u) => format!(
+                        "{} user name={} time={} payload={} bytes",
+                        files.rank,
+                        u.name,
+                        u.time,
+                        u.payload.len()
+                    ),
                     other => format!("{} {other:?}", files.rank),
                 };
                 if failed.is_none()
@@ -55,7 +65,12 @@ pub fn dump(dir: &Path, only_rank: Option<u32>) -> Result<()> {
             return Err(e.into());
         }
         for s in skipped {
-            eprintln!("evenflush: warning: {}: byte {}: {}", s.file.display(), s.offset, s.what);
+            eprintln!(
+                "evenflush: warning: {}: byte {}: {}",
+                s.file.display(),
+                s.offset,
+                s.what
+            );
         }
     }
     Ok(())

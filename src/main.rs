@@ -3,8 +3,8 @@
 mod compare_cmd;
 mod dump;
 mod info;
-mod reconstruct_cmd;
 mod mpi;
+mod reconstruct_cmd;
 mod run;
 
 use std::path::PathBuf;

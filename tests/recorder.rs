@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::{Mpi, expected, info_json, mpi_lock, read_trace, run_plain, run_traced, scratch, wrapped_functions};
+use common::{
+    Mpi, expected, info_json, mpi_lock, read_trace, run_plain, run_traced, scratch,
+    wrapped_functions,
+};
 use format::{ANY_SOURCE, Event};
 
 /// Runs a bundled program plain and traced (`--mode off`), checks identical stdout and the exact
@@ -11,13 +14,23 @@ use format::{ANY_SOURCE, Event};
 fn traced_with_exact_counts(mpi: Mpi, program: &str) -> std::path::PathBuf {
     let exp = expected(program);
     let ranks = exp["ranks"].as_u64().unwrap() as u32;
-    let args: Vec<String> = exp["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
+    let args: Vec<String> = exp["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let _guard = mpi_lock();
     let plain = run_plain(mpi, ranks, program, &args);
     let out = scratch(&format!("{program}-{}", mpi.name()));
     let traced = run_traced(mpi, ranks, program, &args, &out, &["--mode", "off"]);
-    assert_eq!(plain, traced, "{program} prints something else under the recorder ({})", mpi.name());
+    assert_eq!(
+        plain,
+        traced,
+        "{program} prints something else under the recorder ({})",
+        mpi.name()
+    );
 
     let info = info_json(&out);
     assert_eq!(info["ranks"], ranks, "{program} {}", mpi.name());
@@ -32,7 +45,12 @@ fn traced_with_exact_counts(mpi: Mpi, program: &str) -> std::path::PathBuf {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let got = info["functions"].as_object().unwrap();
-    assert_eq!(got, &calls, "{program} ({}): per-function call counts differ", mpi.name());
+    assert_eq!(
+        got,
+        &calls,
+        "{program} ({}): per-function call counts differ",
+        mpi.name()
+    );
     out
 }
 
@@ -65,17 +83,37 @@ fn halo(mpi: Mpi) {
         for e in r.all() {
             match e {
                 Event::Call(c) if matches!(r.name(c.func), "MPI_Isend" | "MPI_Irecv") => {
-                    assert_ne!(c.request, 0, "rank {}: {} without a request id", r.rank, r.name(c.func));
-                    assert!(open.insert(c.request), "request id {} reused while open", c.request);
+                    assert_ne!(
+                        c.request,
+                        0,
+                        "rank {}: {} without a request id",
+                        r.rank,
+                        r.name(c.func)
+                    );
+                    assert!(
+                        open.insert(c.request),
+                        "request id {} reused while open",
+                        c.request
+                    );
                 }
                 Event::Completion(done) => {
-                    assert!(open.remove(&done.request), "rank {}: completion of unknown request {}", r.rank, done.request);
+                    assert!(
+                        open.remove(&done.request),
+                        "rank {}: completion of unknown request {}",
+                        r.rank,
+                        done.request
+                    );
                     completed += 1;
                 }
                 _ => {}
             }
         }
-        assert!(open.is_empty(), "rank {}: {} requests never completed", r.rank, open.len());
+        assert!(
+            open.is_empty(),
+            "rank {}: {} requests never completed",
+            r.rank,
+            open.len()
+        );
         assert_eq!(completed, 40 * 4);
     }
 }
@@ -91,10 +129,14 @@ fn anysource(mpi: Mpi) {
     let mut resolved = Vec::new();
     for (i, e) in events.iter().enumerate() {
         match e {
-            Event::Call(c) if c.peer == ANY_SOURCE && root.name(c.func) == "MPI_Recv" => match events.get(i + 1) {
-                Some(Event::Completion(done)) => resolved.push((root.world(c.comm, done.source), done.tag, done.bytes)),
-                other => panic!("MPI_Recv(ANY_SOURCE) not followed by its status: {other:?}"),
-            },
+            Event::Call(c) if c.peer == ANY_SOURCE && root.name(c.func) == "MPI_Recv" => {
+                match events.get(i + 1) {
+                    Some(Event::Completion(done)) => {
+                        resolved.push((root.world(c.comm, done.source), done.tag, done.bytes))
+                    }
+                    other => panic!("MPI_Recv(ANY_SOURCE) not followed by its status: {other:?}"),
+                }
+            }
             Event::Call(c) if c.peer == ANY_SOURCE && root.name(c.func) == "MPI_Irecv" => {
                 pending.insert(c.request, c.comm);
             }
@@ -105,17 +147,27 @@ fn anysource(mpi: Mpi) {
             _ => {}
         }
     }
-    assert!(pending.is_empty(), "ANY_SOURCE requests never completed: {pending:?}");
+    assert!(
+        pending.is_empty(),
+        "ANY_SOURCE requests never completed: {pending:?}"
+    );
     resolved.sort();
     // Phase p (0..4) from sender s: tag (p+1)*100 + s, [10,20,30,1][p]*s + [3,5,7,3][p] ints.
     let mut want = Vec::new();
     for s in 1..4u32 {
         for (p, (per, off)) in [(10, 3), (20, 5), (30, 7), (1, 3)].into_iter().enumerate() {
-            want.push((s, ((p as i32) + 1) * 100 + s as i32, 4 * (per * u64::from(s) + off)));
+            want.push((
+                s,
+                ((p as i32) + 1) * 100 + s as i32,
+                4 * (per * u64::from(s) + off),
+            ));
         }
     }
     want.sort();
-    assert_eq!(resolved, want, "resolved (source, tag, bytes) of the ANY_SOURCE receives");
+    assert_eq!(
+        resolved, want,
+        "resolved (source, tag, bytes) of the ANY_SOURCE receives"
+    );
 }
 
 fn split(mpi: Mpi) {
@@ -130,11 +182,27 @@ fn split(mpi: Mpi) {
                 && r.comms.contains_key(&c.comm)
             {
                 let world = r.world(c.comm, c.peer);
-                assert_eq!(world % 2, r.rank % 2, "rank {}: {} peer {} on comm {}", r.rank, r.name(c.func), world, c.comm);
+                assert_eq!(
+                    world % 2,
+                    r.rank % 2,
+                    "rank {}: {} peer {} on comm {}",
+                    r.rank,
+                    r.name(c.func),
+                    world,
+                    c.comm
+                );
             }
         }
-        let sub: Vec<_> = r.comms.iter().filter(|(id, m)| **id > 1 && m.len() == 2).collect();
-        assert!(!sub.is_empty(), "rank {}: no 2-member communicator defined", r.rank);
+        let sub: Vec<_> = r
+            .comms
+            .iter()
+            .filter(|(id, m)| **id > 1 && m.len() == 2)
+            .collect();
+        assert!(
+            !sub.is_empty(),
+            "rank {}: no 2-member communicator defined",
+            r.rank
+        );
     }
 }
 
@@ -142,10 +210,28 @@ fn user_records(mpi: Mpi) {
     let out = traced_with_exact_counts(mpi, "user_records");
     let info = info_json(&out);
     let exp = expected("user_records");
-    let records: u64 = info["user_events"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
-    assert_eq!(records, exp["user_events"]["evenflush_record"].as_u64().unwrap());
-    let regions: u64 = info["regions"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
-    assert_eq!(regions, exp["user_events"]["evenflush_region_begin"].as_u64().unwrap());
+    let records: u64 = info["user_events"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        records,
+        exp["user_events"]["evenflush_record"].as_u64().unwrap()
+    );
+    let regions: u64 = info["regions"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        regions,
+        exp["user_events"]["evenflush_region_begin"]
+            .as_u64()
+            .unwrap()
+    );
     let trace = read_trace(&out);
     let payload_bytes: u64 = trace
         .iter()
@@ -162,7 +248,11 @@ fn threads(mpi: Mpi) {
     let out = traced_with_exact_counts(mpi, "threads");
     let trace = read_trace(&out);
     for r in &trace {
-        assert!(r.streams.len() >= 2, "rank {}: events of both threads expected in separate streams", r.rank);
+        assert!(
+            r.streams.len() >= 2,
+            "rank {}: events of both threads expected in separate streams",
+            r.rank
+        );
     }
 }
 
@@ -189,7 +279,6 @@ fn fortran_f08(mpi: Mpi) {
     traced_with_exact_counts(mpi, "fortran_f08");
 }
 
-
 /// A job killed by SIGTERM still leaves every rank's trace, with every call that completed before
 /// the kill and a marker saying the trace ended abnormally.
 fn sigterm(mpi: Mpi) {
@@ -200,19 +289,33 @@ fn sigterm(mpi: Mpi) {
     let out = scratch(&format!("sigterm-{}", mpi.name()));
     let program = common::programs(mpi).join("sigterm");
     let mut cmd = Command::new(common::evenflush_bin());
-    cmd.arg("run").arg("--out").arg(&out).args(["--mode", "off", "--"]);
+    cmd.arg("run")
+        .arg("--out")
+        .arg(&out)
+        .args(["--mode", "off", "--"]);
     cmd.args(mpi.launch(2)).arg(&program);
-    let mut child = common::mpi_env(&mut cmd).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = common::mpi_env(&mut cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next().expect("the program prints ready").unwrap();
     assert_eq!(first, "ready");
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let killed = Command::new("pkill").arg("-TERM").arg("-f").arg(program.to_str().unwrap()).status().unwrap();
+    // By exact process name: the launcher's command lines also contain the program's path.
+    let killed = Command::new("pkill")
+        .args(["-TERM", "-x", "sigterm"])
+        .status()
+        .unwrap();
     assert!(killed.success(), "no rank process found to kill");
     // The launcher's own exit status after a killed rank differs between MPIs; only its end matters.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while child.try_wait().unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "job did not end after SIGTERM");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job did not end after SIGTERM"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let info = info_json(&out);
@@ -221,11 +324,18 @@ fn sigterm(mpi: Mpi) {
     for (name, n) in exp["calls_through_ready"].as_object().unwrap() {
         if wrapped_functions().contains(name) {
             let got = info["functions"][name].as_u64().unwrap_or(0);
-            assert!(got >= n.as_u64().unwrap(), "{name}: {got} recorded, {n} had completed before the kill");
+            assert!(
+                got >= n.as_u64().unwrap(),
+                "{name}: {got} recorded, {n} had completed before the kill"
+            );
         }
     }
     for rank in info["per_rank"].as_array().unwrap() {
-        assert_eq!(rank["abnormal_end"], true, "rank {} has no abnormal-end marker", rank["rank"]);
+        assert_eq!(
+            rank["abnormal_end"], true,
+            "rank {} has no abnormal-end marker",
+            rank["rank"]
+        );
     }
 }
 
@@ -247,19 +357,42 @@ fn mpi4py(mpi: Mpi) {
     let _guard = mpi_lock();
     let out = scratch("mpi4py-openmpi");
     let mut cmd = std::process::Command::new(common::evenflush_bin());
-    cmd.arg("run").arg("--out").arg(&out).args(["--mode", "off", "--"]);
+    cmd.arg("run")
+        .arg("--out")
+        .arg(&out)
+        .args(["--mode", "off", "--"]);
     cmd.args(mpi.launch(2)).arg("/usr/bin/python3").arg(&script);
     let output = common::mpi_env(&mut cmd).output().unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&output.stdout), "sum 3\n");
     let info = info_json(&out);
     assert_eq!(info["functions"]["MPI_Init_thread"], 2);
     assert_eq!(info["functions"]["MPI_Barrier"], 2);
     assert_eq!(info["lost_events"], 0);
     let trace = read_trace(&out);
-    let sends: Vec<_> = trace[0].calls("MPI_Send").into_iter().filter(|c| c.tag == 5).collect();
+    let sends: Vec<_> = trace[0]
+        .calls("MPI_Send")
+        .into_iter()
+        .filter(|c| c.tag == 5)
+        .collect();
     assert_eq!(sends.len(), 1, "the one pickled send with tag 5");
     assert_eq!(trace[0].world(sends[0].comm, sends[0].peer), 1);
 }
 
-for_both_mpis!(ring, halo, collectives, split, anysource, threads, user_records, fortran_ring, fortran_f08, sigterm, mpi4py);
+for_both_mpis!(
+    ring,
+    halo,
+    collectives,
+    split,
+    anysource,
+    threads,
+    user_records,
+    fortran_ring,
+    fortran_f08,
+    sigterm,
+    mpi4py
+);

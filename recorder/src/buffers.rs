@@ -41,6 +41,9 @@ pub struct Local {
 pub struct ThreadBuf {
     state: AtomicU8,
     pub stream: u32,
+    /// Bytes of records in `local.buf`, published by the owner after every append (a plain
+    /// store) so the suspension can compare the trace size with S without taking any buffer.
+    used: AtomicU64,
     local: UnsafeCell<Local>,
 }
 
@@ -122,12 +125,20 @@ pub fn held_bytes() -> u64 {
     HELD.load(Ordering::Relaxed)
 }
 
+/// Bytes of trace records held right now over all threads: the paper's b, compared with S. Each
+/// thread's figure is as of its latest append.
+pub fn used_bytes() -> u64 {
+    let reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    reg.iter().map(|tb| tb.used.load(Ordering::Relaxed)).sum()
+}
+
 fn register() -> &'static ThreadBuf {
     choose_mode();
     let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
     let tb: &'static ThreadBuf = Box::leak(Box::new(ThreadBuf {
         state: AtomicU8::new(IDLE),
         stream: reg.len() as u32,
+        used: AtomicU64::new(0),
         local: UnsafeCell::new(Local {
             buf: RawBuf::with_block_size(BLOCK_SIZE),
             counted_capacity: 0,
@@ -169,6 +180,7 @@ pub fn with_buf<R>(tb: &ThreadBuf, f: impl FnOnce(&mut Local) -> R) -> (R, i64) 
     let local = unsafe { &mut *tb.local.get() };
     let r = f(local);
     let delta = account(local);
+    tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
     release_owner(tb);
     (r, delta)
 }
@@ -313,6 +325,7 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
             });
         }
         account(local);
+        tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
         if !asymmetric {
             tb.state.store(IDLE, Ordering::Release);
         }

@@ -257,8 +257,10 @@ pub fn record_event(event: &Event) {
     }
 }
 
-/// Past the hard limit: flush locally (timing may be perturbed; the trace says so).
+/// After a buffer grew: mode `local` flushes past S; anything past the hard limit flushes locally
+/// (timing may be perturbed; the trace says so).
 fn check_limit() {
+    crate::protocol::after_buffer_growth();
     if buffers::held_bytes() <= LIMIT.load(Ordering::Relaxed) {
         return;
     }

@@ -61,21 +61,23 @@ pub extern "C" fn evf_rust_init(
     let calibration = clock::finish_calibration(start, Duration::from_millis(20));
     let rank = world_rank.max(0) as u32;
     let size = world_size.max(1) as u32;
-    let dir = config
-        .out
-        .first()
-        .cloned()
-        .unwrap_or_else(|| "evenflush-trace".into());
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        eprintln!(
-            "evenflush: rank {rank}: cannot create {}: {e}",
-            dir.display()
-        );
+    let mut dirs = config.out.clone();
+    if dirs.is_empty() {
+        dirs.push("evenflush-trace".into());
+    }
+    for dir in &dirs {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!(
+                "evenflush: rank {rank}: cannot create {}: {e}",
+                dir.display()
+            );
+        }
     }
     sink::configure(
-        &dir,
+        dirs,
         core::file_header(rank, size, calibration),
         config.zstd_level,
+        config.writer,
     );
     let session = Session {
         rank,

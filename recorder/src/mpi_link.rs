@@ -126,10 +126,11 @@ impl Link {
 }
 
 /// The offload protocol's [`offload::Transport`] over the private MPI communicator, with the
-/// recorder's calibrated clock: nanoseconds since the calibration tick, converted both ways.
+/// recorder's calibrated clock in nanoseconds: `ticks × 1e9 / ticks_per_sec`, from tick 0. That is
+/// the convention of every offset in the trace (reconstruct and info convert ticks the same way),
+/// and TSC readings in ns stay far below 2^53, so they pass through the f64 gather exactly.
 pub struct MpiTransport {
     link: Link,
-    epoch_tick: u64,
     ticks_per_ns: f64,
 }
 
@@ -140,7 +141,6 @@ impl MpiTransport {
         let session = crate::core::session()?;
         Some(MpiTransport {
             link,
-            epoch_tick: session.clock.tick_at_epoch,
             ticks_per_ns: session.clock.ticks_per_sec / 1e9,
         })
     }
@@ -179,11 +179,10 @@ impl offload::Transport for MpiTransport {
         self.link.size().max(0) as usize
     }
     fn now(&self) -> u64 {
-        let ticks = crate::clock::now().saturating_sub(self.epoch_tick);
-        (ticks as f64 / self.ticks_per_ns) as u64
+        (crate::clock::now() as f64 / self.ticks_per_ns) as u64
     }
     fn to_tick(&self, local_ns: u64) -> u64 {
-        self.epoch_tick + (local_ns as f64 * self.ticks_per_ns) as u64
+        (local_ns as f64 * self.ticks_per_ns) as u64
     }
     fn barrier(&mut self) -> Result<(), offload::TransportError> {
         self.link.barrier().map_err(failed)

@@ -196,8 +196,15 @@ mod tests {
         let c = create(h, ReqKind::Send, 24, false);
         let done: Vec<_> = (0..3).map(|_| complete(h).unwrap()).collect();
         assert_eq!(done.iter().map(|r| r.id).collect::<Vec<_>>(), vec![a, b, c]);
-        assert_eq!(done.iter().map(|r| r.bytes).collect::<Vec<_>>(), vec![8, 16, 24]);
-        assert_eq!(complete(h).map(|r| r.id), Some(NO_REQUEST), "all three were completed");
+        assert_eq!(
+            done.iter().map(|r| r.bytes).collect::<Vec<_>>(),
+            vec![8, 16, 24]
+        );
+        assert_eq!(
+            complete(h).map(|r| r.id),
+            Some(NO_REQUEST),
+            "all three were completed"
+        );
     }
 
     #[test]

@@ -1,110 +1,180 @@
-//! Writes taken buffers to this rank's file, `<out>/rank-NNNNN.evf`: one chunk per buffer, with a
-//! sequence number per stream (thread). Write failures are never silent: the events are counted
-//! as lost and reported once on stderr.
+//! Appends taken buffers to this rank's trace through the offload writer backends: one chunk per
+//! buffer, with a sequence number per stream (thread), rotating to the next output directory when a
+//! disk fills. Nothing is lost silently: what cannot be written is counted, said on stderr, and
+//! marked in the trace where the disk still takes the few bytes of a marker.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::BufWriter;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
-use format::{ChunkEncoder, FileHeader, RankFileWriter, RawBuf, rank_file_name};
+use format::{ChunkEncoder, Event, FileHeader, Marker, RawBuf};
+use offload::writer::{OutputPlan, WriteError, Writer, WriterKind, open_writer};
 
 use crate::buffers::Taken;
 
 struct Sink {
-    path: PathBuf,
-    header: FileHeader,
-    writer: Option<RankFileWriter<BufWriter<File>>>,
+    plan: OutputPlan,
+    kind: WriterKind,
+    writer: Option<Box<dyn Writer>>,
     encoder: ChunkEncoder,
     seq: HashMap<u32, u64>,
-    failed: Option<String>,
+    /// Set once nothing more can be written (every directory full, or an I/O error).
+    stopped: Option<String>,
     stats: SinkStats,
 }
 
-/// Totals over the life of the rank file.
+/// Totals over the life of the trace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SinkStats {
     pub events_written: u64,
     pub bytes_raw: u64,
     pub bytes_stored: u64,
     pub chunks: u64,
-    /// Events that could not be written (the write failed).
+    /// Events that could not be written (every disk full, or the write failed).
     pub events_lost: u64,
 }
 
 static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 
-/// Where the rank file goes; nothing is opened before the first write.
-pub fn configure(dir: &Path, header: FileHeader, zstd_level: i32) {
-    let path = dir.join(rank_file_name(header.rank, header.part));
+/// Where the trace goes; nothing is opened before the first write.
+pub fn configure(dirs: Vec<PathBuf>, header: FileHeader, zstd_level: i32, kind: WriterKind) {
     let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
     *guard = Some(Sink {
-        path,
-        header,
+        plan: OutputPlan { dirs, header },
+        kind,
         writer: None,
         encoder: ChunkEncoder::new(zstd_level),
         seq: HashMap::new(),
-        failed: None,
+        stopped: None,
         stats: SinkStats::default(),
     });
 }
 
+/// The first part file of this rank's trace.
 pub fn path() -> Option<PathBuf> {
     SINK.lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
-        .map(|s| s.path.clone())
+        .map(|s| s.plan.path_of(0, 0))
 }
 
 impl Sink {
-    fn open(&mut self) -> std::io::Result<&mut RankFileWriter<BufWriter<File>>> {
+    fn writer(&mut self) -> Result<&mut Box<dyn Writer>, WriteError> {
         if self.writer.is_none() {
-            if let Some(dir) = self.path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let file = File::create(&self.path)?;
-            self.writer = Some(RankFileWriter::new(
-                BufWriter::with_capacity(1 << 20, file),
-                &self.header,
-            )?);
+            let writer = match open_writer(self.kind, self.plan.clone()) {
+                Ok(w) => w,
+                Err(WriteError::Unavailable(why)) => {
+                    if self.plan.header.rank == 0 {
+                        eprintln!(
+                            "evenflush: writer {:?} unavailable ({why}); using posix",
+                            self.kind
+                        );
+                    }
+                    open_writer(WriterKind::Posix, self.plan.clone())?
+                }
+                Err(e) => return Err(e),
+            };
+            self.writer = Some(writer);
         }
         Ok(self.writer.as_mut().expect("opened above"))
     }
 
-    fn write_one(&mut self, stream: u32, buf: &RawBuf) {
-        if buf.is_empty() {
+    fn write(&mut self, taken: &[Taken]) {
+        let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
+        if events == 0 {
             return;
         }
-        if self.failed.is_some() {
-            self.stats.events_lost += buf.events();
+        if self.stopped.is_some() {
+            self.stats.events_lost += events;
             return;
         }
-        let seq = *self.seq.get(&stream).unwrap_or(&0);
-        let chunk = self.encoder.encode(self.header.rank, stream, seq, buf);
-        let result = self.open().and_then(|w| w.write_chunk(&chunk));
+        let rank = self.plan.header.rank;
+        let result = match self.writer() {
+            Err(e) => Err(e),
+            Ok(_) => {
+                let Sink {
+                    encoder,
+                    seq,
+                    writer,
+                    ..
+                } = self;
+                // Chunks are encoded as the writer pulls them, so a backend that overlaps
+                // compression with writing (io_uring) can.
+                let mut chunks = taken.iter().filter(|t| !t.buf.is_empty()).map(|t| {
+                    let n = seq.entry(t.stream).or_insert(0);
+                    let chunk = encoder.encode(rank, t.stream, *n, &t.buf);
+                    *n += 1;
+                    chunk
+                });
+                writer
+                    .as_mut()
+                    .expect("opened above")
+                    .write_chunks(&mut chunks)
+            }
+        };
         match result {
-            Ok(()) => {
-                self.seq.insert(stream, seq + 1);
-                self.stats.events_written += chunk.events;
-                self.stats.bytes_raw += chunk.raw_len;
-                self.stats.bytes_stored += chunk.bytes.len() as u64;
-                self.stats.chunks += 1;
+            Ok(w) => self.account(&w),
+            Err(WriteError::OutOfSpace { last_dir, written }) => {
+                self.account(&written);
+                let lost = events - written.events;
+                self.stats.events_lost += lost;
+                self.stop(
+                    format!(
+                        "no space left in any output directory (last: {})",
+                        last_dir.display()
+                    ),
+                    lost,
+                );
             }
             Err(e) => {
-                self.stats.events_lost += buf.events();
-                eprintln!(
-                    "evenflush: rank {}: cannot write {}: {e}; further events of this rank are lost (counted)",
-                    self.header.rank,
-                    self.path.display()
-                );
-                self.failed = Some(e.to_string());
+                self.stats.events_lost += events;
+                self.stop(e.to_string(), events);
             }
         }
     }
+
+    fn account(&mut self, w: &offload::writer::WriteStats) {
+        self.stats.events_written += w.events;
+        self.stats.bytes_raw += w.bytes_raw;
+        self.stats.bytes_stored += w.bytes_stored;
+        self.stats.chunks += w.chunks;
+    }
+
+    /// Stops writing for good: warns loudly, and appends a last small chunk saying where recording
+    /// stopped to the last complete part file (the writer cut the failed chunk off, so the few
+    /// bytes of the marker usually fit where it was).
+    fn stop(&mut self, why: String, lost: u64) {
+        let rank = self.plan.header.rank;
+        eprintln!(
+            "evenflush: rank {rank}: RECORDING STOPPED: {why}. {lost} events lost; the application \
+             keeps running, later events are counted but not kept."
+        );
+        let last = self.writer.as_ref().and_then(|w| w.files().last().cloned());
+        if let Some(path) = last {
+            let mut tail = RawBuf::new();
+            let time = crate::clock::now();
+            tail.push_event(&Event::Marker(Marker::RecordingStopped { time }));
+            tail.push_event(&Event::Marker(Marker::Lost { time, events: lost }));
+            let n = self.seq.entry(0).or_insert(0);
+            let chunk = self.encoder.encode(rank, 0, *n, &tail);
+            *n += 1;
+            let written = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(&chunk.bytes).and_then(|()| f.sync_data()));
+            if let Err(e) = written {
+                eprintln!(
+                    "evenflush: rank {rank}: could not mark the stop in {}: {e}; the trace ends with its last complete chunk",
+                    path.display()
+                );
+            }
+        }
+        self.stopped = Some(why);
+    }
 }
 
-/// Writes every taken buffer as one chunk and flushes the file. Returns the totals so far.
+/// Writes every taken buffer as one chunk and makes them durable. Returns the totals so far.
 pub fn write(taken: &[Taken]) -> SinkStats {
     let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(sink) = guard.as_mut() else {
@@ -113,20 +183,7 @@ pub fn write(taken: &[Taken]) -> SinkStats {
             ..SinkStats::default()
         };
     };
-    for t in taken {
-        sink.write_one(t.stream, &t.buf);
-    }
-    if sink.failed.is_none()
-        && let Some(w) = sink.writer.as_mut()
-        && let Err(e) = w.flush()
-    {
-        eprintln!(
-            "evenflush: rank {}: flushing {}: {e}",
-            sink.header.rank,
-            sink.path.display()
-        );
-        sink.failed = Some(e.to_string());
-    }
+    sink.write(taken);
     sink.stats
 }
 

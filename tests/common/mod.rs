@@ -123,22 +123,41 @@ pub fn run_plain(mpi: Mpi, ranks: u32, program: &str, args: &[&str]) -> String {
         .stdin(Stdio::null())
         .output()
         .expect("start mpirun");
-    String::from_utf8(check(out, &format!("plain run of {program} ({})", mpi.name())).stdout).unwrap()
+    String::from_utf8(check(out, &format!("plain run of {program} ({})", mpi.name())).stdout)
+        .unwrap()
 }
 
 /// Runs `program args` under `evenflush run --out out <flags>`; returns the job's output.
-pub fn run_traced_output(mpi: Mpi, ranks: u32, program: &str, args: &[&str], out: &Path, flags: &[&str]) -> Output {
+pub fn run_traced_output(
+    mpi: Mpi,
+    ranks: u32,
+    program: &str,
+    args: &[&str],
+    out: &Path,
+    flags: &[&str],
+) -> Output {
     let mut cmd = Command::new(evenflush_bin());
     cmd.arg("run").arg("--out").arg(out).args(flags).arg("--");
     cmd.args(mpi.launch(ranks));
     cmd.arg(programs(mpi).join(program));
     cmd.args(args);
-    mpi_env(&mut cmd).stdin(Stdio::null()).output().expect("start evenflush run")
+    mpi_env(&mut cmd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("start evenflush run")
 }
 
-pub fn run_traced(mpi: Mpi, ranks: u32, program: &str, args: &[&str], out: &Path, flags: &[&str]) -> String {
+pub fn run_traced(
+    mpi: Mpi,
+    ranks: u32,
+    program: &str,
+    args: &[&str],
+    out: &Path,
+    flags: &[&str],
+) -> String {
     let output = run_traced_output(mpi, ranks, program, args, out, flags);
-    String::from_utf8(check(output, &format!("traced run of {program} ({})", mpi.name())).stdout).unwrap()
+    String::from_utf8(check(output, &format!("traced run of {program} ({})", mpi.name())).stdout)
+        .unwrap()
 }
 
 /// `evenflush info --json DIR`, parsed.
@@ -156,10 +175,13 @@ pub fn info_json(dir: &Path) -> serde_json::Value {
 pub fn expected(program: &str) -> serde_json::Value {
     static EXPECTED: OnceLock<serde_json::Value> = OnceLock::new();
     let all = EXPECTED.get_or_init(|| {
-        let text = std::fs::read_to_string(repo_root().join("tests/programs/expected.json")).unwrap();
+        let text =
+            std::fs::read_to_string(repo_root().join("tests/programs/expected.json")).unwrap();
         serde_json::from_str(&text).unwrap()
     });
-    all.get(program).unwrap_or_else(|| panic!("{program} not in expected.json")).clone()
+    all.get(program)
+        .unwrap_or_else(|| panic!("{program} not in expected.json"))
+        .clone()
 }
 
 /// The MPI functions the recorder wraps, from its one table (`recorder/mpi_functions.tsv`).
@@ -237,7 +259,12 @@ pub fn read_trace(dir: &Path) -> Vec<RankEvents> {
                 r.streams.entry(stream).or_default().push(e);
             }
         }
-        assert!(chunks.tail().is_none(), "{}: {:?}", entry.path.display(), chunks.tail());
+        assert!(
+            chunks.tail().is_none(),
+            "{}: {:?}",
+            entry.path.display(),
+            chunks.tail()
+        );
         ranks.push(r);
     }
     ranks
