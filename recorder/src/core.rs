@@ -338,6 +338,7 @@ pub fn finish(abnormal: Option<i32>) {
     let used: u64 = taken.iter().map(|t| t.buf.bytes() as u64).sum();
     let t0 = clock::now();
     let stats = sink::write(&taken);
+    sink::close();
     let t1 = clock::now();
     if stats.events_lost > 0 {
         eprintln!(

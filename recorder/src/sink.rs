@@ -21,6 +21,9 @@ struct Sink {
     seq: HashMap<u32, u64>,
     /// Set once nothing more can be written (every directory full, or an I/O error).
     stopped: Option<String>,
+    /// A few preallocated kilobytes on the last output disk, given back when every disk is full so
+    /// the marker saying where recording stopped still fits.
+    reserve: Option<PathBuf>,
     stats: SinkStats,
 }
 
@@ -39,8 +42,13 @@ static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 
 /// Where the trace goes; nothing is opened before the first write.
 pub fn configure(dirs: Vec<PathBuf>, header: FileHeader, zstd_level: i32, kind: WriterKind) {
+    let reserve = dirs
+        .last()
+        .map(|d| d.join(format!(".rank-{:05}.reserve", header.rank)))
+        .filter(|p| make_reserve(p).is_ok());
     let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
     *guard = Some(Sink {
+        reserve,
         plan: OutputPlan { dirs, header },
         kind,
         writer: None,
@@ -49,6 +57,29 @@ pub fn configure(dirs: Vec<PathBuf>, header: FileHeader, zstd_level: i32, kind: 
         stopped: None,
         stats: SinkStats::default(),
     });
+}
+
+const RESERVE_BYTES: i64 = 8 << 10;
+
+fn make_reserve(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::create(path)?;
+    // SAFETY: plain syscall on a descriptor we own for the duration of the call.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, RESERVE_BYTES) };
+    if rc != 0 {
+        let _ = std::fs::remove_file(path);
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Gives the reserve back (end of the run); the trace is complete without it.
+pub fn close() {
+    if let Some(sink) = SINK.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+        && let Some(path) = sink.reserve.take()
+    {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// The first part file of this rank's trace.
@@ -151,6 +182,9 @@ impl Sink {
              keeps running, later events are counted but not kept."
         );
         let last = self.writer.as_ref().and_then(|w| w.files().last().cloned());
+        if let Some(reserve) = self.reserve.take() {
+            let _ = std::fs::remove_file(reserve);
+        }
         if let Some(path) = last {
             let mut tail = RawBuf::new();
             let time = crate::clock::now();
@@ -162,7 +196,15 @@ impl Sink {
             let written = std::fs::OpenOptions::new()
                 .append(true)
                 .open(&path)
-                .and_then(|mut f| f.write_all(&chunk.bytes).and_then(|()| f.sync_data()));
+                .and_then(|mut f| {
+                    let complete = f.metadata()?.len();
+                    let result = f.write_all(&chunk.bytes).and_then(|()| f.sync_data());
+                    if result.is_err() {
+                        // Never leave half a chunk behind: the file must end on a chunk boundary.
+                        let _ = f.set_len(complete);
+                    }
+                    result
+                });
             if let Err(e) = written {
                 eprintln!(
                     "evenflush: rank {rank}: could not mark the stop in {}: {e}; the trace ends with its last complete chunk",
