@@ -138,6 +138,22 @@ fn dynamic_uring(mpi: Mpi) {
     );
 }
 
+fn dynamic_mpiio(mpi: Mpi) {
+    offload_run(
+        mpi,
+        "dynamic-mpiio",
+        &[
+            "--mode",
+            "dynamic",
+            "--threshold",
+            "1MiB",
+            "--writer",
+            "mpiio",
+        ],
+        10,
+    );
+}
+
 fn noremeasure(mpi: Mpi) {
     offload_run(
         mpi,
@@ -250,6 +266,7 @@ macro_rules! for_both_mpis {
 for_both_mpis!(
     dynamic_posix,
     dynamic_uring,
+    dynamic_mpiio,
     noremeasure,
     static_mode,
     local,

@@ -257,6 +257,15 @@ impl PosixWriter {
         }
     }
 
+    /// A writer that starts a new part file `part` in directory `dir_index` of the plan: for a
+    /// trace another backend began (MPI-IO cannot write after `MPI_Finalize`).
+    pub fn continuing(plan: OutputPlan, dir_index: usize, part: u32) -> Self {
+        let mut parts = Parts::new(plan);
+        parts.dir_index = dir_index;
+        parts.part = part;
+        PosixWriter { parts }
+    }
+
     fn write_one(
         &mut self,
         chunk: &EncodedChunk,

@@ -63,6 +63,15 @@ typedef struct {
     int (*recv_f64)(double *value, int source, int tag);
     int (*send_u64)(uint64_t value, int dest, int tag);
     int (*recv_u64)(uint64_t *value, int source, int tag);
+    /* The MPI-IO trace writer: one file at a time, opened on MPI_COMM_SELF. These return the MPI
+     * error class (0 = success), so the writer can tell a full disk (MPI_ERR_NO_SPACE) apart. */
+    int (*file_open)(const char *path);
+    int (*file_write_at)(uint64_t offset, const void *data, uint64_t len);
+    int (*file_set_size)(uint64_t size);
+    int (*file_sync)(void);
+    int (*file_close)(void);
+    int err_no_space;
+    int err_quota;
 } evf_transport_t;
 
 /* ---- Rust core hooks (recorder::ffi) ---- */

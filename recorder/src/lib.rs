@@ -18,6 +18,7 @@ pub mod clock;
 pub mod core;
 pub mod ffi;
 pub mod mpi_link;
+pub mod mpiio;
 pub mod protocol;
 pub mod requests;
 pub mod signals;

@@ -19,6 +19,13 @@ pub struct RawTransport {
     pub recv_f64: unsafe extern "C" fn(*mut f64, c_int, c_int) -> c_int,
     pub send_u64: unsafe extern "C" fn(u64, c_int, c_int) -> c_int,
     pub recv_u64: unsafe extern "C" fn(*mut u64, c_int, c_int) -> c_int,
+    pub file_open: unsafe extern "C" fn(*const std::ffi::c_char) -> c_int,
+    pub file_write_at: unsafe extern "C" fn(u64, *const std::ffi::c_void, u64) -> c_int,
+    pub file_set_size: unsafe extern "C" fn(u64) -> c_int,
+    pub file_sync: unsafe extern "C" fn() -> c_int,
+    pub file_close: unsafe extern "C" fn() -> c_int,
+    pub err_no_space: c_int,
+    pub err_quota: c_int,
 }
 
 static TRANSPORT: AtomicPtr<RawTransport> = AtomicPtr::new(std::ptr::null_mut());
@@ -122,6 +129,36 @@ impl Link {
         let mut v = 0;
         check(unsafe { (self.0.recv_u64)(&mut v, source, tag) })?;
         Ok(v)
+    }
+}
+
+/// The MPI-IO file operations of the C layer. Each returns the MPI error class of a failure.
+impl Link {
+    pub fn file_open(&self, path: &std::path::Path) -> Result<(), LinkError> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| LinkError(-1))?;
+        // SAFETY: `c` is a NUL-terminated string that outlives the call.
+        check(unsafe { (self.0.file_open)(c.as_ptr()) })
+    }
+    pub fn file_write_at(&self, offset: u64, data: &[u8]) -> Result<(), LinkError> {
+        // SAFETY: the pointer and length describe `data`, borrowed for the whole call.
+        check(unsafe { (self.0.file_write_at)(offset, data.as_ptr().cast(), data.len() as u64) })
+    }
+    pub fn file_set_size(&self, size: u64) -> Result<(), LinkError> {
+        // SAFETY: plain value argument; acts on the C layer's one open file.
+        check(unsafe { (self.0.file_set_size)(size) })
+    }
+    pub fn file_sync(&self) -> Result<(), LinkError> {
+        // SAFETY: no arguments; acts on the C layer's one open file.
+        check(unsafe { (self.0.file_sync)() })
+    }
+    pub fn file_close(&self) -> Result<(), LinkError> {
+        // SAFETY: no arguments; closes the C layer's one open file, if any.
+        check(unsafe { (self.0.file_close)() })
+    }
+    /// Whether an error class means the disk (or quota) is full.
+    pub fn is_out_of_space(&self, e: LinkError) -> bool {
+        e.0 == self.0.err_no_space || e.0 == self.0.err_quota
     }
 }
 

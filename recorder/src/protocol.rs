@@ -151,8 +151,11 @@ pub fn after_buffer_growth() {
 }
 
 /// Entry of `MPI_Finalize` (the transport still works): the last clock-offset sample, so the
-/// global clock is interpolated up to the end of the run.
+/// global clock is interpolated up to the end of the run; and the MPI-IO writer's last write.
 pub fn on_finalize_start() {
+    if core::session().is_some_and(|s| s.config.writer == offload::config::Writer::MpiIo) {
+        sink::before_mpi_finalize(&core::take_all_buffers());
+    }
     if !INIT_THREAD.with(Cell::get) {
         return;
     }

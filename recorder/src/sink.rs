@@ -9,14 +9,14 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use format::{ChunkEncoder, Event, FileHeader, Marker, RawBuf};
-use offload::writer::{OutputPlan, WriteError, Writer, WriterKind, open_writer};
+use offload::writer::{OutputPlan, PosixWriter, WriteError, Writer, WriterKind, open_writer};
 
 use crate::buffers::Taken;
 
 struct Sink {
     plan: OutputPlan,
     kind: WriterKind,
-    writer: Option<Box<dyn Writer>>,
+    writer: Option<Backend>,
     encoder: ChunkEncoder,
     seq: HashMap<u32, u64>,
     /// Set once nothing more can be written (every directory full, or an I/O error).
@@ -39,6 +39,22 @@ pub struct SinkStats {
 }
 
 static SINK: Mutex<Option<Sink>> = Mutex::new(None);
+
+/// The writer in use. MPI-IO is kept by its own type because it must hand over to another
+/// backend at `MPI_Finalize`.
+enum Backend {
+    Generic(Box<dyn Writer>),
+    MpiIo(crate::mpiio::MpiIoWriter),
+}
+
+impl Backend {
+    fn get(&mut self) -> &mut dyn Writer {
+        match self {
+            Backend::Generic(w) => w.as_mut(),
+            Backend::MpiIo(w) => w,
+        }
+    }
+}
 
 /// Where the trace goes; nothing is opened before the first write.
 pub fn configure(dirs: Vec<PathBuf>, header: FileHeader, zstd_level: i32, kind: WriterKind) {
@@ -91,24 +107,29 @@ pub fn path() -> Option<PathBuf> {
 }
 
 impl Sink {
-    fn writer(&mut self) -> Result<&mut Box<dyn Writer>, WriteError> {
+    fn writer(&mut self) -> Result<&mut dyn Writer, WriteError> {
         if self.writer.is_none() {
-            let writer = match open_writer(self.kind, self.plan.clone()) {
-                Ok(w) => w,
-                Err(WriteError::Unavailable(why)) => {
-                    if self.plan.header.rank == 0 {
-                        eprintln!(
-                            "evenflush: writer {:?} unavailable ({why}); using posix",
-                            self.kind
-                        );
-                    }
-                    open_writer(WriterKind::Posix, self.plan.clone())?
+            let rank = self.plan.header.rank;
+            let backend = match (self.kind, crate::mpi_link::link()) {
+                (WriterKind::MpiIo, Some(link)) => {
+                    Backend::MpiIo(crate::mpiio::MpiIoWriter::new(link, self.plan.clone()))
                 }
-                Err(e) => return Err(e),
+                (kind, _) => match open_writer(kind, self.plan.clone()) {
+                    Ok(w) => Backend::Generic(w),
+                    Err(WriteError::Unavailable(why)) => {
+                        if rank == 0 {
+                            eprintln!(
+                                "evenflush: writer {kind:?} unavailable ({why}); using posix"
+                            );
+                        }
+                        Backend::Generic(open_writer(WriterKind::Posix, self.plan.clone())?)
+                    }
+                    Err(e) => return Err(e),
+                },
             };
-            self.writer = Some(writer);
+            self.writer = Some(backend);
         }
-        Ok(self.writer.as_mut().expect("opened above"))
+        Ok(self.writer.as_mut().expect("opened above").get())
     }
 
     fn write(&mut self, taken: &[Taken]) {
@@ -141,6 +162,7 @@ impl Sink {
                 writer
                     .as_mut()
                     .expect("opened above")
+                    .get()
                     .write_chunks(&mut chunks)
             }
         };
@@ -181,7 +203,10 @@ impl Sink {
             "evenflush: rank {rank}: RECORDING STOPPED: {why}. {lost} events lost; the application \
              keeps running, later events are counted but not kept."
         );
-        let last = self.writer.as_ref().and_then(|w| w.files().last().cloned());
+        let last = self
+            .writer
+            .as_mut()
+            .and_then(|w| w.get().files().last().cloned());
         if let Some(reserve) = self.reserve.take() {
             let _ = std::fs::remove_file(reserve);
         }
@@ -214,6 +239,30 @@ impl Sink {
         }
         self.stopped = Some(why);
     }
+}
+
+/// Entry of `MPI_Finalize`: MPI-IO is about to become unusable. With the `mpiio` writer, write
+/// what is held now through it, close its file, and continue the trace in a further part file with
+/// the posix writer. Other writers need nothing.
+pub fn before_mpi_finalize(taken: &[Taken]) {
+    let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sink) = guard.as_mut() else { return };
+    if sink.kind != WriterKind::MpiIo {
+        drop(guard);
+        write(taken);
+        return;
+    }
+    sink.write(taken);
+    if let Some(Backend::MpiIo(mut mpiio)) = sink.writer.take() {
+        let (dir, part) = mpiio.position();
+        mpiio.close();
+        sink.writer = Some(Backend::Generic(Box::new(PosixWriter::continuing(
+            sink.plan.clone(),
+            dir,
+            part,
+        ))));
+    }
+    sink.kind = WriterKind::Posix;
 }
 
 /// Writes every taken buffer as one chunk and makes them durable. Returns the totals so far.

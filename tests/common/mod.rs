@@ -231,17 +231,21 @@ impl RankEvents {
     }
 }
 
-/// Reads every rank of a trace directory, asserting that nothing in it is damaged or cut.
+/// Reads every rank of a trace directory (all part files of a rank, in part order), asserting that
+/// nothing in it is damaged or cut.
 pub fn read_trace(dir: &Path) -> Vec<RankEvents> {
-    let mut ranks = Vec::new();
+    let mut ranks: Vec<RankEvents> = Vec::new();
     for entry in format::open_dir(dir).unwrap() {
+        if ranks.last().is_none_or(|r| r.rank != entry.rank) {
+            ranks.push(RankEvents {
+                rank: entry.rank,
+                streams: BTreeMap::new(),
+                functions: BTreeMap::new(),
+                comms: BTreeMap::new(),
+            });
+        }
+        let r = ranks.last_mut().expect("pushed above");
         let file = RankFile::open(&entry.path).unwrap();
-        let mut r = RankEvents {
-            rank: entry.rank,
-            streams: BTreeMap::new(),
-            functions: BTreeMap::new(),
-            comms: BTreeMap::new(),
-        };
         let mut chunks = file.chunks();
         for chunk in chunks.by_ref() {
             let chunk = chunk.unwrap();
@@ -265,7 +269,6 @@ pub fn read_trace(dir: &Path) -> Vec<RankEvents> {
             entry.path.display(),
             chunks.tail()
         );
-        ranks.push(r);
     }
     ranks
 }

@@ -1,0 +1,173 @@
+//! The `mpiio` trace writer: the paper's choice, `MPI_File_write` on a file opened on
+//! `MPI_COMM_SELF`, through the C layer (the Rust core has no MPI types). Same rotation rules as the
+//! posix and io_uring backends: on a full disk the partial chunk is cut off and writing moves on to
+//! the next output directory with the next part number.
+//!
+//! MPI-IO cannot be used after `MPI_Finalize`, so at its start the recorder writes what it holds
+//! and hands the rest of the trace to a posix writer in a further part file
+//! ([`MpiIoWriter::position`]).
+
+use std::path::PathBuf;
+
+use format::EncodedChunk;
+use offload::writer::{OutputPlan, WriteError, WriteStats, Writer};
+
+use crate::mpi_link::{Link, LinkError};
+
+pub struct MpiIoWriter {
+    link: Link,
+    plan: OutputPlan,
+    dir_index: usize,
+    part: u32,
+    open: bool,
+    offset: u64,
+    files: Vec<PathBuf>,
+    stopped: bool,
+}
+
+enum Outcome {
+    Done,
+    Full,
+}
+
+impl MpiIoWriter {
+    pub fn new(link: Link, plan: OutputPlan) -> Self {
+        MpiIoWriter {
+            link,
+            plan,
+            dir_index: 0,
+            part: 0,
+            open: false,
+            offset: 0,
+            files: Vec::new(),
+            stopped: false,
+        }
+    }
+
+    /// Where a writer continuing this trace must start: (directory index, part number). Ask before
+    /// [`MpiIoWriter::close`]: an open part file is finished, so the next one is due.
+    pub fn position(&self) -> (usize, u32) {
+        (self.dir_index, self.part + u32::from(self.open))
+    }
+
+    /// Closes the file (before `MPI_Finalize`).
+    pub fn close(&mut self) {
+        if self.open {
+            let _ = self.link.file_close();
+            self.open = false;
+        }
+    }
+
+    fn io_error(&self, e: LinkError) -> WriteError {
+        WriteError::Io {
+            path: self
+                .plan
+                .path_of(self.dir_index.min(self.plan.dirs.len() - 1), self.part),
+            source: std::io::Error::other(format!("MPI-IO error class {}", e.0)),
+        }
+    }
+
+    fn classify(&self, r: Result<(), LinkError>) -> Result<Outcome, WriteError> {
+        match r {
+            Ok(()) => Ok(Outcome::Done),
+            Err(e) if self.link.is_out_of_space(e) => Ok(Outcome::Full),
+            Err(e) => Err(self.io_error(e)),
+        }
+    }
+
+    fn out_of_space(&mut self, written: WriteStats) -> WriteError {
+        self.stopped = true;
+        WriteError::OutOfSpace {
+            last_dir: self.plan.dirs.last().cloned().unwrap_or_default(),
+            written,
+        }
+    }
+
+    /// Opens the current part file and writes its header, moving on while disks are full.
+    fn ensure_open(&mut self, stats: &mut WriteStats) -> Result<(), WriteError> {
+        while !self.open {
+            if self.dir_index >= self.plan.dirs.len() {
+                return Err(self.out_of_space(*stats));
+            }
+            let path = self.plan.path_of(self.dir_index, self.part);
+            let header = self.plan.header_bytes(self.part);
+            let opened = self.classify(self.link.file_open(&path))?;
+            let wrote = match opened {
+                Outcome::Done => self.classify(self.link.file_write_at(0, &header))?,
+                Outcome::Full => Outcome::Full,
+            };
+            match wrote {
+                Outcome::Done => {
+                    self.open = true;
+                    self.offset = header.len() as u64;
+                    stats.bytes_stored += header.len() as u64;
+                    self.files.push(path);
+                }
+                Outcome::Full => {
+                    let _ = self.link.file_close();
+                    let _ = std::fs::remove_file(&path);
+                    self.dir_index += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write_one(
+        &mut self,
+        chunk: &EncodedChunk,
+        stats: &mut WriteStats,
+    ) -> Result<(), WriteError> {
+        loop {
+            self.ensure_open(stats)?;
+            let start = self.offset;
+            match self.classify(self.link.file_write_at(start, &chunk.bytes))? {
+                Outcome::Done => {
+                    self.offset += chunk.bytes.len() as u64;
+                    stats.chunks += 1;
+                    stats.events += chunk.events;
+                    stats.bytes_raw += chunk.raw_len;
+                    stats.bytes_stored += chunk.bytes.len() as u64;
+                    return Ok(());
+                }
+                Outcome::Full => {
+                    // Cut the partial chunk off so the file ends on a chunk boundary.
+                    let _ = self.link.file_set_size(start);
+                    let _ = self.link.file_sync();
+                    let _ = self.link.file_close();
+                    self.open = false;
+                    self.dir_index += 1;
+                    self.part += 1;
+                }
+            }
+        }
+    }
+}
+
+impl Writer for MpiIoWriter {
+    fn write_chunks(
+        &mut self,
+        chunks: &mut dyn Iterator<Item = EncodedChunk>,
+    ) -> Result<WriteStats, WriteError> {
+        if self.stopped {
+            return Err(WriteError::Stopped);
+        }
+        let mut stats = WriteStats::default();
+        for chunk in chunks {
+            self.write_one(&chunk, &mut stats)?;
+        }
+        if self.open {
+            let synced = self.link.file_sync();
+            self.classify(synced)?;
+        }
+        Ok(stats)
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+}

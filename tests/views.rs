@@ -1,0 +1,241 @@
+//! `evenflush report`, `export` (Perfetto, OTF2) and `timeline` on real `mpirun` jobs under Open MPI
+//! and MPICH, checked against the trace itself and against `evenflush info`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use common::{Mpi, info_json, mpi_lock, read_trace, run_traced, scratch};
+use format::Event;
+
+fn evenflush(args: &[&str], dir: &Path, extra: &[&Path]) -> std::process::Output {
+    let out = Command::new(common::evenflush_bin())
+        .args(args.iter().take(1))
+        .arg(dir)
+        .args(args.iter().skip(1))
+        .args(extra)
+        .output()
+        .expect("run evenflush");
+    assert!(
+        out.status.success(),
+        "evenflush {args:?} {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Point-to-point messages the trace says were sent (a send call with a real peer).
+fn sends_in_trace(dir: &Path) -> u64 {
+    let mut n = 0;
+    for r in read_trace(dir) {
+        for e in r.all() {
+            if let Event::Call(c) = e
+                && c.peer >= 0
+                && matches!(
+                    r.name(c.func),
+                    "MPI_Send"
+                        | "MPI_Ssend"
+                        | "MPI_Bsend"
+                        | "MPI_Rsend"
+                        | "MPI_Isend"
+                        | "MPI_Issend"
+                        | "MPI_Sendrecv"
+                )
+            {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn check_report(dir: &Path) {
+    let out = evenflush(&["report", "--json"], dir, &[]);
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("report --json is JSON");
+    let info = info_json(dir);
+    let counts: HashMap<String, u64> = report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_string(),
+                f["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: HashMap<String, u64> = info["functions"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        counts,
+        want,
+        "{}: report and info disagree on call counts",
+        dir.display()
+    );
+    for f in report["functions"].as_array().unwrap() {
+        assert_eq!(f["histogram"].as_array().unwrap().len(), 24);
+        assert!(
+            f["min_s"].as_f64() <= f["mean_s"].as_f64()
+                && f["mean_s"].as_f64() <= f["max_s"].as_f64()
+        );
+    }
+    let world = info["ranks"].as_u64().unwrap() as usize;
+    assert_eq!(report["ranks"].as_array().unwrap().len(), world);
+    let sent: u64 = report["partners"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap().iter().map(|c| c.as_u64().unwrap()))
+        .sum();
+    assert_eq!(sent, sends_in_trace(dir), "partner matrix total");
+}
+
+fn check_perfetto(dir: &Path, scratch_dir: &Path) {
+    let file = scratch_dir.join("trace.json");
+    evenflush(&["export", "--format", "perfetto", "--out"], dir, &[&file]);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let mut by_ph: HashMap<&str, u64> = HashMap::new();
+    let mut ids = std::collections::HashSet::new();
+    for e in events {
+        let ph = e["ph"].as_str().unwrap();
+        *by_ph.entry(ph).or_default() += 1;
+        if ph == "s" {
+            assert!(ids.insert(e["id"].as_u64().unwrap()), "flow id used twice");
+        }
+    }
+    let sends = sends_in_trace(dir);
+    assert_eq!(
+        by_ph.get("s").copied().unwrap_or(0),
+        sends,
+        "one flow start per message sent"
+    );
+    assert_eq!(
+        by_ph.get("f").copied().unwrap_or(0),
+        sends,
+        "one flow end per message sent"
+    );
+    let calls: u64 = info_json(dir)["mpi_calls_total"].as_u64().unwrap();
+    let call_slices = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] != "evenflush")
+        .count() as u64;
+    assert_eq!(call_slices, calls);
+    assert!(
+        by_ph.get("C").copied().unwrap_or(0) > 0,
+        "buffer fill counter"
+    );
+}
+
+fn check_otf2(dir: &Path, scratch_dir: &Path) {
+    let archive = scratch_dir.join("otf2");
+    let probe = Command::new(common::evenflush_bin())
+        .args(["export", "--format", "otf2", "--out"])
+        .arg(&archive)
+        .arg(dir)
+        .output()
+        .unwrap();
+    if !probe.status.success() && String::from_utf8_lossy(&probe.stderr).contains("without OTF2") {
+        eprintln!("skipped OTF2: this build has no OTF2 support");
+        return;
+    }
+    assert!(
+        probe.status.success(),
+        "{}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    let Ok(printed) = Command::new("otf2-print")
+        .arg("-Werror")
+        .arg(archive.join("traces.otf2"))
+        .output()
+    else {
+        eprintln!("otf2-print not installed");
+        return;
+    };
+    assert!(
+        printed.status.success(),
+        "otf2-print -Werror: {}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let text = String::from_utf8_lossy(&printed.stdout);
+    let count = |kind: &str| {
+        text.lines()
+            .filter(|l| l.split_whitespace().next() == Some(kind))
+            .count() as u64
+    };
+    let sends = sends_in_trace(dir);
+    assert_eq!(
+        count("MPI_SEND") + count("MPI_ISEND"),
+        sends,
+        "one MPI send record per message"
+    );
+    assert_eq!(
+        count("MPI_RECV") + count("MPI_IRECV"),
+        sends,
+        "one MPI receive record per message"
+    );
+    assert_eq!(count("ENTER"), count("LEAVE"));
+    // The Python reader of the OTF2 project, where installed, must read the same records.
+    let script = "import otf2, sys\nn = 0\nwith otf2.reader.open(sys.argv[1]) as t:\n    for _, e in t.events:\n        n += type(e).__name__ in ('MpiSend', 'MpiIsend')\nprint(n)\n";
+    if let Ok(py) = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(archive.join("traces.otf2"))
+        .output()
+    {
+        if py.status.success() {
+            let n: u64 = String::from_utf8_lossy(&py.stdout).trim().parse().unwrap();
+            assert_eq!(n, sends, "python otf2 reader");
+        } else {
+            eprintln!(
+                "python otf2 reader unavailable: {}",
+                String::from_utf8_lossy(&py.stderr)
+            );
+        }
+    }
+}
+
+fn check_timeline(dir: &Path, scratch_dir: &Path, ranks: u32) {
+    let png = scratch_dir.join("timeline.png");
+    evenflush(&["timeline", "--png"], dir, &[&png]);
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    assert_eq!(w, 1600);
+    assert!(h >= 150 + 20 * ranks && h <= 2000, "height {h}");
+}
+
+fn views(mpi: Mpi) {
+    let _guard = mpi_lock();
+    for (program, ranks, flags) in [
+        ("halo", 4, &["--threshold", "8KiB"][..]),
+        ("ring", 2, &["--mode", "off"][..]),
+    ] {
+        let out = scratch(&format!("views-{program}-{}", mpi.name()));
+        run_traced(mpi, ranks, program, &[], &out, flags);
+        let work = scratch(&format!("views-{program}-{}-out", mpi.name()));
+        check_report(&out);
+        check_perfetto(&out, &work);
+        check_otf2(&out, &work);
+        check_timeline(&out, &work, ranks);
+    }
+}
+
+#[test]
+fn views_openmpi() {
+    views(Mpi::OpenMpi);
+}
+
+#[test]
+fn views_mpich() {
+    views(Mpi::Mpich);
+}
