@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The demo: trace the bundled iterative workload (shaped like the paper's program 1: compute, user
-# records, barrier) on 4 ranks under Open MPI with the recorder, then show what the trace holds.
+# The demo: the whole chain on the bundled iterative workload (shaped like the paper's program 1:
+# compute, user records, barrier), 2 ranks under Open MPI.
+#   1. a reference run that keeps its trace in memory (--mode off),
+#   2. an offload run that flushes in equalised suspensions whenever a rank holds more than 1 MiB,
+#   3. reconstruction of the offload run (the suspensions removed),
+#   4. the comparison with the reference: the paper's headline numbers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,14 +12,25 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "== building evenflush and the preload libraries (cargo build --release)"
 cargo build --release --workspace --quiet
+ef=target/release/evenflush
 demo=target/demo
 rm -rf "$demo"
 mkdir -p "$demo"
 bash experiments/apps/build.sh openmpi "$demo/apps" >/dev/null
+# A fixed amount of work per iteration (not a calibrated time) so the two runs do the same work.
+app=("$demo/apps/iterative" --iterations 300 --work-units 200000 --mem 16 --record-bytes 131072)
 
-echo "== evenflush run: 4 ranks, 200 iterations, 64 KiB of user records per rank per iteration"
-target/release/evenflush run --out "$demo/trace" --mode off -- \
-  mpirun --oversubscribe -np 4 "$demo/apps/iterative" --iterations 200 --compute-us 500 --mem 16
 echo
-echo "== evenflush info $demo/trace"
-target/release/evenflush info "$demo/trace"
+echo "== 1. reference run: trace kept in memory until MPI_Finalize"
+$ef run --out "$demo/reference" --mode off -- mpirun --oversubscribe -np 2 "${app[@]}"
+echo
+echo "== 2. offload run: flush whenever a rank holds more than 1 MiB, in equalised suspensions"
+$ef run --out "$demo/offload" --mode dynamic --threshold 1MiB -- mpirun --oversubscribe -np 2 "${app[@]}"
+echo
+$ef info "$demo/offload"
+echo
+echo "== 3. reconstruct the offload run (remove the suspensions, DP')"
+$ef reconstruct "$demo/offload" --out "$demo/offload.reconstructed"
+echo
+echo "== 4. compare with the reference run"
+$ef compare "$demo/reference" "$demo/offload.reconstructed"

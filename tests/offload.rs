@@ -7,57 +7,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Mpi, info_json, mpi_env, mpi_lock, scratch};
+use common::{ITERATIONS, Mpi, RECORD_BYTES, RECORDS, info_json, mpi_lock, run_iterative, scratch};
 use format::Event;
-
-const ITERATIONS: u32 = 200;
-const RECORD_BYTES: u32 = 65536; // per rank and iteration: 12.5 MiB per rank over the run
-const RECORDS: u32 = 4;
-
-fn apps(mpi: Mpi) -> std::path::PathBuf {
-    static BUILT: std::sync::Mutex<Vec<(Mpi, std::path::PathBuf)>> =
-        std::sync::Mutex::new(Vec::new());
-    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, dir)) = built.iter().find(|(m, _)| *m == mpi) {
-        return dir.clone();
-    }
-    let dir = scratch(&format!("apps-{}", mpi.name()));
-    let out = Command::new("bash")
-        .arg(common::repo_root().join("experiments/apps/build.sh"))
-        .arg(mpi.name())
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    built.push((mpi, dir.clone()));
-    dir
-}
-
-/// Runs the iterative workload (compute, user records, barrier) on 2 ranks with `flags`.
-fn run_iterative(mpi: Mpi, out: &Path, flags: &[&str]) -> std::process::Output {
-    let mut cmd = Command::new(common::evenflush_bin());
-    cmd.arg("run").arg("--out").arg(out).args(flags).arg("--");
-    cmd.args(mpi.launch(2)).arg(apps(mpi).join("iterative"));
-    cmd.args([
-        "--iterations",
-        &ITERATIONS.to_string(),
-        "--compute-us",
-        "300",
-        "--mem",
-        "8",
-    ]);
-    cmd.args([
-        "--record-bytes",
-        &RECORD_BYTES.to_string(),
-        "--records",
-        &RECORDS.to_string(),
-    ]);
-    mpi_env(&mut cmd).output().unwrap()
-}
 
 /// Every user record of every rank is in the trace, with its full payload.
 fn assert_all_records_present(dir: &Path) {

@@ -55,6 +55,16 @@ pub struct SuspensionInfo {
     pub overshoot_us: Quantiles,
     /// Per suspension: latest minus earliest resume instant over ranks, in rank 0's clock.
     pub spread_us: Quantiles,
+    /// Per suspension: longest minus shortest pause (end − start) over ranks. Equalisation makes
+    /// this zero whatever the ranks' start skew, which `spread_us` includes.
+    pub pause_diff_us: Quantiles,
+    /// How long a suspension that wrote nothing kept a rank away from its program (end − start):
+    /// the protocol's own cost.
+    pub noflush_pause_us: Quantiles,
+    /// Raw trace bytes written per second of write time, over all flushes of all ranks.
+    pub flush_raw_mb_per_s: f64,
+    /// The same for the compressed bytes that reached the disk.
+    pub flush_stored_mb_per_s: f64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -86,8 +96,11 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
     };
     let mut z_us = Vec::new();
     let mut overshoot_us = Vec::new();
+    let mut noflush_pause_us = Vec::new();
+    let (mut flushed_raw, mut flushed_stored, mut flush_ns) = (0u64, 0u64, 0u64);
     // Resume instants in rank 0's clock, per suspension sequence number.
     let mut resumes: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    let mut pauses: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
 
     for files in &trace.ranks {
         let mut rank = RankInfo {
@@ -171,8 +184,19 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                 info.suspension.flushes += s.flushed as u64;
             }
             overshoot_us.push(s.overshoot_ns as f64 / 1e3);
+            if s.flushed {
+                flushed_raw += s.bytes_raw;
+                flushed_stored += s.bytes_stored;
+                flush_ns += s.write_ns;
+            } else {
+                noflush_pause_us.push(ticks_to_s(&clock, s.end.saturating_sub(s.start)) * 1e6);
+            }
             let resume_ns = ticks_to_s(&clock, s.end) * 1e9 + s.offset_ns;
             resumes.entry(s.seq).or_default().push(resume_ns);
+            pauses
+                .entry(s.seq)
+                .or_default()
+                .push(ticks_to_s(&clock, s.end.saturating_sub(s.start)) * 1e9);
         }
         info.events_total += rank.events;
         info.mpi_calls_total += rank.mpi_calls;
@@ -185,6 +209,12 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
     info.suspension.count = resumes.len() as u64;
     info.suspension.z_us = Quantiles::of(&mut z_us);
     info.suspension.overshoot_us = Quantiles::of(&mut overshoot_us);
+    info.suspension.noflush_pause_us = Quantiles::of(&mut noflush_pause_us);
+    if flush_ns > 0 {
+        let seconds = flush_ns as f64 * 1e-9;
+        info.suspension.flush_raw_mb_per_s = flushed_raw as f64 / 1e6 / seconds;
+        info.suspension.flush_stored_mb_per_s = flushed_stored as f64 / 1e6 / seconds;
+    }
     let mut spreads: Vec<f64> = resumes
         .values()
         .filter(|v| v.len() == trace.world_size as usize)
@@ -196,6 +226,17 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         })
         .collect();
     info.suspension.spread_us = Quantiles::of(&mut spreads);
+    let mut pause_diffs: Vec<f64> = pauses
+        .values()
+        .filter(|v| v.len() == trace.world_size as usize)
+        .map(|v| {
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            (hi - lo) / 1e3
+        })
+        .collect();
+    info.suspension.pause_diff_us = Quantiles::of(&mut pause_diffs);
     Ok(info)
 }
 
@@ -268,6 +309,27 @@ pub fn render_table(info: &Info) -> String {
         sus.spread_us.p99,
         sus.spread_us.max
     );
+    if sus.count > 0 {
+        let _ = writeln!(
+            s,
+            "             pause inequality (longest − shortest pause) p50/p99/max {:.1}/{:.1}/{:.1} µs",
+            sus.pause_diff_us.p50, sus.pause_diff_us.p99, sus.pause_diff_us.max
+        );
+    }
+    if sus.count > sus.flushes {
+        let _ = writeln!(
+            s,
+            "             pause without a flush p50/p99/max {:.1}/{:.1}/{:.1} µs",
+            sus.noflush_pause_us.p50, sus.noflush_pause_us.p99, sus.noflush_pause_us.max
+        );
+    }
+    if sus.flushes > 0 {
+        let _ = writeln!(
+            s,
+            "             flush throughput {:.0} MB/s of raw trace ({:.0} MB/s compressed to disk)",
+            sus.flush_raw_mb_per_s, sus.flush_stored_mb_per_s
+        );
+    }
     for k in &info.skipped {
         let _ = writeln!(
             s,

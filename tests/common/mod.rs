@@ -272,3 +272,55 @@ pub fn read_trace(dir: &Path) -> Vec<RankEvents> {
     }
     ranks
 }
+
+/// The iterative workload of the offload and reconstruct tests (experiments/apps/iterative.c).
+pub const ITERATIONS: u32 = 200;
+/// User record bytes per rank and iteration: 12.5 MiB per rank over the run.
+pub const RECORD_BYTES: u32 = 65536;
+pub const RECORDS: u32 = 4;
+
+pub fn apps(mpi: Mpi) -> std::path::PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(Mpi, std::path::PathBuf)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, dir)) = built.iter().find(|(m, _)| *m == mpi) {
+        return dir.clone();
+    }
+    let dir = scratch(&format!("apps-{}", mpi.name()));
+    let out = Command::new("bash")
+        .arg(repo_root().join("experiments/apps/build.sh"))
+        .arg(mpi.name())
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built.push((mpi, dir.clone()));
+    dir
+}
+
+/// Runs the iterative workload (compute, user records, barrier) on 2 ranks with `flags`.
+pub fn run_iterative(mpi: Mpi, out: &Path, flags: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(evenflush_bin());
+    cmd.arg("run").arg("--out").arg(out).args(flags).arg("--");
+    cmd.args(mpi.launch(2)).arg(apps(mpi).join("iterative"));
+    cmd.args([
+        "--iterations",
+        &ITERATIONS.to_string(),
+        // A fixed amount of work, not a calibrated time, so that runs compare.
+        "--work-units",
+        "200000",
+        "--mem",
+        "8",
+    ]);
+    cmd.args([
+        "--record-bytes",
+        &RECORD_BYTES.to_string(),
+        "--records",
+        &RECORDS.to_string(),
+    ]);
+    mpi_env(&mut cmd).output().unwrap()
+}
