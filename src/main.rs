@@ -6,6 +6,7 @@ mod info;
 mod mpi;
 mod reconstruct_cmd;
 mod run;
+mod simulate_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,6 +51,8 @@ enum Cmd {
     Reconstruct(reconstruct_cmd::ReconstructArgs),
     /// Compare two runs of the same program call by call.
     Compare(compare_cmd::CompareArgs),
+    /// Simulate the suspension protocol over virtual ranks (up to millions).
+    Simulate(simulate_cmd::Args),
     /// Print every event of a trace as text, one per line: `[thread] rank event fields`.
     #[command(after_help = "Example:\n  evenflush dump trace --rank 0 | less")]
     Dump {
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Cmd::Info { dir, json } => info::info(&dir, json).map(|()| ExitCode::SUCCESS),
         Cmd::Reconstruct(a) => reconstruct_cmd::run(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Compare(a) => compare_cmd::run(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Simulate(args) => simulate_cmd::simulate(args).map(|()| ExitCode::SUCCESS),
         Cmd::Dump { dir, rank } => dump::dump(&dir, rank).map(|()| ExitCode::SUCCESS),
     };
     match result {

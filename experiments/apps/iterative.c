@@ -14,12 +14,19 @@
  *
  * Usage: iterative [--mem MiB] [--iterations N] [--compute-us US]
  *                  [--record-bytes B] [--records K] [--work-units U]
+ *                  [--random-payload MiB]
  *   defaults: --mem 64 --iterations 520 --compute-us 1000
  *             --record-bytes 65536 --records 4
  *   --work-units U fixes the work per iteration (U lines of 64 bytes) instead
  *   of calibrating it from --compute-us; runs that are to be compared (e.g.
  *   swap against offload) should reuse the units_per_iteration printed by a
  *   first run, since calibration on a shared machine is noisy.
+ *   --random-payload P (default 0 = a constant byte pattern) takes the record
+ *   payloads from a pool of P MiB of pseudo-random bytes, consecutive slices
+ *   wrapping around, so the trace does not compress (a compressor's window
+ *   never sees a repeat when P exceeds it). The pool is allocated and filled
+ *   only when the recorder is present, so untraced runs are unchanged; it is
+ *   never smaller than two records.
  *
  * evenflush_record is looked up with dlsym(RTLD_DEFAULT, ...), so the
  * program runs unchanged without the recorder (records are then skipped).
@@ -128,6 +135,7 @@ int main(int argc, char **argv)
     long record_bytes = flag_value(argc, argv, "--record-bytes", 65536);
     long records = flag_value(argc, argv, "--records", 4);
     long fixed_units = flag_value(argc, argv, "--work-units", -1);
+    long random_mib = flag_value(argc, argv, "--random-payload", 0);
     if (mem_mib < 1 || (record_bytes > 0 && records < 1)) {
         fprintf(stderr, "--mem must be >= 1 and --records >= 1 when --record-bytes > 0\n");
         return 2;
@@ -157,6 +165,25 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < m.lines * LINE_DOUBLES; i++)
         m.data[i] = (double)(i % 1000) * 1e-3 + rank;
     memset(payload, 0xA5, chunk > 0 ? chunk : 1);
+    unsigned char *pool = NULL;
+    size_t pool_len = 0, pool_at = 0;
+    if (random_mib > 0 && record != NULL && chunk > 0) {
+        pool_len = (size_t)random_mib * 1024 * 1024;
+        if (pool_len < 2 * chunk)
+            pool_len = 2 * chunk;
+        pool = malloc(pool_len);
+        if (pool == NULL) {
+            fprintf(stderr, "iterative: cannot allocate the %zu-byte payload pool\n", pool_len);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        uint64_t x = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(rank + 1);
+        for (size_t i = 0; i + 8 <= pool_len; i += 8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            memcpy(pool + i, &x, 8);
+        }
+    }
 
     /* Every rank does the same work per iteration (that of the slowest
      * rank at start-up), so the barrier waits reflect disturbances, not a
@@ -175,8 +202,15 @@ int main(int argc, char **argv)
             long left = record_bytes;
             for (long k = 0; k < records && left > 0; k++) {
                 size_t len = (size_t)left < chunk ? (size_t)left : chunk;
-                memcpy(payload, &it, sizeof it < len ? sizeof it : len);
-                record("iteration-data", payload, len);
+                unsigned char *data = payload;
+                if (pool != NULL) {
+                    if (pool_at + len > pool_len)
+                        pool_at = 0;
+                    data = pool + pool_at;
+                    pool_at += len;
+                }
+                memcpy(data, &it, sizeof it < len ? sizeof it : len);
+                record("iteration-data", data, len);
                 left -= (long)len;
             }
         }
@@ -193,6 +227,7 @@ int main(int argc, char **argv)
     }
     free(m.data);
     free(payload);
+    free(pool);
     MPI_Finalize();
     return 0;
 }

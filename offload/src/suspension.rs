@@ -11,6 +11,14 @@
 //! ```
 //! `⌈log2 P⌉` is the depth of the binomial tree, which is what the broadcast term stands for.
 //!
+//! With [`Settings::clock_scheme`] = [`ClockScheme::Tree`] the offsets are measured along that same
+//! tree (O(log P) instead of O(P) at rank 0), each rank corrects its own start into rank 0's clock,
+//! moved earlier by its accumulated error bound, and rank 0 takes the minimum of what it gathers.
+//!
+//! Every entry point has a blocking form (`suspend`, `init`, over a [`Transport`]) and an async form
+//! (`suspend_async`, `init_async`, over an [`AsyncTransport`]); the blocking one drives the async one
+//! with [`block_on`], so there is one implementation.
+//!
 //! Record fields: every rank fills its [`format::Suspension`] with its own start, end, overshoot,
 //! write time, bytes, offset and the Z, m, d it received. Only rank 0 computes w, so `w_ns` is set on
 //! rank 0 and 0 elsewhere (sending it too would lengthen the broadcast Z depends on).
@@ -177,16 +185,18 @@ pub(crate) fn tree_parent(rank: usize) -> Option<usize> {
     (rank != 0).then(|| rank - highest_bit(rank))
 }
 
-/// `rank`'s children in the binomial tree of `size` ranks, largest subtree first.
+/// `rank`'s children in the binomial tree of `size` ranks, largest subtree first. Child
+/// `rank + b` (for powers of two `b` above `rank`'s highest bit) roots the ranks that share its
+/// low bits, so the smallest `b` has the largest subtree.
 pub(crate) fn tree_children(rank: usize, size: usize) -> Vec<usize> {
-    let first_child_bit = if rank == 0 { 1 } else { highest_bit(rank) << 1 };
+    let mut bit = if rank == 0 { 1 } else { highest_bit(rank) << 1 };
     let mut children = Vec::new();
-    let mut bit = 1usize << tree_depth(size).saturating_sub(1);
-    while bit >= first_child_bit && bit > 0 {
-        if let Some(child) = rank.checked_add(bit).filter(|&c| c < size) {
-            children.push(child);
+    while bit != 0 {
+        match rank.checked_add(bit) {
+            Some(child) if child < size => children.push(child),
+            _ => break,
         }
-        bit >>= 1;
+        bit = bit.checked_shl(1).unwrap_or(0);
     }
     children
 }
@@ -459,9 +469,7 @@ impl Suspender {
         };
 
         if flushing && self.settings.remedy.lateness_margin {
-            let lateness = transport
-                .gather_f64(self.last_flush_z_lateness_ns)
-                .await?;
+            let lateness = transport.gather_f64(self.last_flush_z_lateness_ns).await?;
             if let Some(lateness) = lateness {
                 // f64::max skips the NaN of ranks (or runs) without an earlier flush.
                 let worst = lateness.into_iter().fold(f64::NAN, f64::max);
@@ -549,6 +557,30 @@ mod tests {
             .map(|&p| tree_depth(p))
             .collect();
         assert_eq!(depths, vec![0, 1, 2, 2, 3, 3, 4, 4, 5]);
+    }
+
+    #[test]
+    fn children_come_largest_subtree_first_and_parents_match() {
+        fn subtree(rank: usize, size: usize) -> usize {
+            1 + tree_children(rank, size)
+                .into_iter()
+                .map(|c| subtree(c, size))
+                .sum::<usize>()
+        }
+        for size in 1..70usize {
+            assert_eq!(subtree(0, size), size, "every rank is reached once");
+            for rank in 0..size {
+                let children = tree_children(rank, size);
+                for &child in &children {
+                    assert_eq!(tree_parent(child), Some(rank));
+                }
+                let sizes: Vec<usize> = children.iter().map(|&c| subtree(c, size)).collect();
+                assert!(
+                    sizes.windows(2).all(|w| w[0] >= w[1]),
+                    "size {size} rank {rank}: {sizes:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! The protocol code never spawns threads, never sleeps on its own and never reads a clock directly:
 //! every blocking step and every time reading goes through a [`Transport`], so the same code runs over
 //! MPI (a private duplicate of `MPI_COMM_WORLD`), over threads in one process (tests), and over a
-//! virtual-time simulator that can skip time in [`Transport::wait_until`].
+//! virtual-time simulator. The protocol itself is written against [`AsyncTransport`], the same
+//! operations as futures: a blocking [`Transport`] takes part through [`Blocking`] and [`block_on`]
+//! (its futures are ready at once), while the simulator parks a rank's future until virtual time
+//! reaches what it waits for, so a million ranks need no thread each.
 //!
 //! # Time
 //! [`Transport::now`] is this rank's local clock in **nanoseconds** (`u64`). Local clocks are not
@@ -128,8 +131,11 @@ pub trait AsyncTransport {
         tag: Tag,
         value: u64,
     ) -> impl Future<Output = Result<(), TransportError>>;
-    fn recv_u64(&mut self, src: usize, tag: Tag)
-    -> impl Future<Output = Result<u64, TransportError>>;
+    fn recv_u64(
+        &mut self,
+        src: usize,
+        tag: Tag,
+    ) -> impl Future<Output = Result<u64, TransportError>>;
     fn wait_until(&mut self, deadline: u64) -> impl Future<Output = ()>;
     /// Runs the caller's flush. A real transport just calls it (the write takes real time); a
     /// simulator calls it to learn how many bytes were written and then lets the modelled write

@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod compare;
+pub mod export;
 pub mod funcs;
 pub mod hb;
 pub mod hist;
@@ -11,6 +12,7 @@ pub mod info;
 pub mod lanes;
 pub mod progress;
 pub mod rebuild;
+pub mod report;
 pub mod times;
 pub mod trace;
 

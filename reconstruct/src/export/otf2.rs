@@ -1,0 +1,901 @@
+//! OTF2 archives (the format of Score-P, read by Vampir, Scalasca, `otf2-print`), written through
+//! the system's OTF2 library (`libopen-trace-format2`, FFI in `otf2_ffi.rs`). Compiled in when
+//! `build.rs` finds the library's headers (`cfg(have_otf2)`); otherwise [`export`] says so.
+//!
+//! What is written:
+//! - one location group (process) per rank, one location (thread) per recording stream;
+//! - every MPI call as the Enter/Leave of a region named after the function (role by kind);
+//! - point-to-point records: `MpiSend` at a blocking send's start, `MpiIsend` at a nonblocking
+//!   send's start and `MpiIsendComplete` at the end of the `Wait*`/`Test*` that completed it,
+//!   `MpiIrecvRequest` at an `Irecv` and `MpiIrecv` (source, tag and size from the status) at the end
+//!   of the call that completed it, `MpiRecv` at the end of a blocking receive; `Sendrecv` gives an
+//!   `MpiSend` and an `MpiRecv`. Peers are ranks within the communicator, as OTF2 wants;
+//! - blocking collectives as `MpiCollectiveBegin`/`MpiCollectiveEnd` inside their region, with
+//!   the recorded bytes as the size sent (the trace records one size per collective call, so the
+//!   size received is written as 0 = unknown). Nonblocking collectives are regions only;
+//! - suspensions as `MeasurementOnOff` (off at the suspension's start, on at its end) rather than
+//!   `BufferFlush`: every suspension stops the program, flushing or not (most do not flush: they
+//!   only equalise), and an analysis should leave the whole interval out, which is what a
+//!   measurement-off interval tells OTF2 tools; a buffer flush would cover only the writing and
+//!   would mislabel the suspensions that wrote nothing.
+//!
+//! Times: the global clock in nanoseconds (timer resolution 1e9), clamped to never decrease
+//! within a location as OTF2 requires. Memory: one event buffer per location inside the library,
+//! the requests in flight per rank, and the definitions.
+
+use std::path::Path;
+
+use super::ExportError;
+use crate::trace::Trace;
+
+/// Whether this build can write OTF2.
+pub const AVAILABLE: bool = cfg!(have_otf2);
+
+/// What the export wrote.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Otf2Summary {
+    pub locations: u64,
+    /// OTF2 event records written, all locations.
+    pub events: u64,
+    /// `MpiSend` + `MpiIsend` records (one per message sent).
+    pub sends: u64,
+    /// `MpiRecv` + `MpiIrecv` records.
+    pub receives: u64,
+    /// `MpiCollectiveEnd` records.
+    pub collectives: u64,
+    pub suspensions: u64,
+    pub skipped: Vec<crate::trace::Skipped>,
+}
+
+/// Writes `trace` as an OTF2 archive in directory `out` (`out/traces.otf2` is the anchor file).
+/// An earlier archive there is replaced. `progress(done, total)` in events.
+pub fn export(
+    trace: &Trace,
+    out: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Otf2Summary, ExportError> {
+    #[cfg(have_otf2)]
+    {
+        imp::export(trace, out, progress)
+    }
+    #[cfg(not(have_otf2))]
+    {
+        let _ = (trace, out, progress);
+        Err(ExportError::Other(
+            "this evenflush was built without OTF2 support (libopen-trace-format2 headers were not \
+             found at build time)"
+                .into(),
+        ))
+    }
+}
+
+#[cfg(have_otf2)]
+mod imp {
+    use std::cell::Cell;
+    use std::collections::{BTreeMap, HashMap};
+    use std::ffi::{CStr, CString, c_void};
+    use std::path::Path;
+    use std::ptr;
+
+    use format::{Completion, Event, MpiCall, PROC_NULL};
+
+    use super::super::otf2_ffi as ffi;
+    use super::super::{ExportError, function_table};
+    use super::Otf2Summary;
+    use crate::clock::{MapCursor, RankMeta, TimeMap};
+    use crate::funcs::{CollShape, FuncClass};
+    use crate::rebuild::scan;
+    use crate::trace::{Trace, for_each_event};
+
+    const UNNAMED: &str = "MPI function without a name in the trace";
+
+    fn check(code: ffi::OTF2_ErrorCode, what: &str) -> Result<(), ExportError> {
+        if code == ffi::OTF2_SUCCESS {
+            return Ok(());
+        }
+        // SAFETY: OTF2_Error_GetName/GetDescription return pointers to static NUL-terminated
+        // strings for every code (unknown codes included).
+        let (name, desc) = unsafe {
+            (
+                CStr::from_ptr(ffi::OTF2_Error_GetName(code)).to_string_lossy(),
+                CStr::from_ptr(ffi::OTF2_Error_GetDescription(code)).to_string_lossy(),
+            )
+        };
+        Err(ExportError::Other(format!(
+            "OTF2: {what} failed: {name} ({desc})"
+        )))
+    }
+
+    /// The timestamp the library stamps on a flush of its event buffers: the latest time written,
+    /// so a flush record never goes back in time.
+    unsafe extern "C" fn pre_flush(
+        _user: *mut c_void,
+        _file_type: u8,
+        _location: u64,
+        _caller: *mut c_void,
+        _last: bool,
+    ) -> u8 {
+        ffi::OTF2_FLUSH
+    }
+
+    unsafe extern "C" fn post_flush(user: *mut c_void, _file_type: u8, _location: u64) -> u64 {
+        // SAFETY: `user` is the `Cell<u64>` registered with the callbacks; the archive (and so
+        // every call of this callback) does not outlive it, and all use is on this thread.
+        unsafe { (*(user as *const Cell<u64>)).get() }
+    }
+
+    static FLUSH_CALLBACKS: ffi::OTF2_FlushCallbacks = ffi::OTF2_FlushCallbacks {
+        otf2_pre_flush: Some(pre_flush),
+        otf2_post_flush: Some(post_flush),
+    };
+
+    /// An open archive; closed on drop if not closed explicitly.
+    struct Archive {
+        ptr: *mut ffi::OTF2_Archive,
+        /// Read by the post-flush callback; boxed so its address is stable.
+        latest: Box<Cell<u64>>,
+    }
+
+    impl Archive {
+        fn close(mut self) -> Result<(), ExportError> {
+            let p = std::mem::replace(&mut self.ptr, ptr::null_mut());
+            // SAFETY: `p` came from OTF2_Archive_Open and is closed exactly once (Drop sees null).
+            check(unsafe { ffi::OTF2_Archive_Close(p) }, "closing the archive")
+        }
+    }
+
+    impl Drop for Archive {
+        fn drop(&mut self) {
+            if !self.ptr.is_null() {
+                // SAFETY: as in `close`; errors on this error path are not reportable.
+                unsafe { ffi::OTF2_Archive_Close(self.ptr) };
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct Strings {
+        ids: HashMap<String, u32>,
+        list: Vec<CString>,
+    }
+
+    impl Strings {
+        fn id(&mut self, s: &str) -> u32 {
+            if let Some(&id) = self.ids.get(s) {
+                return id;
+            }
+            let id = self.list.len() as u32;
+            // Interior NULs cannot come from MPI names; replace rather than fail.
+            self.list
+                .push(CString::new(s.replace('\0', " ")).unwrap_or_default());
+            self.ids.insert(s.to_string(), id);
+            id
+        }
+    }
+
+    /// A global communicator: its members as world ranks.
+    struct GlobalComm {
+        members: Vec<u32>,
+        name: String,
+    }
+
+    /// Identifies communicators across ranks: two ranks' communicators are the same when they have
+    /// the same members and it is the same-numbered communicator with those members on both (the
+    /// rule of the happened-before matching).
+    fn global_comms(metas: &[RankMeta], world: u32) -> (Vec<GlobalComm>, Vec<HashMap<u32, u32>>) {
+        let mut interned: HashMap<(Vec<u32>, u32), u32> = HashMap::new();
+        let mut comms: Vec<GlobalComm> = Vec::new();
+        let mut per_rank = Vec::new();
+        for meta in metas {
+            let mut seen: HashMap<Vec<u32>, u32> = HashMap::new();
+            let mut local = HashMap::new();
+            let mut defs: Vec<(u32, Vec<u32>)> = Vec::new();
+            if !meta.comms.iter().any(|(id, _)| *id == 0) {
+                defs.push((0, (0..world).collect()));
+            }
+            if !meta.comms.iter().any(|(id, _)| *id == 1) {
+                defs.push((1, vec![meta.rank]));
+            }
+            defs.extend(meta.comms.iter().cloned());
+            for (id, members) in defs {
+                let occurrence = seen.entry(members.clone()).or_default();
+                let key = (members.clone(), *occurrence);
+                *occurrence += 1;
+                let global = *interned.entry(key).or_insert_with(|| {
+                    let g = comms.len() as u32;
+                    let name = if members.len() == world as usize
+                        && members.iter().enumerate().all(|(i, &m)| m == i as u32)
+                        && g == 0
+                    {
+                        "MPI_COMM_WORLD".to_string()
+                    } else if members.len() == 1 {
+                        format!("MPI_COMM_SELF of rank {}", members[0])
+                    } else {
+                        format!("communicator {g} ({} ranks)", members.len())
+                    };
+                    comms.push(GlobalComm { members, name });
+                    g
+                });
+                // A later definition of the same local id (after a free) replaces the earlier.
+                local.insert(id, global);
+            }
+            per_rank.push(local);
+        }
+        (comms, per_rank)
+    }
+
+    fn region_role(class: FuncClass, name: &str) -> u8 {
+        match class {
+            FuncClass::Send
+            | FuncClass::Isend
+            | FuncClass::Recv
+            | FuncClass::Irecv
+            | FuncClass::SendRecv
+            | FuncClass::Completion => ffi::OTF2_REGION_ROLE_POINT2POINT,
+            FuncClass::Collective(_) if name.eq_ignore_ascii_case("MPI_Barrier") => {
+                ffi::OTF2_REGION_ROLE_BARRIER
+            }
+            FuncClass::Collective(shape) | FuncClass::Icollective(shape) => match shape {
+                CollShape::OneToAll => ffi::OTF2_REGION_ROLE_COLL_ONE2ALL,
+                CollShape::AllToOne => ffi::OTF2_REGION_ROLE_COLL_ALL2ONE,
+                CollShape::AllToAll => ffi::OTF2_REGION_ROLE_COLL_ALL2ALL,
+                _ => ffi::OTF2_REGION_ROLE_COLL_OTHER,
+            },
+            FuncClass::Other => ffi::OTF2_REGION_ROLE_FUNCTION,
+        }
+    }
+
+    fn collective_op(name: &str) -> Option<u8> {
+        let base = name.strip_prefix("MPI_")?.to_ascii_lowercase();
+        Some(match base.as_str() {
+            "barrier" => ffi::OTF2_COLLECTIVE_OP_BARRIER,
+            "bcast" => ffi::OTF2_COLLECTIVE_OP_BCAST,
+            "gather" => ffi::OTF2_COLLECTIVE_OP_GATHER,
+            "gatherv" => ffi::OTF2_COLLECTIVE_OP_GATHERV,
+            "scatter" => ffi::OTF2_COLLECTIVE_OP_SCATTER,
+            "scatterv" => ffi::OTF2_COLLECTIVE_OP_SCATTERV,
+            "allgather" => ffi::OTF2_COLLECTIVE_OP_ALLGATHER,
+            "allgatherv" => ffi::OTF2_COLLECTIVE_OP_ALLGATHERV,
+            "alltoall" => ffi::OTF2_COLLECTIVE_OP_ALLTOALL,
+            "alltoallv" => ffi::OTF2_COLLECTIVE_OP_ALLTOALLV,
+            "alltoallw" => ffi::OTF2_COLLECTIVE_OP_ALLTOALLW,
+            "allreduce" => ffi::OTF2_COLLECTIVE_OP_ALLREDUCE,
+            "reduce" => ffi::OTF2_COLLECTIVE_OP_REDUCE,
+            "reduce_scatter" => ffi::OTF2_COLLECTIVE_OP_REDUCE_SCATTER,
+            "reduce_scatter_block" => ffi::OTF2_COLLECTIVE_OP_REDUCE_SCATTER_BLOCK,
+            "scan" => ffi::OTF2_COLLECTIVE_OP_SCAN,
+            "exscan" => ffi::OTF2_COLLECTIVE_OP_EXSCAN,
+            _ => return None,
+        })
+    }
+
+    /// A request in flight on a rank, between the call that created it and its completion.
+    #[derive(Clone, Copy)]
+    enum Open {
+        Isend,
+        Irecv { comm: u32 },
+    }
+
+    /// One location being written.
+    struct Lane {
+        writer: *mut ffi::OTF2_EvtWriter,
+        last: u64,
+        events: u64,
+        /// A call waits here until the completions that follow it are known.
+        pending: Option<(MpiCall, Vec<Completion>)>,
+    }
+
+    struct Writer<'a> {
+        latest: &'a Cell<u64>,
+        min_ts: u64,
+        max_ts: u64,
+        summary: Otf2Summary,
+    }
+
+    impl Writer<'_> {
+        /// A time for `lane`: never before its previous one.
+        fn ts(&mut self, lane: &mut Lane, global_ns: f64) -> u64 {
+            let t = (global_ns.round().max(0.0) as u64).max(lane.last);
+            lane.last = t;
+            self.min_ts = self.min_ts.min(t);
+            self.max_ts = self.max_ts.max(t);
+            self.latest.set(t);
+            t
+        }
+
+        fn done(
+            &mut self,
+            lane: &mut Lane,
+            code: ffi::OTF2_ErrorCode,
+            what: &str,
+        ) -> Result<(), ExportError> {
+            lane.events += 1;
+            self.summary.events += 1;
+            check(code, what)
+        }
+    }
+
+    struct RankCtx<'a> {
+        funcs: &'a HashMap<u16, (String, FuncClass)>,
+        regions: &'a HashMap<String, u32>,
+        comms: &'a HashMap<u32, u32>,
+        open: HashMap<u64, Open>,
+    }
+
+    /// Writes one held call with the completions that followed it.
+    fn write_call(
+        wr: &mut Writer,
+        lane: &mut Lane,
+        rc: &mut RankCtx,
+        map: &TimeMap,
+        cur: &mut MapCursor,
+        c: &MpiCall,
+        completions: &[Completion],
+    ) -> Result<(), ExportError> {
+        let (name, class) = rc
+            .funcs
+            .get(&c.func)
+            .cloned()
+            .unwrap_or_else(|| (format!("function#{}", c.func), FuncClass::Other));
+        let region = rc
+            .regions
+            .get(&name)
+            .or_else(|| rc.regions.get(UNNAMED))
+            .copied()
+            .unwrap_or(0);
+        let start = wr.ts(lane, map.global_ns(c.start, cur));
+        let w = lane.writer;
+        let nil = ptr::null_mut();
+        // SAFETY (every FFI call below): `w` is a live event writer of the open archive, the
+        // attribute list may be null, and all other arguments are plain integers.
+        let code = unsafe { ffi::OTF2_EvtWriter_Enter(w, nil, start, region) };
+        wr.done(lane, code, "Enter")?;
+        let comm = rc.comms.get(&c.comm).copied();
+        let tag = |t: i32| t.max(0) as u32;
+        match class {
+            FuncClass::Send | FuncClass::SendRecv if c.peer >= 0 => {
+                if let Some(comm) = comm {
+                    let code = unsafe {
+                        ffi::OTF2_EvtWriter_MpiSend(
+                            w,
+                            nil,
+                            start,
+                            c.peer as u32,
+                            comm,
+                            tag(c.tag),
+                            c.bytes,
+                        )
+                    };
+                    wr.done(lane, code, "MpiSend")?;
+                    wr.summary.sends += 1;
+                }
+            }
+            FuncClass::Isend if c.peer >= 0 && c.request != 0 => {
+                if let Some(comm) = comm {
+                    let code = unsafe {
+                        ffi::OTF2_EvtWriter_MpiIsend(
+                            w,
+                            nil,
+                            start,
+                            c.peer as u32,
+                            comm,
+                            tag(c.tag),
+                            c.bytes,
+                            c.request,
+                        )
+                    };
+                    wr.done(lane, code, "MpiIsend")?;
+                    wr.summary.sends += 1;
+                    rc.open.insert(c.request, Open::Isend);
+                }
+            }
+            FuncClass::Irecv if c.peer != PROC_NULL && c.request != 0 => {
+                if let Some(comm) = comm {
+                    let code =
+                        unsafe { ffi::OTF2_EvtWriter_MpiIrecvRequest(w, nil, start, c.request) };
+                    wr.done(lane, code, "MpiIrecvRequest")?;
+                    rc.open.insert(c.request, Open::Irecv { comm });
+                }
+            }
+            FuncClass::Collective(_) if comm.is_some() && collective_op(&name).is_some() => {
+                let code = unsafe { ffi::OTF2_EvtWriter_MpiCollectiveBegin(w, nil, start) };
+                wr.done(lane, code, "MpiCollectiveBegin")?;
+            }
+            _ => {}
+        }
+        let end = wr.ts(lane, map.global_ns(c.end, cur));
+        match class {
+            FuncClass::Recv | FuncClass::SendRecv => {
+                if let (Some(comm), Some(status)) = (
+                    comm,
+                    completions.iter().find(|s| s.request == 0 && s.source >= 0),
+                ) {
+                    let code = unsafe {
+                        ffi::OTF2_EvtWriter_MpiRecv(
+                            w,
+                            nil,
+                            end,
+                            status.source as u32,
+                            comm,
+                            tag(status.tag),
+                            status.bytes,
+                        )
+                    };
+                    wr.done(lane, code, "MpiRecv")?;
+                    wr.summary.receives += 1;
+                }
+            }
+            FuncClass::Completion => {
+                for done in completions.iter().filter(|d| d.request != 0) {
+                    match rc.open.remove(&done.request) {
+                        Some(Open::Isend) => {
+                            let code = unsafe {
+                                ffi::OTF2_EvtWriter_MpiIsendComplete(w, nil, end, done.request)
+                            };
+                            wr.done(lane, code, "MpiIsendComplete")?;
+                        }
+                        Some(Open::Irecv { .. }) if done.cancelled => {
+                            let code = unsafe {
+                                ffi::OTF2_EvtWriter_MpiRequestCancelled(w, nil, end, done.request)
+                            };
+                            wr.done(lane, code, "MpiRequestCancelled")?;
+                        }
+                        Some(Open::Irecv { comm }) if done.source >= 0 => {
+                            let code = unsafe {
+                                ffi::OTF2_EvtWriter_MpiIrecv(
+                                    w,
+                                    nil,
+                                    end,
+                                    done.source as u32,
+                                    comm,
+                                    tag(done.tag),
+                                    done.bytes,
+                                    done.request,
+                                )
+                            };
+                            wr.done(lane, code, "MpiIrecv")?;
+                            wr.summary.receives += 1;
+                        }
+                        // Receives from MPI_PROC_NULL and requests of other kinds.
+                        _ => {}
+                    }
+                }
+            }
+            FuncClass::Collective(_) => {
+                if let (Some(comm), Some(op)) = (comm, collective_op(&name)) {
+                    let root = if c.root >= 0 {
+                        c.root as u32
+                    } else {
+                        ffi::OTF2_COLLECTIVE_ROOT_NONE
+                    };
+                    let code = unsafe {
+                        ffi::OTF2_EvtWriter_MpiCollectiveEnd(
+                            w, nil, end, op, comm, root, c.bytes, 0,
+                        )
+                    };
+                    wr.done(lane, code, "MpiCollectiveEnd")?;
+                    wr.summary.collectives += 1;
+                }
+            }
+            _ => {}
+        }
+        let code = unsafe { ffi::OTF2_EvtWriter_Leave(w, nil, end, region) };
+        wr.done(lane, code, "Leave")
+    }
+
+    fn remove_old_archive(out: &Path) -> Result<(), ExportError> {
+        std::fs::create_dir_all(out).map_err(|e| ExportError::io(out, e))?;
+        for name in ["traces.otf2", "traces.def"] {
+            let p = out.join(name);
+            if p.exists() {
+                std::fs::remove_file(&p).map_err(|e| ExportError::io(&p, e))?;
+            }
+        }
+        let dir = out.join("traces");
+        if dir.is_dir() {
+            std::fs::remove_dir_all(&dir).map_err(|e| ExportError::io(&dir, e))?;
+        }
+        Ok(())
+    }
+
+    pub fn export(
+        trace: &Trace,
+        out: &Path,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Otf2Summary, ExportError> {
+        let metas = scan(trace)?;
+        remove_old_archive(out)?;
+        let total: u64 = metas.iter().map(|m| m.events).sum();
+        let (comms, comm_maps) = global_comms(&metas, trace.world_size);
+        let tables: Vec<HashMap<u16, (String, FuncClass)>> =
+            metas.iter().map(function_table).collect();
+        let mut strings = Strings::default();
+        // Regions in name order so that every rank and every run numbers them alike.
+        let mut region_names: BTreeMap<String, FuncClass> = BTreeMap::new();
+        for t in &tables {
+            for (name, class) in t.values() {
+                region_names.insert(name.clone(), *class);
+            }
+        }
+        // Calls of functions with no definition (a damaged trace) still need a region.
+        region_names.insert(UNNAMED.to_string(), FuncClass::Other);
+        let regions: HashMap<String, u32> = region_names
+            .keys()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i as u32))
+            .collect();
+
+        let path = CString::new(out.to_string_lossy().as_bytes())
+            .map_err(|_| ExportError::Other("output path contains a NUL byte".into()))?;
+        let name = c"traces";
+        let latest = Box::new(Cell::new(0u64));
+        // SAFETY: both strings are NUL-terminated and outlive the call; the constants are
+        // valid enum values of this OTF2 version.
+        let ptr = unsafe {
+            ffi::OTF2_Archive_Open(
+                path.as_ptr(),
+                name.as_ptr(),
+                ffi::OTF2_FILEMODE_WRITE,
+                1 << 20,
+                4 << 20,
+                ffi::OTF2_SUBSTRATE_POSIX,
+                ffi::OTF2_COMPRESSION_NONE,
+            )
+        };
+        if ptr.is_null() {
+            return Err(ExportError::Other(format!(
+                "OTF2: could not create an archive in {}",
+                out.display()
+            )));
+        }
+        let archive = Archive { ptr, latest };
+        let user = &*archive.latest as *const Cell<u64> as *mut c_void;
+        // SAFETY: the callbacks are a static; `user` points into `archive.latest`, which lives as
+        // long as the archive. Serial collective callbacks are right for one writing process.
+        unsafe {
+            check(
+                ffi::OTF2_Archive_SetFlushCallbacks(archive.ptr, &FLUSH_CALLBACKS, user),
+                "setting the flush callbacks",
+            )?;
+            check(
+                ffi::OTF2_Archive_SetSerialCollectiveCallbacks(archive.ptr),
+                "setting the collective callbacks",
+            )?;
+            let creator = CString::new(format!("evenflush {}", env!("CARGO_PKG_VERSION")))
+                .unwrap_or_default();
+            check(
+                ffi::OTF2_Archive_SetCreator(archive.ptr, creator.as_ptr()),
+                "setting the creator",
+            )?;
+            check(
+                ffi::OTF2_Archive_OpenEvtFiles(archive.ptr),
+                "opening the event files",
+            )?;
+        }
+
+        let mut wr = Writer {
+            latest: &archive.latest,
+            min_ts: u64::MAX,
+            max_ts: 0,
+            summary: Otf2Summary::default(),
+        };
+        // (rank, stream, location id, events)
+        let mut locations: Vec<(u32, u32, u64, u64)> = Vec::new();
+        let mut done = 0u64;
+        for (slot, (files, meta)) in trace.ranks.iter().zip(&metas).enumerate() {
+            let map = TimeMap::new(meta);
+            let mut rc = RankCtx {
+                funcs: &tables[slot],
+                regions: &regions,
+                comms: &comm_maps[slot],
+                open: HashMap::new(),
+            };
+            let mut lanes: BTreeMap<u32, (Lane, MapCursor)> = BTreeMap::new();
+            let mut failed: Option<ExportError> = None;
+            let rank = files.rank;
+            let (_, skipped) = for_each_event(
+                files,
+                |chunk| {
+                    done += chunk.events;
+                    progress(done, total);
+                },
+                |stream, e| {
+                    if failed.is_some() {
+                        return;
+                    }
+                    let (lane, cur) = lanes.entry(stream).or_insert_with(|| {
+                        let loc = location_id(rank, stream);
+                        // SAFETY: the archive is open with its event files open.
+                        let writer = unsafe { ffi::OTF2_Archive_GetEvtWriter(archive.ptr, loc) };
+                        (
+                            Lane {
+                                writer,
+                                last: 0,
+                                events: 0,
+                                pending: None,
+                            },
+                            MapCursor::default(),
+                        )
+                    });
+                    if lane.writer.is_null() {
+                        failed = Some(ExportError::Other(format!(
+                            "OTF2: no event writer for rank {rank} thread {stream}"
+                        )));
+                        return;
+                    }
+                    if let Event::Completion(c) = e {
+                        if let Some((_, comps)) = &mut lane.pending {
+                            comps.push(*c);
+                        }
+                        return;
+                    }
+                    if let Some((call, comps)) = lane.pending.take()
+                        && let Err(err) =
+                            write_call(&mut wr, lane, &mut rc, &map, cur, &call, &comps)
+                    {
+                        failed = Some(err);
+                        return;
+                    }
+                    match e {
+                        Event::Call(c) => lane.pending = Some((*c, Vec::new())),
+                        Event::Suspension(s) => {
+                            let w = lane.writer;
+                            let a = wr.ts(lane, map.global_ns(s.start, cur));
+                            // SAFETY: live writer, null attribute list, plain values.
+                            let code = unsafe {
+                                ffi::OTF2_EvtWriter_MeasurementOnOff(
+                                    w,
+                                    ptr::null_mut(),
+                                    a,
+                                    ffi::OTF2_MEASUREMENT_OFF,
+                                )
+                            };
+                            if let Err(err) = wr.done(lane, code, "MeasurementOnOff") {
+                                failed = Some(err);
+                                return;
+                            }
+                            let b = wr.ts(lane, map.global_ns(s.end, cur));
+                            // SAFETY: as above.
+                            let code = unsafe {
+                                ffi::OTF2_EvtWriter_MeasurementOnOff(
+                                    w,
+                                    ptr::null_mut(),
+                                    b,
+                                    ffi::OTF2_MEASUREMENT_ON,
+                                )
+                            };
+                            if let Err(err) = wr.done(lane, code, "MeasurementOnOff") {
+                                failed = Some(err);
+                            }
+                            wr.summary.suspensions += 1;
+                        }
+                        _ => {}
+                    }
+                },
+            )?;
+            if let Some(err) = failed {
+                return Err(err);
+            }
+            for (stream, (mut lane, mut cur)) in lanes {
+                if let Some((call, comps)) = lane.pending.take() {
+                    write_call(&mut wr, &mut lane, &mut rc, &map, &mut cur, &call, &comps)?;
+                }
+                // SAFETY: the writer belongs to this archive and is closed once.
+                check(
+                    unsafe { ffi::OTF2_Archive_CloseEvtWriter(archive.ptr, lane.writer) },
+                    "closing an event writer",
+                )?;
+                locations.push((rank, stream, location_id(rank, stream), lane.events));
+            }
+            wr.summary.skipped.extend(skipped);
+        }
+        // SAFETY: every event writer is closed.
+        check(
+            unsafe { ffi::OTF2_Archive_CloseEvtFiles(archive.ptr) },
+            "closing the event files",
+        )?;
+
+        // Each location needs its (here empty) local definitions file.
+        // SAFETY: plain calls on the open archive; each def writer is closed right away.
+        unsafe {
+            check(
+                ffi::OTF2_Archive_OpenDefFiles(archive.ptr),
+                "opening the definition files",
+            )?;
+            for &(_, _, loc, _) in &locations {
+                let dw = ffi::OTF2_Archive_GetDefWriter(archive.ptr, loc);
+                if dw.is_null() {
+                    return Err(ExportError::Other("OTF2: no definition writer".into()));
+                }
+                check(
+                    ffi::OTF2_Archive_CloseDefWriter(archive.ptr, dw),
+                    "closing a definition writer",
+                )?;
+            }
+            check(
+                ffi::OTF2_Archive_CloseDefFiles(archive.ptr),
+                "closing the definition files",
+            )?;
+        }
+
+        // Global definitions, in the order OTF2 requires.
+        let mpi = strings.id("MPI");
+        let machine = strings.id("machine");
+        let region_ids: Vec<(u32, u8)> = region_names
+            .iter()
+            .map(|(n, class)| (strings.id(n), region_role(*class, n)))
+            .collect();
+        let rank_names: Vec<u32> = metas
+            .iter()
+            .map(|m| strings.id(&format!("rank {}", m.rank)))
+            .collect();
+        let loc_names: Vec<u32> = locations
+            .iter()
+            .map(|(r, s, _, _)| strings.id(&format!("rank {r} thread {s}")))
+            .collect();
+        let empty = strings.id("");
+        let comm_names: Vec<u32> = comms.iter().map(|c| strings.id(&c.name)).collect();
+        let gw = {
+            // SAFETY: the archive is open; the writer lives until the archive is closed.
+            let gw = unsafe { ffi::OTF2_Archive_GetGlobalDefWriter(archive.ptr) };
+            if gw.is_null() {
+                return Err(ExportError::Other(
+                    "OTF2: no global definition writer".into(),
+                ));
+            }
+            gw
+        };
+        let (offset, length) = if wr.min_ts == u64::MAX {
+            (0, 1)
+        } else {
+            (wr.min_ts, wr.max_ts - wr.min_ts + 1)
+        };
+        // SAFETY: `gw` is live; string pointers are NUL-terminated and outlive each call; member
+        // arrays are valid for the lengths passed.
+        unsafe {
+            check(
+                ffi::OTF2_GlobalDefWriter_WriteClockProperties(
+                    gw,
+                    1_000_000_000,
+                    offset,
+                    length,
+                    ffi::OTF2_UNDEFINED_TIMESTAMP,
+                ),
+                "WriteClockProperties",
+            )?;
+            for (id, s) in strings.list.iter().enumerate() {
+                check(
+                    ffi::OTF2_GlobalDefWriter_WriteString(gw, id as u32, s.as_ptr()),
+                    "WriteString",
+                )?;
+            }
+            check(
+                ffi::OTF2_GlobalDefWriter_WriteParadigm(
+                    gw,
+                    ffi::OTF2_PARADIGM_MPI,
+                    mpi,
+                    ffi::OTF2_PARADIGM_CLASS_PROCESS,
+                ),
+                "WriteParadigm",
+            )?;
+            for (i, &(name, role)) in region_ids.iter().enumerate() {
+                check(
+                    ffi::OTF2_GlobalDefWriter_WriteRegion(
+                        gw,
+                        i as u32,
+                        name,
+                        name,
+                        empty,
+                        role,
+                        ffi::OTF2_PARADIGM_MPI,
+                        ffi::OTF2_REGION_FLAG_NONE,
+                        empty,
+                        0,
+                        0,
+                    ),
+                    "WriteRegion",
+                )?;
+            }
+            check(
+                ffi::OTF2_GlobalDefWriter_WriteSystemTreeNode(
+                    gw,
+                    0,
+                    machine,
+                    machine,
+                    ffi::OTF2_UNDEFINED_SYSTEM_TREE_NODE,
+                ),
+                "WriteSystemTreeNode",
+            )?;
+            for (m, &name) in metas.iter().zip(&rank_names) {
+                check(
+                    ffi::OTF2_GlobalDefWriter_WriteLocationGroup(
+                        gw,
+                        m.rank,
+                        name,
+                        ffi::OTF2_LOCATION_GROUP_TYPE_PROCESS,
+                        0,
+                        ffi::OTF2_UNDEFINED_LOCATION_GROUP,
+                    ),
+                    "WriteLocationGroup",
+                )?;
+            }
+            for (&(rank, _, loc, events), &name) in locations.iter().zip(&loc_names) {
+                check(
+                    ffi::OTF2_GlobalDefWriter_WriteLocation(
+                        gw,
+                        loc,
+                        name,
+                        ffi::OTF2_LOCATION_TYPE_CPU_THREAD,
+                        events,
+                        rank,
+                    ),
+                    "WriteLocation",
+                )?;
+            }
+            // The MPI ranks' locations, indexed by world rank: each rank's first stream.
+            let mut by_rank: Vec<u64> = Vec::new();
+            for r in 0..trace.world_size {
+                let loc = locations
+                    .iter()
+                    .filter(|l| l.0 == r)
+                    .map(|l| l.2)
+                    .min()
+                    .unwrap_or_else(|| location_id(r, 0));
+                by_rank.push(loc);
+            }
+            check(
+                ffi::OTF2_GlobalDefWriter_WriteGroup(
+                    gw,
+                    0,
+                    empty,
+                    ffi::OTF2_GROUP_TYPE_COMM_LOCATIONS,
+                    ffi::OTF2_PARADIGM_MPI,
+                    ffi::OTF2_GROUP_FLAG_NONE,
+                    by_rank.len() as u32,
+                    by_rank.as_ptr(),
+                ),
+                "WriteGroup (locations)",
+            )?;
+            for (g, c) in comms.iter().enumerate() {
+                let members: Vec<u64> = c.members.iter().map(|&m| u64::from(m)).collect();
+                check(
+                    ffi::OTF2_GlobalDefWriter_WriteGroup(
+                        gw,
+                        g as u32 + 1,
+                        empty,
+                        ffi::OTF2_GROUP_TYPE_COMM_GROUP,
+                        ffi::OTF2_PARADIGM_MPI,
+                        ffi::OTF2_GROUP_FLAG_NONE,
+                        members.len() as u32,
+                        members.as_ptr(),
+                    ),
+                    "WriteGroup (communicator)",
+                )?;
+            }
+            for (g, &name) in comm_names.iter().enumerate() {
+                check(
+                    ffi::OTF2_GlobalDefWriter_WriteComm(
+                        gw,
+                        g as u32,
+                        name,
+                        g as u32 + 1,
+                        ffi::OTF2_UNDEFINED_COMM,
+                        ffi::OTF2_COMM_FLAG_NONE,
+                    ),
+                    "WriteComm",
+                )?;
+            }
+        }
+        wr.summary.locations = locations.len() as u64;
+        let summary = std::mem::take(&mut wr.summary);
+        drop(wr);
+        archive.close()?;
+        progress(total, total);
+        Ok(summary)
+    }
+
+    /// Location ids: rank in the high bits, stream in the low 16 (streams are thread indices).
+    fn location_id(rank: u32, stream: u32) -> u64 {
+        (u64::from(rank) << 16) | u64::from(stream & 0xffff)
+    }
+}

@@ -1,0 +1,464 @@
+//! `evenflush timeline`: a Gantt picture of a run (PNG, plotters).
+//!
+//! Ranks are rows, time runs left to right in seconds since the earliest end of `MPI_Init`
+//! (global clock). MPI calls are painted per pixel column: each column of a rank's row takes the
+//! colour of the call kind that covers most of the column's time, and is stronger the more of it
+//! MPI covers, so a zoomed-out view stays honest (a column half in MPI is half as strong) and the
+//! memory is one small array per rank row whatever the length of the trace. Sends and receives,
+//! usually much shorter than a column, also leave a small mark in the top part of the row where
+//! they start, so they stay visible next to the long waits. Matched messages are
+//! arrows from the send call's start to the end of the call that completed the receive;
+//! suspensions are shaded. With `reconstructed`, the suspensions are removed from the time axis
+//! (they collapse to thin marks) as `evenflush reconstruct` would.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use format::{Event, Marker};
+use plotters::prelude::*;
+
+use super::{CallKind, End, Endpoints, ExportError, function_table};
+use crate::clock::{MapCursor, TimeMap};
+use crate::funcs::FuncClass;
+use crate::rebuild::{matched_messages, scan};
+use crate::trace::{Skipped, Trace, for_each_event};
+
+/// Where the picture's font comes from (Debian package fonts-dejavu-core).
+pub const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+#[derive(Clone, Debug)]
+pub struct TimelineOptions {
+    /// Window start and end, seconds since the earliest `MPI_Init` end; default: that instant to
+    /// the latest `MPI_Finalize` entry.
+    pub from_s: Option<f64>,
+    pub to_s: Option<f64>,
+    /// World ranks to draw, in this order (default: all).
+    pub ranks: Option<Vec<u32>>,
+    /// Remove the suspensions from the time axis.
+    pub reconstructed: bool,
+    pub width: u32,
+    /// Most arrows drawn; beyond it, every k-th message is drawn (and the caption says so).
+    pub max_arrows: usize,
+}
+
+impl Default for TimelineOptions {
+    fn default() -> Self {
+        TimelineOptions {
+            from_s: None,
+            to_s: None,
+            ranks: None,
+            reconstructed: false,
+            width: 1600,
+            max_arrows: 4000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct TimelineSummary {
+    pub width: u32,
+    pub height: u32,
+    pub from_s: f64,
+    pub to_s: f64,
+    pub ranks: Vec<u32>,
+    pub calls_in_window: u64,
+    pub arrows_drawn: u64,
+    pub messages_in_window: u64,
+    pub suspensions_in_window: u64,
+    pub skipped: Vec<Skipped>,
+}
+
+fn color(kind: CallKind) -> RGBColor {
+    match kind {
+        CallKind::Send => RGBColor(238, 134, 28),
+        CallKind::Recv => RGBColor(45, 112, 200),
+        CallKind::Wait => RGBColor(214, 48, 49),
+        CallKind::Collective => RGBColor(46, 158, 82),
+        CallKind::Other => RGBColor(140, 140, 140),
+    }
+}
+
+fn kind_slot(kind: CallKind) -> usize {
+    CallKind::ALL.iter().position(|k| *k == kind).unwrap_or(4)
+}
+
+fn register_font() -> Result<(), ExportError> {
+    use std::sync::OnceLock;
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let bytes = std::fs::read(FONT_PATH).map_err(|e| {
+                format!("{FONT_PATH}: {e} (the timeline needs a font: install fonts-dejavu-core)")
+            })?;
+            // plotters keeps registered fonts for the life of the process.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+                .map_err(|_| format!("{FONT_PATH} is not a usable font"))
+        })
+        .clone()
+        .map_err(ExportError::Other)
+}
+
+fn draw_err<E: std::fmt::Debug>(e: E) -> ExportError {
+    ExportError::Other(format!("drawing the timeline: {e:?}"))
+}
+
+/// Draws the timeline of `trace` into the PNG `out`.
+pub fn render(
+    trace: &Trace,
+    out: &Path,
+    opts: &TimelineOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<TimelineSummary, ExportError> {
+    register_font()?;
+    let metas = scan(trace)?;
+    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
+    let to_axis = |map: &TimeMap, t: u64, cur: &mut MapCursor| -> f64 {
+        if opts.reconstructed {
+            map.collapsed_ns(t, cur)
+        } else {
+            map.global_ns(t, cur)
+        }
+    };
+    let mut init = f64::INFINITY;
+    let mut fin = f64::NEG_INFINITY;
+    for (meta, map) in metas.iter().zip(&maps) {
+        let mut cur = MapCursor::default();
+        if let Some(t) = meta.init_done {
+            init = init.min(to_axis(map, t, &mut cur));
+        }
+        if let Some(t) = meta.finalize_start {
+            fin = fin.max(to_axis(map, t, &mut cur));
+        }
+    }
+    if !init.is_finite() || !fin.is_finite() || fin <= init {
+        return Err(ExportError::Other(
+            "the trace has no MPI_Init/MPI_Finalize markers to place the time axis".into(),
+        ));
+    }
+    let origin = init;
+    let from_s = opts.from_s.unwrap_or(0.0);
+    let to_s = opts.to_s.unwrap_or((fin - origin) / 1e9);
+    if to_s <= from_s {
+        return Err(ExportError::Other(format!(
+            "empty window: --from {from_s} is not before --to {to_s}"
+        )));
+    }
+    let rows: Vec<u32> = match &opts.ranks {
+        Some(list) => {
+            for r in list {
+                if *r >= trace.world_size {
+                    return Err(ExportError::Other(format!(
+                        "rank {r} is not in this trace ({} ranks)",
+                        trace.world_size
+                    )));
+                }
+            }
+            list.clone()
+        }
+        None => (0..trace.world_size).collect(),
+    };
+    let row_of: HashMap<u32, usize> = rows.iter().enumerate().map(|(i, r)| (*r, i)).collect();
+
+    let (messages, _) = matched_messages(trace)?;
+    let endpoints = Endpoints::new(&messages);
+
+    let width = opts.width.max(400);
+    let row_px = if rows.len() <= 16 {
+        56
+    } else {
+        (900 / rows.len() as u32).max(6)
+    };
+    let height = 150 + row_px * rows.len() as u32;
+    let root = BitMapBackend::new(out, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_err)?;
+    let (main, legend_area) = root.split_vertically(height - 40);
+    let n = rows.len() as f64;
+    let title = format!(
+        "{} — {} ranks, {:.6}–{:.6} s{}",
+        trace.dir.file_name().map_or_else(
+            || trace.dir.display().to_string(),
+            |n| n.to_string_lossy().to_string()
+        ),
+        trace.world_size,
+        from_s,
+        to_s,
+        if opts.reconstructed {
+            " (suspensions removed)"
+        } else {
+            ""
+        }
+    );
+    let mut chart = ChartBuilder::on(&main)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .margin_right(36)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(from_s..to_s, n..0.0)
+        .map_err(draw_err)?;
+    let rows_for_labels = rows.clone();
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .x_desc("seconds since the end of MPI_Init (global clock)")
+        .y_labels(rows.len() * 2 + 1)
+        .y_label_formatter(&|y: &f64| {
+            // Labels sit at the middle of each row.
+            let i = y.floor() as usize;
+            if (y - y.floor() - 0.5).abs() < 1e-9 && i < rows_for_labels.len() {
+                format!("rank {}", rows_for_labels[i])
+            } else {
+                String::new()
+            }
+        })
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(draw_err)?;
+    let (plot_w, _) = chart.plotting_area().dim_in_pixel();
+    let cols = plot_w.max(1) as usize;
+    let window_ns = (to_s - from_s) * 1e9;
+    let col_ns = window_ns / cols as f64;
+    let lo_ns = origin + from_s * 1e9;
+    let hi_ns = origin + to_s * 1e9;
+
+    // Per row and pixel column: nanoseconds covered by each call kind.
+    let mut cover = vec![vec![[0f32; 5]; cols]; rows.len()];
+    // Per row and column: whether a send (bit 0) or a receive (bit 1) call starts there. Such calls
+    // are often far shorter than a column and lose it to the wait beside them; marks keep them seen.
+    let mut p2p = vec![vec![0u8; cols]; rows.len()];
+    let mut suspensions: Vec<(usize, f64, f64)> = Vec::new();
+    let mut send_t = vec![f64::NAN; messages.len()];
+    let mut recv_t = vec![f64::NAN; messages.len()];
+    let mut summary = TimelineSummary {
+        width,
+        height,
+        from_s,
+        to_s,
+        ranks: rows.clone(),
+        ..Default::default()
+    };
+    let total: u64 = rows
+        .iter()
+        .filter_map(|r| metas.iter().find(|m| m.rank == *r))
+        .map(|m| m.events)
+        .sum();
+    let mut done = 0u64;
+    for (files, (meta, map)) in trace.ranks.iter().zip(metas.iter().zip(&maps)) {
+        let Some(&row) = row_of.get(&files.rank) else {
+            continue;
+        };
+        let funcs = function_table(meta);
+        let mut cursors: HashMap<u32, MapCursor> = HashMap::new();
+        let mut index: HashMap<u32, u64> = HashMap::new();
+        let rank = files.rank;
+        let (_, skipped) = for_each_event(
+            files,
+            |chunk| {
+                done += chunk.events;
+                progress(done, total);
+            },
+            |stream, e| {
+                let idx = {
+                    let i = index.entry(stream).or_default();
+                    *i += 1;
+                    *i - 1
+                };
+                let cur = cursors.entry(stream).or_default();
+                match e {
+                    Event::Call(c) => {
+                        let a = to_axis(map, c.start, cur);
+                        let b = to_axis(map, c.end, cur).max(a);
+                        for &(m, end) in endpoints.at(rank, stream, idx) {
+                            match end {
+                                End::Send => send_t[m] = a,
+                                End::Recv => recv_t[m] = b,
+                            }
+                        }
+                        if b < lo_ns || a > hi_ns {
+                            return;
+                        }
+                        summary.calls_in_window += 1;
+                        let class = funcs.get(&c.func).map_or(FuncClass::Other, |f| f.1);
+                        let kind = CallKind::of(class);
+                        let slot = kind_slot(kind);
+                        let (a, b) = (a.max(lo_ns) - lo_ns, b.min(hi_ns) - lo_ns);
+                        let first = ((a / col_ns) as usize).min(cols - 1);
+                        let last = ((b / col_ns) as usize).min(cols - 1);
+                        match kind {
+                            CallKind::Send => p2p[row][first] |= 1,
+                            CallKind::Recv => p2p[row][first] |= 2,
+                            _ => {}
+                        }
+                        for (k, col) in cover[row][first..=last].iter_mut().enumerate() {
+                            let c0 = (first + k) as f64 * col_ns;
+                            let overlap = (b.min(c0 + col_ns) - a.max(c0)).max(0.0);
+                            // A call shorter than its column still shows as a sliver.
+                            col[slot] += overlap.max(col_ns * 0.02) as f32;
+                        }
+                    }
+                    Event::Suspension(s) => {
+                        let a = to_axis(map, s.start, cur);
+                        let b = to_axis(map, s.end, cur).max(a);
+                        if b >= lo_ns && a <= hi_ns {
+                            suspensions.push((row, (a - origin) / 1e9, (b - origin) / 1e9));
+                        }
+                    }
+                    Event::Marker(Marker::LocalFlush { time, .. }) => {
+                        let a = to_axis(map, *time, cur);
+                        if a >= lo_ns && a <= hi_ns {
+                            suspensions.push((row, (a - origin) / 1e9, (a - origin) / 1e9));
+                        }
+                    }
+                    _ => {}
+                }
+            },
+        )?;
+        summary.skipped.extend(skipped);
+    }
+    summary.suspensions_in_window = suspensions.len() as u64;
+
+    let band = 0.36;
+    // Suspensions first, so calls and arrows stay visible on top.
+    let min_w = (to_s - from_s) / cols as f64 * 2.0;
+    chart
+        .draw_series(suspensions.iter().map(|&(row, a, b)| {
+            let (a, b) = (a.max(from_s), b.min(to_s).max(a.max(from_s) + min_w));
+            Rectangle::new(
+                [(a, row as f64 + 0.06), (b, row as f64 + 0.94)],
+                RGBColor(150, 110, 210).mix(0.35).filled(),
+            )
+        }))
+        .map_err(draw_err)?;
+    let mut bars = Vec::new();
+    for (row, columns) in cover.iter().enumerate() {
+        for (k, col) in columns.iter().enumerate() {
+            let total: f32 = col.iter().sum();
+            if total <= 0.0 {
+                continue;
+            }
+            let (slot, _) =
+                col.iter().enumerate().fold(
+                    (0, 0f32),
+                    |best, (i, &v)| if v > best.1 { (i, v) } else { best },
+                );
+            let strength = (f64::from(total) / col_ns).clamp(0.3, 1.0);
+            let x0 = from_s + k as f64 * col_ns / 1e9;
+            let x1 = x0 + col_ns / 1e9;
+            bars.push(Rectangle::new(
+                [(x0, row as f64 + 0.5 - band), (x1, row as f64 + 0.5 + band)],
+                color(CallKind::ALL[slot]).mix(strength).filled(),
+            ));
+        }
+    }
+    chart.draw_series(bars).map_err(draw_err)?;
+    let col_s = col_ns / 1e9;
+    let mut marks = Vec::new();
+    for (row, columns) in p2p.iter().enumerate() {
+        let top = row as f64 + 0.5 - band;
+        for (k, &bits) in columns.iter().enumerate() {
+            let x0 = from_s + k as f64 * col_s;
+            for (bit, kind, y0) in [
+                (1u8, CallKind::Send, top),
+                (2, CallKind::Recv, top + band * 0.35),
+            ] {
+                if bits & bit != 0 {
+                    marks.push(Rectangle::new(
+                        [(x0, y0), (x0 + 3.0 * col_s, y0 + band * 0.35)],
+                        color(kind).filled(),
+                    ));
+                }
+            }
+        }
+    }
+    chart.draw_series(marks).map_err(draw_err)?;
+
+    // Arrows: messages with both ends drawn and some part inside the window.
+    let visible: Vec<usize> = (0..messages.len())
+        .filter(|&m| {
+            let (a, b) = (send_t[m], recv_t[m]);
+            a.is_finite()
+                && b.is_finite()
+                && row_of.contains_key(&messages[m].source)
+                && row_of.contains_key(&messages[m].dest)
+                && a.min(b) <= hi_ns
+                && a.max(b) >= lo_ns
+        })
+        .collect();
+    summary.messages_in_window = visible.len() as u64;
+    let step = visible.len().div_ceil(opts.max_arrows.max(1)).max(1);
+    let arrow_color = RGBColor(20, 20, 20).mix(0.7);
+    let mut drawn = 0u64;
+    for &m in visible.iter().step_by(step) {
+        let msg = &messages[m];
+        let y0 = row_of[&msg.source] as f64 + 0.5;
+        let y1 = row_of[&msg.dest] as f64 + 0.5;
+        let x0 = (send_t[m] - origin) / 1e9;
+        let x1 = (recv_t[m] - origin) / 1e9;
+        // Only whole arrows: backend_coord extrapolates past the plotting area.
+        if x0 < from_s || x1 > to_s {
+            continue;
+        }
+        let p0 = chart.backend_coord(&(x0, y0));
+        let p1 = chart.backend_coord(&(x1, y1));
+        root.draw(&PathElement::new(vec![p0, p1], arrow_color.stroke_width(1)))
+            .map_err(draw_err)?;
+        let (dx, dy) = ((p1.0 - p0.0) as f64, (p1.1 - p0.1) as f64);
+        let len = (dx * dx + dy * dy).sqrt();
+        if len > 4.0 {
+            let (ux, uy) = (dx / len, dy / len);
+            let head = 7.0;
+            let wing = |sign: f64| {
+                (
+                    (p1.0 as f64 - head * ux - sign * head * 0.45 * uy).round() as i32,
+                    (p1.1 as f64 - head * uy + sign * head * 0.45 * ux).round() as i32,
+                )
+            };
+            root.draw(&Polygon::new(
+                vec![p1, wing(1.0), wing(-1.0)],
+                arrow_color.filled(),
+            ))
+            .map_err(draw_err)?;
+        }
+        drawn += 1;
+    }
+    summary.arrows_drawn = drawn;
+
+    // Legend.
+    let mut x = 90;
+    let y = 12;
+    let text = ("sans-serif", 16).into_font();
+    let mut items: Vec<(String, RGBAColor)> = CallKind::ALL
+        .iter()
+        .map(|k| (k.label().to_string(), color(*k).to_rgba()))
+        .collect();
+    items.push(("suspension".into(), RGBColor(150, 110, 210).mix(0.35)));
+    for (label, c) in &items {
+        legend_area
+            .draw(&Rectangle::new([(x, y), (x + 18, y + 14)], c.filled()))
+            .map_err(draw_err)?;
+        legend_area
+            .draw(&Text::new(label.clone(), (x + 24, y), text.clone()))
+            .map_err(draw_err)?;
+        x += 34 + 9 * label.len() as i32;
+    }
+    legend_area
+        .draw(&PathElement::new(
+            vec![(x, y + 7), (x + 26, y + 7)],
+            arrow_color.stroke_width(1),
+        ))
+        .map_err(draw_err)?;
+    let arrows_label = if step > 1 {
+        format!("message (1 in {step} of {} drawn)", visible.len())
+    } else {
+        "message send → receive".to_string()
+    };
+    legend_area
+        .draw(&Text::new(arrows_label, (x + 32, y), text.clone()))
+        .map_err(draw_err)?;
+    root.present().map_err(draw_err)?;
+    progress(total, total);
+    Ok(summary)
+}

@@ -1,0 +1,1230 @@
+//! `evenflush report`: an MPIPROF-style profile of a run.
+//!
+//! The statistics live in [`ProfileStats`], one per rank, fed event by event in constant memory
+//! (it grows with the number of distinct functions, communicators, partner ranks and
+//! suspensions, never with the number of calls). It depends only on the `format` event model and
+//! on the name classification of [`crate::funcs`], so the recorder's profile mode can keep one in
+//! each rank and write it at finalize as `profile-NNNNN.json` (see "Profile files" in
+//! `format/FORMAT.md`); [`read_profiles`] reads such a directory back and [`Report`] renders the
+//! same tables from either source.
+//!
+//! Message sizes are binned in 24 power-of-two bins: bin 0 holds 0 and 1 byte, bin k (1..=22)
+//! holds sizes in `[2^k, 2^(k+1))` (bin 22 is 4 MiB up to 8 MiB), bin 23 holds 8 MiB and more.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use format::{Event, FunctionId, Marker, MpiCall, Suspension};
+use serde::{Deserialize, Serialize};
+
+use crate::funcs::FuncClass;
+use crate::trace::{Skipped, Trace, TraceError, for_each_event};
+
+/// Number of message-size bins.
+pub const SIZE_BINS: usize = 24;
+
+/// The size bin of a message of `bytes` bytes (see the module documentation).
+pub fn size_bin(bytes: u64) -> usize {
+    if bytes < 2 {
+        return 0;
+    }
+    (63 - bytes.leading_zeros() as usize).min(SIZE_BINS - 1)
+}
+
+const COST_BINS: usize = 64;
+
+fn cost_bin(ns: f64) -> usize {
+    if ns < 2.0 {
+        0
+    } else {
+        (63 - (ns as u64).leading_zeros() as usize).min(63)
+    }
+}
+
+/// A human label of bin `k`: its lower bound ("0-1 B" for bin 0, ">=8 MiB" for the last).
+pub fn size_bin_label(k: usize) -> String {
+    match k {
+        0 => "0-1B".into(),
+        k if k >= SIZE_BINS - 1 => ">=8MiB".into(),
+        k if k >= 20 => format!("{}MiB", 1u64 << (k - 20)),
+        k if k >= 10 => format!("{}KiB", 1u64 << (k - 10)),
+        k => format!("{}B", 1u64 << k),
+    }
+}
+
+/// Statistics of one MPI function on one rank (or merged over ranks). Times in nanoseconds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FuncStats {
+    pub count: u64,
+    pub total_ns: f64,
+    pub min_ns: f64,
+    pub max_ns: f64,
+    /// The recorder's own cost attributed to these calls (`MpiCall::cost`), summed.
+    pub cost_ns: f64,
+    /// Bytes as the call records them: sent, or for receive-only calls the buffer's capacity.
+    pub bytes_total: u64,
+    pub bytes_min: u64,
+    pub bytes_max: u64,
+    pub histogram: [u64; SIZE_BINS],
+    /// Bytes actually received, from the statuses (completions) that follow the call: blocking
+    /// receives, `Sendrecv`, and `Wait*`/`Test*` completing receive requests.
+    pub recv_count: u64,
+    pub recv_bytes_total: u64,
+    pub recv_histogram: [u64; SIZE_BINS],
+}
+
+impl Default for FuncStats {
+    fn default() -> Self {
+        FuncStats {
+            count: 0,
+            total_ns: 0.0,
+            min_ns: f64::INFINITY,
+            max_ns: 0.0,
+            cost_ns: 0.0,
+            bytes_total: 0,
+            bytes_min: u64::MAX,
+            bytes_max: 0,
+            histogram: [0; SIZE_BINS],
+            recv_count: 0,
+            recv_bytes_total: 0,
+            recv_histogram: [0; SIZE_BINS],
+        }
+    }
+}
+
+impl FuncStats {
+    /// `sized`: whether the call moves a message (a wait or `MPI_Comm_rank` has no size to bin).
+    fn add(&mut self, duration_ns: f64, cost_ns: f64, bytes: u64, sized: bool) {
+        self.count += 1;
+        self.total_ns += duration_ns;
+        self.min_ns = self.min_ns.min(duration_ns);
+        self.max_ns = self.max_ns.max(duration_ns);
+        self.cost_ns += cost_ns;
+        self.bytes_total += bytes;
+        self.bytes_min = self.bytes_min.min(bytes);
+        self.bytes_max = self.bytes_max.max(bytes);
+        if sized {
+            self.histogram[size_bin(bytes)] += 1;
+        }
+    }
+
+    fn add_received(&mut self, bytes: u64) {
+        self.recv_count += 1;
+        self.recv_bytes_total += bytes;
+        self.recv_histogram[size_bin(bytes)] += 1;
+    }
+
+    pub fn merge(&mut self, o: &FuncStats) {
+        self.count += o.count;
+        self.total_ns += o.total_ns;
+        self.min_ns = self.min_ns.min(o.min_ns);
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.cost_ns += o.cost_ns;
+        self.bytes_total += o.bytes_total;
+        self.bytes_min = self.bytes_min.min(o.bytes_min);
+        self.bytes_max = self.bytes_max.max(o.bytes_max);
+        self.recv_count += o.recv_count;
+        self.recv_bytes_total += o.recv_bytes_total;
+        for k in 0..SIZE_BINS {
+            self.histogram[k] += o.histogram[k];
+            self.recv_histogram[k] += o.recv_histogram[k];
+        }
+    }
+
+    pub fn mean_ns(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.total_ns / self.count as f64
+        }
+    }
+}
+
+/// Point-to-point traffic from one rank to one destination world rank.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartnerStats {
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// One suspension as one rank saw it.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SuspensionRow {
+    pub seq: u64,
+    pub z_ns: u64,
+    /// How long this rank actually stood still, ns.
+    pub length_ns: f64,
+    pub flushed: bool,
+    pub bytes_raw: u64,
+    pub bytes_stored: u64,
+    pub write_ns: u64,
+    pub overshoot_ns: u64,
+}
+
+/// A rank's profile, built event by event. See the module documentation.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProfileStats {
+    pub rank: u32,
+    pub world_size: u32,
+    pub ns_per_tick: f64,
+    /// By function name, so that ranks (and runs) with different function ids merge. Filled by
+    /// [`ProfileStats::finish`] (the hot path accumulates by function id, without allocating).
+    pub functions: BTreeMap<String, FuncStats>,
+    /// Point-to-point sends of this rank by destination world rank.
+    pub partners: BTreeMap<u32, PartnerStats>,
+    /// End of `MPI_Init` to start of `MPI_Finalize`, ns (None until both markers are seen).
+    pub span_ns: Option<f64>,
+    /// Time inside MPI calls that started within that span, ns.
+    pub mpi_in_span_ns: f64,
+    /// Time this rank stood still in suspensions, ns.
+    pub suspended_ns: f64,
+    pub suspensions: Vec<SuspensionRow>,
+    pub lost_events: u64,
+    /// The recorder's cost per call in power-of-two bins of nanoseconds (bin k: `[2^k, 2^(k+1))`,
+    /// bin 0 also holds 0): its median is robust to the rare very expensive first calls.
+    #[serde(default)]
+    pub cost_histogram: Vec<u64>,
+    #[serde(skip)]
+    names: HashMap<FunctionId, FuncInfo>,
+    #[serde(skip)]
+    by_id: HashMap<FunctionId, FuncStats>,
+    #[serde(skip)]
+    comms: BTreeMap<u32, Vec<u32>>,
+    #[serde(skip)]
+    init_done: Option<u64>,
+    #[serde(skip)]
+    finalize_start: Option<u64>,
+    /// The last call seen per stream, to which the completions that follow it belong.
+    #[serde(skip)]
+    last_call: HashMap<u32, FunctionId>,
+}
+
+/// What the profile needs to know about a function, decided once from its name.
+#[derive(Clone, Debug)]
+struct FuncInfo {
+    name: String,
+    class: FuncClass,
+    received: Received,
+}
+
+/// How many bytes a collective call brings into the calling rank, from the one size the trace
+/// records (`count x type` of the buffer the recorder's table names, see
+/// `recorder/mpi_functions.tsv`). Only where MPI fixes it from that size alone; the v-variants
+/// and `Reduce_scatter*` have per-rank counts the trace does not hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Received {
+    /// Not a collective, or not derivable.
+    Unknown,
+    /// The recorded size, at every rank (`Allreduce`, `Scan`, `Exscan`, `Scatter`).
+    Same,
+    /// The recorded size, at every rank but the root (`Bcast`).
+    SameExceptRoot,
+    /// The recorded size, at the root only (`Reduce`).
+    SameAtRoot,
+    /// Communicator size times the recorded size, at every rank (`Allgather`, `Alltoall`).
+    Times,
+    /// Communicator size times the recorded size, at the root only (`Gather`).
+    TimesAtRoot,
+}
+
+impl Received {
+    fn of(name: &str) -> Received {
+        let Some(base) = name.strip_prefix("MPI_") else {
+            return Received::Unknown;
+        };
+        let lower = base.to_ascii_lowercase();
+        // Nonblocking collectives record the same sizes as their blocking forms.
+        let lower = match lower.strip_prefix('i') {
+            Some(rest) if !matches!(lower.as_str(), "isend" | "irecv") => rest.to_string(),
+            _ => lower,
+        };
+        match lower.as_str() {
+            "allreduce" | "scan" | "exscan" | "scatter" => Received::Same,
+            "bcast" => Received::SameExceptRoot,
+            "reduce" => Received::SameAtRoot,
+            "allgather" | "alltoall" => Received::Times,
+            "gather" => Received::TimesAtRoot,
+            _ => Received::Unknown,
+        }
+    }
+}
+
+impl ProfileStats {
+    pub fn new(rank: u32, world_size: u32, ns_per_tick: f64) -> ProfileStats {
+        ProfileStats {
+            rank,
+            world_size,
+            ns_per_tick,
+            ..Default::default()
+        }
+    }
+
+    /// Takes one event of stream `stream` of this rank, in the stream's order.
+    pub fn add_event(&mut self, stream: u32, e: &Event) {
+        match e {
+            Event::FunctionDef { id, name } => {
+                self.names.insert(
+                    *id,
+                    FuncInfo {
+                        name: name.clone(),
+                        class: FuncClass::of(name),
+                        received: Received::of(name),
+                    },
+                );
+            }
+            Event::CommDef { id, members } => {
+                self.comms.insert(*id, members.clone());
+            }
+            Event::Call(c) => self.add_call(stream, c),
+            Event::Completion(done) => {
+                // Completions of sends carry no source; only receives count as received bytes.
+                if done.cancelled || done.source < 0 {
+                    return;
+                }
+                if let Some(id) = self.last_call.get(&stream)
+                    && let Some(f) = self.by_id.get_mut(id)
+                {
+                    f.add_received(done.bytes);
+                }
+            }
+            Event::Suspension(s) => self.add_suspension(s),
+            Event::Marker(m) => match *m {
+                Marker::InitDone { time } => {
+                    self.init_done.get_or_insert(time);
+                    self.update_span();
+                }
+                Marker::FinalizeStart { time } => {
+                    self.finalize_start.get_or_insert(time);
+                    self.update_span();
+                }
+                Marker::Lost { events, .. } => self.lost_events += events,
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn update_span(&mut self) {
+        if let (Some(a), Some(b)) = (self.init_done, self.finalize_start) {
+            self.span_ns = Some(b.saturating_sub(a) as f64 * self.ns_per_tick);
+        }
+    }
+
+    fn add_call(&mut self, stream: u32, c: &MpiCall) {
+        let (class, received) = self
+            .names
+            .get(&c.func)
+            .map_or((FuncClass::Other, Received::Unknown), |f| {
+                (f.class, f.received)
+            });
+        let duration_ns = c.end.saturating_sub(c.start) as f64 * self.ns_per_tick;
+        let cost_ns = f64::from(c.cost) * self.ns_per_tick;
+        let sized = !matches!(class, FuncClass::Completion | FuncClass::Other);
+        let arrived = self.collective_received(received, c);
+        let f = self.by_id.entry(c.func).or_default();
+        f.add(duration_ns, cost_ns, c.bytes, sized);
+        if let Some(bytes) = arrived {
+            f.add_received(bytes);
+        }
+        self.cost_histogram.resize(COST_BINS, 0);
+        self.cost_histogram[cost_bin(cost_ns)] += 1;
+        let in_span = self.init_done.is_some_and(|t| c.start >= t)
+            && self.finalize_start.is_none_or(|t| c.start < t);
+        if in_span {
+            self.mpi_in_span_ns += duration_ns;
+        }
+        if matches!(
+            class,
+            FuncClass::Send | FuncClass::Isend | FuncClass::SendRecv
+        ) && c.peer >= 0
+            && let Some(dest) = self.world_rank(c.comm, c.peer)
+        {
+            let p = self.partners.entry(dest).or_default();
+            p.messages += 1;
+            p.bytes += c.bytes;
+        }
+        self.last_call.insert(stream, c.func);
+    }
+
+    /// Bytes a collective call brought into this rank, where the recorded size tells.
+    fn collective_received(&self, rule: Received, c: &MpiCall) -> Option<u64> {
+        if rule == Received::Unknown {
+            return None;
+        }
+        let (size, me) = match self.comms.get(&c.comm) {
+            Some(members) => (
+                members.len() as u64,
+                members.iter().position(|&m| m == self.rank)? as i32,
+            ),
+            None if c.comm == 0 => (u64::from(self.world_size), self.rank as i32),
+            None => return None,
+        };
+        let at_root = me == c.root;
+        // A zero size at the root of Gather/Scatter or anywhere for Allgather/Alltoall means an
+        // MPI_IN_PLACE buffer: what arrived is then not known.
+        match rule {
+            Received::Same if c.bytes == 0 && at_root => None,
+            Received::Same => Some(c.bytes),
+            Received::SameExceptRoot => (!at_root).then_some(c.bytes),
+            Received::SameAtRoot => at_root.then_some(c.bytes),
+            Received::Times => (c.bytes > 0).then_some(c.bytes * size),
+            Received::TimesAtRoot => (at_root && c.bytes > 0).then_some(c.bytes * size),
+            Received::Unknown => None,
+        }
+    }
+
+    /// Moves the statistics gathered by function id under the functions' names. Call before
+    /// reading `functions` or serialising (the readers and [`ProfileStats::to_json`] do).
+    pub fn finish(&mut self) {
+        for (id, stats) in self.by_id.drain() {
+            let name = self
+                .names
+                .get(&id)
+                .map_or_else(|| format!("function#{id}"), |f| f.name.clone());
+            self.functions.entry(name).or_default().merge(&stats);
+        }
+    }
+
+    /// World rank of `peer` in communicator `comm`: communicator 0 is the world itself.
+    fn world_rank(&self, comm: u32, peer: i32) -> Option<u32> {
+        let peer = u32::try_from(peer).ok()?;
+        match self.comms.get(&comm) {
+            Some(members) => members.get(peer as usize).copied(),
+            None if comm == 0 => Some(peer),
+            None => None,
+        }
+    }
+
+    fn add_suspension(&mut self, s: &Suspension) {
+        let length_ns = s.end.saturating_sub(s.start) as f64 * self.ns_per_tick;
+        self.suspended_ns += length_ns;
+        self.suspensions.push(SuspensionRow {
+            seq: s.seq,
+            z_ns: s.z_ns,
+            length_ns,
+            flushed: s.flushed,
+            bytes_raw: s.bytes_raw,
+            bytes_stored: s.bytes_stored,
+            write_ns: s.write_ns,
+            overshoot_ns: s.overshoot_ns,
+        });
+    }
+
+    /// Adds another profile's functions, partners and times to this one (e.g. all ranks into one).
+    pub fn merge(&mut self, o: &ProfileStats) {
+        self.finish();
+        let mut finished;
+        let o = if o.by_id.is_empty() {
+            o
+        } else {
+            finished = o.clone();
+            finished.finish();
+            &finished
+        };
+        for (name, f) in &o.functions {
+            self.functions.entry(name.clone()).or_default().merge(f);
+        }
+        for (dest, p) in &o.partners {
+            let mine = self.partners.entry(*dest).or_default();
+            mine.messages += p.messages;
+            mine.bytes += p.bytes;
+        }
+        self.mpi_in_span_ns += o.mpi_in_span_ns;
+        self.suspended_ns += o.suspended_ns;
+        self.lost_events += o.lost_events;
+        self.suspensions.extend_from_slice(&o.suspensions);
+        self.cost_histogram.resize(COST_BINS, 0);
+        for (mine, theirs) in self.cost_histogram.iter_mut().zip(&o.cost_histogram) {
+            *mine += theirs;
+        }
+    }
+
+    /// The recorder's mean cost per recorded call, ns. One-time costs (the first call of a rank
+    /// sets up the recorder) can dominate it: see [`ProfileStats::typical_cost_ns`].
+    pub fn mean_cost_ns(&self) -> f64 {
+        let (n, cost) = self
+            .functions
+            .values()
+            .chain(self.by_id.values())
+            .fold((0u64, 0.0), |(n, c), f| (n + f.count, c + f.cost_ns));
+        if n == 0 { 0.0 } else { cost / n as f64 }
+    }
+
+    /// The recorder's median cost per call, ns, to within a factor of sqrt(2) (the geometric
+    /// middle of its power-of-two bin).
+    pub fn typical_cost_ns(&self) -> f64 {
+        let n: u64 = self.cost_histogram.iter().sum();
+        if n == 0 {
+            return 0.0;
+        }
+        let mut seen = 0;
+        for (k, &c) in self.cost_histogram.iter().enumerate() {
+            seen += c;
+            if seen * 2 >= n {
+                return if k == 0 {
+                    1.0
+                } else {
+                    (1u64 << k) as f64 * std::f64::consts::SQRT_2
+                };
+            }
+        }
+        0.0
+    }
+
+    /// The compact on-disk form (`profile-NNNNN.json`).
+    pub fn to_json(&self) -> String {
+        let mut done = self.clone();
+        done.finish();
+        serde_json::to_string(&done).unwrap_or_else(|_| "{}".into())
+    }
+
+    pub fn from_json(text: &str) -> Result<ProfileStats, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
+
+/// `profile-NNNNN.json`, the name of rank `rank`'s profile file.
+pub fn profile_file_name(rank: u32) -> String {
+    format!("profile-{rank:05}.json")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("{}: {what}", path.display())]
+    Profile { path: PathBuf, what: String },
+}
+
+/// Whether `dir` holds profile files and no rank files.
+pub fn is_profile_dir(dir: &Path) -> bool {
+    let has = |prefix: &str, suffix: &str| {
+        std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with(prefix) && name.ends_with(suffix)
+            })
+        })
+    };
+    has("profile-", ".json") && !has("rank-", ".evf")
+}
+
+/// Reads every `profile-NNNNN.json` of `dir`, in rank order.
+pub fn read_profiles(dir: &Path) -> Result<Vec<ProfileStats>, ReportError> {
+    let err = |path: &Path, what: String| ReportError::Profile {
+        path: path.to_path_buf(),
+        what,
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| err(dir, e.to_string()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("profile-") && n.ends_with(".json")
+            })
+        })
+        .collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).map_err(|e| err(&path, e.to_string()))?;
+        out.push(ProfileStats::from_json(&text).map_err(|e| err(&path, e.to_string()))?);
+    }
+    if out.is_empty() {
+        return Err(err(dir, "no profile-NNNNN.json files".into()));
+    }
+    out.sort_by_key(|p| p.rank);
+    Ok(out)
+}
+
+/// Builds every rank's profile by streaming the trace once. `progress(done, total)` in events.
+pub fn profile_trace(
+    trace: &Trace,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(Vec<ProfileStats>, Vec<Skipped>), TraceError> {
+    let mut out = Vec::new();
+    let mut skipped_all = Vec::new();
+    let mut done = 0u64;
+    for files in &trace.ranks {
+        let first = format::RankFile::open(&files.parts[0])?;
+        let npt = crate::clock::ns_per_tick(&first.header().clock);
+        drop(first);
+        let mut p = ProfileStats::new(files.rank, trace.world_size, npt);
+        let (_, skipped) = for_each_event(
+            files,
+            |chunk| {
+                done += chunk.events;
+                progress(done, 0);
+            },
+            |stream, e| p.add_event(stream, e),
+        )?;
+        p.finish();
+        skipped_all.extend(skipped);
+        out.push(p);
+    }
+    Ok((out, skipped_all))
+}
+
+/// One row of the function table.
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionRow {
+    pub name: String,
+    pub count: u64,
+    pub total_s: f64,
+    pub min_s: f64,
+    pub max_s: f64,
+    pub mean_s: f64,
+    pub bytes_total: u64,
+    pub bytes_min: u64,
+    pub bytes_max: u64,
+    pub bytes_mean: f64,
+    pub histogram: [u64; SIZE_BINS],
+    /// Present when the function received bytes too (see [`FuncStats::recv_histogram`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recv_histogram: Option<[u64; SIZE_BINS]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recv_bytes_total: Option<u64>,
+    /// Mean time within 3x the recorder's mean per-call cost: the figure is mostly the recorder.
+    pub handle_with_care: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Partners {
+    /// `messages[i][j]`: point-to-point messages world rank i sent to world rank j.
+    pub messages: Vec<Vec<u64>>,
+    pub bytes: Vec<Vec<u64>>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RankRow {
+    pub rank: u32,
+    pub calls: u64,
+    pub span_s: Option<f64>,
+    pub mpi_s: f64,
+    /// Span minus MPI time minus suspensions: the program's own work (plus the recorder's
+    /// per-call cost). Suspensions are recorded after the collective they follow has returned, so
+    /// they are neither MPI nor the program and are counted apart.
+    pub outside_s: Option<f64>,
+    pub mpi_fraction: Option<f64>,
+    pub suspended_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SuspensionReportRow {
+    pub seq: u64,
+    pub z_s: f64,
+    /// Whether some rank wrote its trace in it.
+    pub flushed: bool,
+    pub ranks_flushed: u32,
+    pub bytes_raw: u64,
+    pub bytes_stored: u64,
+    pub max_write_s: f64,
+    pub max_overshoot_s: f64,
+    pub max_length_s: f64,
+}
+
+/// The whole profile, as printed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub source: String,
+    pub ranks: u32,
+    pub size_bins: Vec<String>,
+    pub functions: Vec<FunctionRow>,
+    pub partners: Partners,
+    pub ranks_table: Vec<RankRow>,
+    /// Max over ranks of MPI time divided by its mean: 1 is perfectly balanced.
+    pub mpi_imbalance: Option<f64>,
+    pub suspensions: Vec<SuspensionReportRow>,
+    pub recorder_mean_cost_s: f64,
+    /// The median cost per call (what the "handle with care" test uses).
+    pub recorder_typical_cost_s: f64,
+    pub lost_events: u64,
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    pub fn build(source: &str, profiles: &[ProfileStats]) -> Report {
+        let profiles: Vec<ProfileStats> = profiles
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                p.finish();
+                p
+            })
+            .collect();
+        let profiles = profiles.as_slice();
+        let world = profiles
+            .iter()
+            .map(|p| p.world_size.max(p.rank + 1))
+            .max()
+            .unwrap_or(0);
+        let mut all = ProfileStats::default();
+        for p in profiles {
+            all.merge(p);
+        }
+        let mean_cost = all.mean_cost_ns();
+        let typical_cost = all.typical_cost_ns();
+        let mut warnings = Vec::new();
+        let mut functions: Vec<FunctionRow> = all
+            .functions
+            .iter()
+            .map(|(name, f)| {
+                let mean = f.mean_ns();
+                let care = typical_cost > 0.0 && mean < 3.0 * typical_cost;
+                if care {
+                    warnings.push(format!(
+                        "{name}: mean time {:.3} µs is within 3x the recorder's typical cost per call ({:.3} µs): handle with care",
+                        mean / 1e3,
+                        typical_cost / 1e3
+                    ));
+                }
+                FunctionRow {
+                    name: name.clone(),
+                    count: f.count,
+                    total_s: f.total_ns / 1e9,
+                    min_s: if f.count > 0 { f.min_ns / 1e9 } else { 0.0 },
+                    max_s: f.max_ns / 1e9,
+                    mean_s: mean / 1e9,
+                    bytes_total: f.bytes_total,
+                    bytes_min: if f.count > 0 { f.bytes_min } else { 0 },
+                    bytes_max: f.bytes_max,
+                    bytes_mean: if f.count > 0 {
+                        f.bytes_total as f64 / f.count as f64
+                    } else {
+                        0.0
+                    },
+                    histogram: f.histogram,
+                    recv_histogram: (f.recv_count > 0).then_some(f.recv_histogram),
+                    recv_bytes_total: (f.recv_count > 0).then_some(f.recv_bytes_total),
+                    handle_with_care: care,
+                }
+            })
+            .collect();
+        functions.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then(a.name.cmp(&b.name)));
+
+        let n = world as usize;
+        let mut partners = Partners {
+            messages: vec![vec![0; n]; n],
+            bytes: vec![vec![0; n]; n],
+        };
+        for p in profiles {
+            for (dest, s) in &p.partners {
+                if let Some(row) = partners.messages.get_mut(p.rank as usize)
+                    && let Some(cell) = row.get_mut(*dest as usize)
+                {
+                    *cell += s.messages;
+                    partners.bytes[p.rank as usize][*dest as usize] += s.bytes;
+                }
+            }
+        }
+
+        let ranks_table: Vec<RankRow> = profiles
+            .iter()
+            .map(|p| {
+                let span = p.span_ns.map(|s| s / 1e9);
+                let mpi = p.mpi_in_span_ns / 1e9;
+                RankRow {
+                    rank: p.rank,
+                    calls: p.functions.values().map(|f| f.count).sum(),
+                    span_s: span,
+                    mpi_s: mpi,
+                    outside_s: span.map(|s| (s - mpi - p.suspended_ns / 1e9).max(0.0)),
+                    mpi_fraction: span.filter(|&s| s > 0.0).map(|s| mpi / s),
+                    suspended_s: p.suspended_ns / 1e9,
+                }
+            })
+            .collect();
+        let mpi_imbalance = if ranks_table.is_empty() {
+            None
+        } else {
+            let mean = ranks_table.iter().map(|r| r.mpi_s).sum::<f64>() / ranks_table.len() as f64;
+            let max = ranks_table.iter().map(|r| r.mpi_s).fold(0.0, f64::max);
+            (mean > 0.0).then_some(max / mean)
+        };
+        for p in profiles {
+            if p.span_ns.is_none() {
+                warnings.push(format!(
+                    "rank {}: no InitDone/FinalizeStart marker pair: its MPI/outside split is unknown",
+                    p.rank
+                ));
+            }
+        }
+
+        let mut by_seq: BTreeMap<u64, SuspensionReportRow> = BTreeMap::new();
+        for s in &all.suspensions {
+            let row = by_seq.entry(s.seq).or_insert(SuspensionReportRow {
+                seq: s.seq,
+                z_s: 0.0,
+                flushed: false,
+                ranks_flushed: 0,
+                bytes_raw: 0,
+                bytes_stored: 0,
+                max_write_s: 0.0,
+                max_overshoot_s: 0.0,
+                max_length_s: 0.0,
+            });
+            row.z_s = row.z_s.max(s.z_ns as f64 / 1e9);
+            row.flushed |= s.flushed;
+            row.ranks_flushed += u32::from(s.flushed && s.bytes_raw > 0);
+            row.bytes_raw += s.bytes_raw;
+            row.bytes_stored += s.bytes_stored;
+            row.max_write_s = row.max_write_s.max(s.write_ns as f64 / 1e9);
+            row.max_overshoot_s = row.max_overshoot_s.max(s.overshoot_ns as f64 / 1e9);
+            row.max_length_s = row.max_length_s.max(s.length_ns / 1e9);
+        }
+        if all.lost_events > 0 {
+            warnings.push(format!(
+                "{} events were lost: counts are lower bounds",
+                all.lost_events
+            ));
+        }
+        Report {
+            source: source.to_string(),
+            ranks: world,
+            size_bins: (0..SIZE_BINS).map(size_bin_label).collect(),
+            functions,
+            partners,
+            ranks_table,
+            mpi_imbalance,
+            suspensions: by_seq.into_values().collect(),
+            recorder_mean_cost_s: mean_cost / 1e9,
+            recorder_typical_cost_s: typical_cost / 1e9,
+            lost_events: all.lost_events,
+            warnings,
+        }
+    }
+
+    /// The JSON form: `functions`, `partners`, `ranks`, `suspensions` and the rest.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(obj) = v.as_object_mut()
+            && let Some(ranks) = obj.remove("ranks_table")
+        {
+            obj.insert("world_size".into(), serde_json::json!(self.ranks));
+            obj.insert("ranks".into(), ranks);
+        }
+        v
+    }
+
+    /// The function table as CSV, one line per function with its histogram bins as columns.
+    pub fn to_csv(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::from(
+            "name,count,total_s,min_s,max_s,mean_s,bytes_total,bytes_min,bytes_max,bytes_mean,handle_with_care",
+        );
+        for label in &self.size_bins {
+            let _ = write!(o, ",send_{label}");
+        }
+        for label in &self.size_bins {
+            let _ = write!(o, ",recv_{label}");
+        }
+        o.push('\n');
+        for f in &self.functions {
+            let _ = write!(
+                o,
+                "{},{},{:e},{:e},{:e},{:e},{},{},{},{},{}",
+                f.name,
+                f.count,
+                f.total_s,
+                f.min_s,
+                f.max_s,
+                f.mean_s,
+                f.bytes_total,
+                f.bytes_min,
+                f.bytes_max,
+                f.bytes_mean,
+                f.handle_with_care
+            );
+            for c in f.histogram {
+                let _ = write!(o, ",{c}");
+            }
+            let recv = f.recv_histogram.unwrap_or([0; SIZE_BINS]);
+            for c in recv {
+                let _ = write!(o, ",{c}");
+            }
+            o.push('\n');
+        }
+        o
+    }
+
+    /// The human-readable tables.
+    pub fn render_table(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::new();
+        let _ = writeln!(o, "profile of    {} ({} ranks)", self.source, self.ranks);
+        let _ = writeln!(
+            o,
+            "recorder cost {:.3} µs per call typical (median), {:.3} µs mean; '!' marks functions whose mean time is within 3x the typical cost",
+            self.recorder_typical_cost_s * 1e6,
+            self.recorder_mean_cost_s * 1e6
+        );
+        let _ = writeln!(
+            o,
+            "\n{:<26} {:>9} {:>11} {:>10} {:>10} {:>10} {:>13} {:>9} {:>9} {:>10}",
+            "function",
+            "calls",
+            "total s",
+            "min µs",
+            "mean µs",
+            "max µs",
+            "bytes",
+            "min B",
+            "max B",
+            "mean B"
+        );
+        for f in &self.functions {
+            let _ = writeln!(
+                o,
+                "{:<26} {:>9} {:>11.6} {:>10.2} {:>10.2} {:>10.2} {:>13} {:>9} {:>9} {:>10.1}",
+                format!("{}{}", if f.handle_with_care { "!" } else { "" }, f.name),
+                f.count,
+                f.total_s,
+                f.min_s * 1e6,
+                f.mean_s * 1e6,
+                f.max_s * 1e6,
+                f.bytes_total,
+                f.bytes_min,
+                f.bytes_max,
+                f.bytes_mean
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nmessage sizes (calls per bin; bin 0 = 0-1 B, bin k = [2^k, 2^(k+1)) B, last >= 8 MiB)"
+        );
+        let used: Vec<usize> = (0..SIZE_BINS)
+            .filter(|&k| {
+                self.functions
+                    .iter()
+                    .any(|f| f.histogram[k] > 0 || f.recv_histogram.is_some_and(|h| h[k] > 0))
+            })
+            .collect();
+        let _ = write!(o, "{:<31}", "function");
+        for &k in &used {
+            let _ = write!(o, " {:>8}", self.size_bins[k]);
+        }
+        o.push('\n');
+        for f in &self.functions {
+            if f.histogram.iter().any(|&c| c > 0) {
+                let _ = write!(o, "{:<31}", format!("{} (call)", f.name));
+                for &k in &used {
+                    let _ = write!(o, " {:>8}", f.histogram[k]);
+                }
+                o.push('\n');
+            }
+            if let Some(h) = f.recv_histogram {
+                let _ = write!(o, "{:<31}", format!("{} (received)", f.name));
+                for &k in &used {
+                    let _ = write!(o, " {:>8}", h[k]);
+                }
+                o.push('\n');
+            }
+        }
+        let n = self.partners.messages.len();
+        if self.partners.messages.iter().flatten().any(|&c| c > 0) && n <= 32 {
+            let _ = writeln!(
+                o,
+                "\npartners: point-to-point messages (bytes) from row rank to column rank"
+            );
+            let _ = write!(o, "{:>6}", "");
+            for j in 0..n {
+                let _ = write!(o, " {j:>14}");
+            }
+            o.push('\n');
+            for i in 0..n {
+                let _ = write!(o, "{i:>6}");
+                for j in 0..n {
+                    let c = self.partners.messages[i][j];
+                    let cell = if c == 0 {
+                        "-".to_string()
+                    } else {
+                        format!("{c} ({})", self.partners.bytes[i][j])
+                    };
+                    let _ = write!(o, " {cell:>14}");
+                }
+                o.push('\n');
+            }
+        } else if n > 32 {
+            let _ = writeln!(
+                o,
+                "\npartners: {n} ranks, too many for a table (use --json)"
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\n{:>6} {:>9} {:>12} {:>12} {:>12} {:>7} {:>12}",
+            "rank", "calls", "span s", "MPI s", "outside s", "MPI %", "suspended s"
+        );
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.6}"));
+        for r in &self.ranks_table {
+            let _ = writeln!(
+                o,
+                "{:>6} {:>9} {:>12} {:>12.6} {:>12} {:>7} {:>12.6}",
+                r.rank,
+                r.calls,
+                opt(r.span_s),
+                r.mpi_s,
+                opt(r.outside_s),
+                r.mpi_fraction
+                    .map_or("-".to_string(), |f| format!("{:.1}", f * 100.0)),
+                r.suspended_s
+            );
+        }
+        if let Some(imb) = self.mpi_imbalance {
+            let _ = writeln!(o, "MPI time imbalance (max / mean over ranks): {imb:.3}");
+        }
+        if !self.suspensions.is_empty() {
+            let _ = writeln!(
+                o,
+                "\n{:>6} {:>10} {:>8} {:>12} {:>12} {:>10} {:>12} {:>11}",
+                "susp",
+                "Z ms",
+                "flushed",
+                "raw bytes",
+                "stored",
+                "write ms",
+                "overshoot µs",
+                "longest ms"
+            );
+            for s in &self.suspensions {
+                let _ = writeln!(
+                    o,
+                    "{:>6} {:>10.3} {:>8} {:>12} {:>12} {:>10.3} {:>12.1} {:>11.3}",
+                    s.seq,
+                    s.z_s * 1e3,
+                    if s.flushed {
+                        format!("{} rk", s.ranks_flushed)
+                    } else {
+                        "no".into()
+                    },
+                    s.bytes_raw,
+                    s.bytes_stored,
+                    s.max_write_s * 1e3,
+                    s.max_overshoot_s * 1e6,
+                    s.max_length_s * 1e3
+                );
+            }
+        }
+        for w in &self.warnings {
+            let _ = writeln!(o, "warning: {w}");
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_bins_follow_powers_of_two() {
+        assert_eq!(size_bin(0), 0);
+        assert_eq!(size_bin(1), 0);
+        assert_eq!(size_bin(2), 1);
+        assert_eq!(size_bin(3), 1);
+        assert_eq!(size_bin(1024), 10);
+        assert_eq!(size_bin((4 << 20) - 1), 21);
+        assert_eq!(size_bin(4 << 20), 22);
+        assert_eq!(size_bin((8 << 20) - 1), 22);
+        assert_eq!(size_bin(8 << 20), 23);
+        assert_eq!(size_bin(u64::MAX), 23);
+        assert_eq!(size_bin_label(22), "4MiB");
+        assert_eq!(size_bin_label(23), ">=8MiB");
+    }
+
+    fn call(func: u16, start: u64, end: u64, peer: i32, bytes: u64, cost: u32) -> Event {
+        Event::Call(MpiCall {
+            func,
+            start,
+            end,
+            comm: 0,
+            peer,
+            tag: 0,
+            bytes,
+            root: -1,
+            request: 0,
+            cost,
+        })
+    }
+
+    #[test]
+    fn stats_accumulate_merge_and_round_trip() {
+        let mut p = ProfileStats::new(1, 3, 2.0);
+        p.add_event(
+            0,
+            &Event::FunctionDef {
+                id: 4,
+                name: "MPI_Send".into(),
+            },
+        );
+        p.add_event(
+            0,
+            &Event::FunctionDef {
+                id: 5,
+                name: "MPI_Recv".into(),
+            },
+        );
+        p.add_event(0, &Event::Marker(Marker::InitDone { time: 10 }));
+        p.add_event(0, &call(4, 100, 110, 2, 8, 1));
+        p.add_event(0, &call(4, 200, 230, 0, 3000, 1));
+        p.add_event(0, &call(5, 300, 400, 0, 64, 1));
+        p.add_event(
+            0,
+            &Event::Completion(format::Completion {
+                request: 0,
+                source: 0,
+                tag: 0,
+                bytes: 40,
+                cancelled: false,
+            }),
+        );
+        p.add_event(0, &Event::Marker(Marker::FinalizeStart { time: 1010 }));
+        p.finish();
+        let send = &p.functions["MPI_Send"];
+        assert_eq!(send.count, 2);
+        assert_eq!(send.total_ns, 80.0);
+        assert_eq!((send.min_ns, send.max_ns), (20.0, 60.0));
+        assert_eq!(
+            (send.bytes_min, send.bytes_max, send.bytes_total),
+            (8, 3000, 3008)
+        );
+        assert_eq!(send.histogram[3], 1);
+        assert_eq!(send.histogram[11], 1);
+        let recv = &p.functions["MPI_Recv"];
+        assert_eq!(recv.recv_count, 1);
+        assert_eq!(recv.recv_histogram[5], 1);
+        assert_eq!(
+            p.partners[&2],
+            PartnerStats {
+                messages: 1,
+                bytes: 8
+            }
+        );
+        assert_eq!(
+            p.partners[&0],
+            PartnerStats {
+                messages: 1,
+                bytes: 3000
+            }
+        );
+        assert_eq!(p.span_ns, Some(2000.0));
+        assert_eq!(p.mpi_in_span_ns, 280.0);
+        assert_eq!(p.mean_cost_ns(), 2.0);
+
+        let back = ProfileStats::from_json(&p.to_json()).unwrap();
+        assert_eq!(back.functions, p.functions);
+        assert_eq!(back.partners, p.partners);
+        let mut merged = back.clone();
+        merged.merge(&p);
+        assert_eq!(merged.functions["MPI_Send"].count, 4);
+        assert_eq!(merged.functions["MPI_Send"].min_ns, 20.0);
+        assert_eq!(merged.partners[&0].bytes, 6000);
+
+        let report = Report::build("test", &[p]);
+        assert_eq!(report.partners.messages[1][2], 1);
+        assert_eq!(report.partners.bytes[1][0], 3000);
+        assert_eq!(report.functions[0].name, "MPI_Recv");
+        // Mean times 40 ns / 200 ns against a typical cost of ~1.4 ns: no warning.
+        assert!(report.functions.iter().all(|f| !f.handle_with_care));
+        let csv = report.to_csv();
+        assert_eq!(csv.lines().count(), 3);
+        assert_eq!(
+            csv.lines().next().unwrap().split(',').count(),
+            11 + 2 * SIZE_BINS
+        );
+    }
+
+    #[test]
+    fn collectives_get_what_arrived() {
+        let coll = |func: u16, bytes: u64, root: i32| {
+            let mut c = match call(func, 0, 10, -1, bytes, 1) {
+                Event::Call(c) => c,
+                _ => unreachable!(),
+            };
+            c.root = root;
+            Event::Call(c)
+        };
+        // Rank 1 of 4; communicator 9 holds world ranks 3 and 1, so rank 1 is its rank 1.
+        let mut p = ProfileStats::new(1, 4, 1.0);
+        for (id, name) in [
+            (1, "MPI_Gather"),
+            (2, "MPI_Bcast"),
+            (3, "MPI_Allgather"),
+            (4, "MPI_Gatherv"),
+        ] {
+            p.add_event(
+                0,
+                &Event::FunctionDef {
+                    id,
+                    name: name.into(),
+                },
+            );
+        }
+        p.add_event(
+            0,
+            &Event::CommDef {
+                id: 9,
+                members: vec![3, 1],
+            },
+        );
+        p.add_event(0, &coll(1, 16, 1)); // root of a world gather: 4 x 16 arrive
+        p.add_event(0, &coll(1, 16, 0)); // not the root: nothing arrives
+        p.add_event(0, &coll(2, 8, 0)); // broadcast from another rank: 8 arrive
+        p.add_event(0, &coll(2, 8, 1)); // our own broadcast: nothing arrives
+        let mut on_comm = match coll(3, 4, -1) {
+            Event::Call(c) => c,
+            _ => unreachable!(),
+        };
+        on_comm.comm = 9;
+        p.add_event(0, &Event::Call(on_comm)); // allgather on 2 ranks: 2 x 4 arrive
+        p.add_event(0, &coll(4, 4, 1)); // gatherv: not derivable
+        p.finish();
+        let f = &p.functions;
+        assert_eq!(f["MPI_Gather"].recv_count, 1);
+        assert_eq!(f["MPI_Gather"].recv_bytes_total, 64);
+        assert_eq!(f["MPI_Gather"].recv_histogram[size_bin(64)], 1);
+        assert_eq!(
+            (f["MPI_Bcast"].recv_count, f["MPI_Bcast"].recv_bytes_total),
+            (1, 8)
+        );
+        assert_eq!(f["MPI_Allgather"].recv_bytes_total, 8);
+        assert_eq!(f["MPI_Gatherv"].recv_count, 0);
+        // The call's own size stays in the first histogram.
+        assert_eq!(f["MPI_Gather"].histogram[size_bin(16)], 2);
+    }
+
+    #[test]
+    fn cheap_functions_are_flagged() {
+        let mut p = ProfileStats::new(0, 1, 1.0);
+        p.add_event(
+            0,
+            &Event::FunctionDef {
+                id: 1,
+                name: "MPI_Comm_rank".into(),
+            },
+        );
+        p.add_event(
+            0,
+            &Event::FunctionDef {
+                id: 2,
+                name: "MPI_Barrier".into(),
+            },
+        );
+        p.add_event(0, &call(1, 0, 10, -1, 0, 100));
+        p.add_event(0, &call(2, 0, 10_000, -1, 0, 100));
+        // One very expensive call must not raise the bar for every function.
+        p.add_event(0, &call(2, 0, 10_000, -1, 0, 50_000_000));
+        let r = Report::build("t", &[p]);
+        let care: Vec<&str> = r
+            .functions
+            .iter()
+            .filter(|f| f.handle_with_care)
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(care, ["MPI_Comm_rank"]);
+        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+    }
+}

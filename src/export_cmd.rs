@@ -1,0 +1,79 @@
+//! `evenflush export`: the command-line layer over `reconstruct::export`.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum};
+use reconstruct::Trace;
+use reconstruct::export::{ExportError, otf2, perfetto};
+use reconstruct::progress::Bar;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// Chrome Trace Event JSON: open it in ui.perfetto.dev or chrome://tracing.
+    Perfetto,
+    /// An OTF2 archive (Score-P's format: Vampir, Scalasca, otf2-print).
+    Otf2,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  evenflush export trace --format perfetto --out trace.json\n  \
+evenflush export trace --format otf2 --out trace-otf2 && otf2-print trace-otf2/traces.otf2\n\n\
+Times are in the global clock (rank 0's). Perfetto: one process per rank, one thread per recording thread, \
+each MPI call a slice with peer (world rank), tag, bytes and communicator, each matched message a flow arrow, \
+suspensions and flushes as slices, the recorder's buffer fill as a counter. OTF2: MPI point-to-point \
+(blocking and nonblocking) and collective records inside a region per MPI function; suspensions as \
+MeasurementOnOff. Export a reconstructed trace (evenflush reconstruct) to see the original timing."
+)]
+pub struct ExportArgs {
+    /// Trace directory (holds rank-*.evf).
+    pub dir: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    /// Output: a .json file for perfetto, a directory for otf2 (replaced if it holds an archive).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+pub fn run(args: &ExportArgs) -> Result<()> {
+    if args.format == ExportFormat::Otf2 && !otf2::AVAILABLE {
+        bail!(
+            "this evenflush was built without OTF2 support (the OTF2 library and headers, Debian package \
+             libopen-trace-format2-dev, were not found at build time); install them and rebuild"
+        );
+    }
+    let trace = Trace::open(&args.dir)?;
+    let bar = Bar::for_terminal("exporting");
+    let mut progress = |done, total| bar.update(done, total);
+    let result = match args.format {
+        ExportFormat::Perfetto => perfetto::export(&trace, &args.out, &mut progress).map(|s| {
+            format!(
+                "wrote {}: {} slices, {} message flows ({} matched messages), {} counter samples",
+                args.out.display(),
+                s.slices,
+                s.flows / 2,
+                s.messages_matched,
+                s.counters
+            )
+        }),
+        ExportFormat::Otf2 => otf2::export(&trace, &args.out, &mut progress).map(|s| {
+            format!(
+                "wrote {}: {} locations, {} events ({} MPI sends, {} receives, {} collectives)",
+                args.out.display(),
+                s.locations,
+                s.events,
+                s.sends,
+                s.receives,
+                s.collectives
+            )
+        }),
+    };
+    bar.finish();
+    let line = result.map_err(|e| match e {
+        ExportError::Trace(t) => anyhow::Error::new(t),
+        other => anyhow::Error::new(other),
+    })?;
+    eprintln!("{line}");
+    Ok(())
+}

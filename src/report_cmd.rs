@@ -1,0 +1,69 @@
+//! `evenflush report`: the command-line layer over `reconstruct::report`.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use reconstruct::Trace;
+use reconstruct::progress::Bar;
+use reconstruct::report::{self, Report, ReportError};
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  evenflush report trace\n  evenflush report trace --json > profile.json\n  \
+evenflush report trace --csv > functions.csv\n  evenflush report profiles/   (a directory of profile-NNNNN.json)\n\n\
+Per MPI function: calls, total/min/mean/max time, bytes min/mean/max/total and a histogram of message sizes \
+in 24 power-of-two bins (bin 0 = 0-1 B, bin k = [2^k, 2^(k+1)) B, the last >= 8 MiB; calls record the bytes \
+they send or their buffer; receives, waits and collectives also get a histogram of the bytes that arrived, \
+where the trace tells). Then the partner matrix \
+(point-to-point messages and bytes between world ranks), per rank the time in MPI versus outside between \
+the end of MPI_Init and the start of MPI_Finalize, and the suspensions. Functions whose mean time is within \
+3x the recorder's own mean cost per call are marked '!' (handle with care)."
+)]
+pub struct ReportArgs {
+    /// Trace directory (rank-*.evf, raw or reconstructed) or a directory of profile-NNNNN.json.
+    pub dir: PathBuf,
+    /// Print JSON: {"functions": [...], "partners": ..., "ranks": [...], "suspensions": [...], ...}.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print the function table as CSV (histogram bins as columns).
+    #[arg(long)]
+    pub csv: bool,
+}
+
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let (profiles, source) = if report::is_profile_dir(&args.dir) {
+        (
+            report::read_profiles(&args.dir)?,
+            format!("{} (profile files)", args.dir.display()),
+        )
+    } else {
+        let trace = Trace::open(&args.dir)?;
+        let bar = if args.json || args.csv {
+            Bar::hidden()
+        } else {
+            Bar::for_terminal("profiling")
+        };
+        let result = report::profile_trace(&trace, &mut |done, _| bar.update(done, done));
+        bar.finish();
+        let (profiles, skipped) = result.map_err(ReportError::from)?;
+        for k in &skipped {
+            eprintln!(
+                "evenflush: warning: {}: byte {}: {}",
+                k.file.display(),
+                k.offset,
+                k.what
+            );
+        }
+        (profiles, args.dir.display().to_string())
+    };
+    let rep = Report::build(&source, &profiles);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rep.to_json())?);
+    } else if args.csv {
+        print!("{}", rep.to_csv());
+    } else {
+        print!("{}", rep.render_table());
+    }
+    Ok(())
+}
