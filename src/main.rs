@@ -2,11 +2,14 @@
 
 mod compare_cmd;
 mod dump;
+mod export_cmd;
 mod info;
 mod mpi;
 mod reconstruct_cmd;
+mod report_cmd;
 mod run;
 mod simulate_cmd;
+mod timeline_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +54,12 @@ enum Cmd {
     Reconstruct(reconstruct_cmd::ReconstructArgs),
     /// Compare two runs of the same program call by call.
     Compare(compare_cmd::CompareArgs),
+    /// Profile a run (MPIPROF style): per-function times and sizes, size histograms, partners, imbalance.
+    Report(report_cmd::ReportArgs),
+    /// Export a trace for other viewers: Perfetto / chrome://tracing JSON, or OTF2.
+    Export(export_cmd::ExportArgs),
+    /// Draw a Gantt picture (PNG) of a trace: ranks, MPI calls by kind, messages, suspensions.
+    Timeline(timeline_cmd::TimelineArgs),
     /// Simulate the suspension protocol over virtual ranks (up to millions).
     Simulate(simulate_cmd::Args),
     /// Print every event of a trace as text, one per line: `[thread] rank event fields`.
@@ -83,6 +92,9 @@ fn main() -> ExitCode {
         Cmd::Info { dir, json } => info::info(&dir, json).map(|()| ExitCode::SUCCESS),
         Cmd::Reconstruct(a) => reconstruct_cmd::run(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Compare(a) => compare_cmd::run(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Report(a) => report_cmd::run(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Export(a) => export_cmd::run(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Timeline(a) => timeline_cmd::run(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Simulate(args) => simulate_cmd::simulate(args).map(|()| ExitCode::SUCCESS),
         Cmd::Dump { dir, rank } => dump::dump(&dir, rank).map(|()| ExitCode::SUCCESS),
     };

@@ -394,5 +394,76 @@ for_both_mpis!(
     fortran_ring,
     fortran_f08,
     sigterm,
-    mpi4py
+    mpi4py,
+    watchdog
 );
+
+/// A 2-rank deadlock (both ranks receive first) is diagnosed by the watchdog: each rank's stuck
+/// MPI_Recv is named with its peer and tag, on stderr and in the trace, and `--watchdog-abort`
+/// ends the job instead of letting it hang.
+fn watchdog(mpi: Mpi) {
+    use std::process::{Command, Stdio};
+    let _guard = mpi_lock();
+    let out = scratch(&format!("watchdog-{}", mpi.name()));
+    let mut cmd = Command::new(common::evenflush_bin());
+    cmd.arg("run").arg("--out").arg(&out);
+    cmd.args(["--mode", "off", "--watchdog", "1", "--watchdog-abort", "--"]);
+    cmd.args(mpi.launch(2))
+        .arg(common::programs(mpi).join("deadlock"));
+    let mut child = common::mpi_env(&mut cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = Command::new("pkill")
+                .args(["-KILL", "-x", "deadlock"])
+                .status();
+            panic!("the watchdog did not end the deadlocked job within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "an aborted job does not succeed");
+    for rank in 0..2 {
+        let peer = 1 - rank;
+        let line = format!("rank {rank}: WATCHDOG: MPI_Recv has been running for");
+        assert!(
+            stderr.contains(&line),
+            "no diagnosis for rank {rank}:\n{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("peer {peer},")),
+            "rank {rank}'s peer not named:\n{stderr}"
+        );
+    }
+    // The trace written before the abort holds the diagnosis (at least of the rank that aborted).
+    let stuck: Vec<_> = format::open_dir(&out)
+        .unwrap()
+        .iter()
+        .flat_map(|e| {
+            format::RankFile::open(&e.path)
+                .unwrap()
+                .events()
+                .filter_map(Result::ok)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|e| match e {
+            Event::Marker(format::Marker::Stuck {
+                peer, elapsed_ns, ..
+            }) => Some((peer, elapsed_ns)),
+            _ => None,
+        })
+        .collect();
+    assert!(!stuck.is_empty(), "no Stuck marker in the trace");
+    assert!(
+        stuck
+            .iter()
+            .all(|&(peer, ns)| (0..2).contains(&peer) && ns >= 1_000_000_000),
+        "{stuck:?}"
+    );
+}

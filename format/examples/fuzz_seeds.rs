@@ -45,6 +45,9 @@ fn main() {
         time: 11,
         func: 42,
         elapsed_ns: 1_000_000,
+        comm: 0,
+        peer: 1,
+        tag: 7,
     }));
     events.push(Event::Completion(Completion {
         request: 3,

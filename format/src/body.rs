@@ -121,11 +121,17 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
                     time,
                     func,
                     elapsed_ns,
+                    comm,
+                    peer,
+                    tag,
                 } => {
                     out.push(MARKER_STUCK);
                     put64(out, time);
                     out.extend_from_slice(&func.to_le_bytes());
                     put64(out, elapsed_ns);
+                    put32(out, comm);
+                    put32(out, peer as u32);
+                    put32(out, tag as u32);
                 }
             }
             KIND_MARKER
@@ -298,6 +304,9 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                     time,
                     func: c.u16().ok_or(short)?,
                     elapsed_ns: c.u64().ok_or(short)?,
+                    comm: c.u32().ok_or(short)?,
+                    peer: c.u32().ok_or(short)? as i32,
+                    tag: c.u32().ok_or(short)? as i32,
                 },
                 _ => return Err("unknown marker kind"),
             })

@@ -171,11 +171,15 @@ pub enum Marker {
     InitDone { time: u64 },
     /// `MPI_Finalize` was entered (end of the measured span).
     FinalizeStart { time: u64 },
-    /// The watchdog saw a call exceed its limit.
+    /// The watchdog saw a call exceed its limit: what the call was waiting for, as far as its
+    /// arguments say (`peer` within `comm`, `tag`; [`NO_RANK`]/[`NO_TAG`] when it has none).
     Stuck {
         time: u64,
         func: FunctionId,
         elapsed_ns: u64,
+        comm: CommId,
+        peer: i32,
+        tag: i32,
     },
 }
 

@@ -281,7 +281,7 @@ fn misc_body_len(e: &Event) -> usize {
             | Marker::InitDone { .. }
             | Marker::FinalizeStart { .. } => 9,
             Marker::AbnormalEnd { .. } => 13,
-            Marker::Stuck { .. } => 19,
+            Marker::Stuck { .. } => 31,
         },
     }
 }

@@ -524,8 +524,29 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
     }
 
     w(out, "evf_r.start = evf_now();");
+    // The watchdog (off unless --watchdog is set) is told what the call waits for before it
+    // blocks; the arguments are read only when it is on.
+    let arg = |role: &str, conv: &dyn Fn(&Param) -> String, none: &str| {
+        f.role(role)
+            .map(|r| conv(f.param(r)))
+            .unwrap_or_else(|| none.to_string())
+    };
+    let watch_comm = arg(
+        "comm",
+        &|p| format!("evf_comm_id({})", handle_of(lang, p, "Comm")),
+        "0xFFFFFFFFu",
+    );
+    let watch_peer = arg("peer", &|p| format!("evf_peer({})", int_of(lang, p)), "-1");
+    let watch_tag = arg("tag", &|p| format!("evf_tag({})", int_of(lang, p)), "-1");
+    w(
+        out,
+        &format!(
+            "if (EVF_UNLIKELY(evf_watching)) evf_rust_watch_begin({fid}, evf_r.start, {watch_comm}, {watch_peer}, {watch_tag});"
+        ),
+    );
     w(out, call);
     w(out, "evf_r.end = evf_now();");
+    w(out, "if (EVF_UNLIKELY(evf_watching)) evf_rust_watch_end();");
 
     if let Some(c) = f.role("comm") {
         let h = handle_of(lang, f.param(c), "Comm");

@@ -11,6 +11,13 @@
 __thread int evf_depth __attribute__((tls_model("initial-exec")));
 __thread void *evf_tb __attribute__((tls_model("initial-exec")));
 int evf_active;
+int evf_watching;
+
+void evf_set_watching(int on) { evf_watching = on; }
+
+/* Called from the watchdog's own thread: the job is stuck, so the usual rule that only the main
+ * thread calls MPI (below MPI_THREAD_MULTIPLE) matters less than ending it. */
+void evf_watchdog_abort(int code) { PMPI_Abort(MPI_COMM_WORLD, code); }
 int evf_initialized;
 int evf_clock_tsc = 1;
 

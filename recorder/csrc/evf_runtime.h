@@ -94,6 +94,12 @@ void evf_rust_set_transport(const evf_transport_t *transport);
 /* ---- C runtime (evf_runtime.c) ---- */
 extern __thread int evf_depth __attribute__((tls_model("initial-exec")));
 extern int evf_active;
+/* Set when the watchdog runs (--watchdog): wrappers then say what each call waits for. */
+extern int evf_watching;
+void evf_rust_watch_begin(uint16_t func, uint64_t start, uint32_t comm, int32_t peer, int32_t tag);
+void evf_rust_watch_end(void);
+void evf_set_watching(int on);
+void evf_watchdog_abort(int code);
 extern int evf_initialized;
 extern int evf_clock_tsc;
 /* This thread's Rust buffer, cached here because initial-exec TLS is a plain %fs load while

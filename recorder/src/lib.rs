@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod requests;
 pub mod signals;
 pub mod sink;
+pub mod watchdog;
 
 /// The wrapped functions, by `FunctionId`.
 pub mod functions {

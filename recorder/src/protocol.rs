@@ -49,6 +49,9 @@ pub fn on_init_done() {
     let Some(session) = core::session() else {
         return;
     };
+    if !session.config.watchdog.is_zero() {
+        crate::watchdog::start(session.config.watchdog, session.config.watchdog_abort);
+    }
     let Some(mut transport) = MpiTransport::new() else {
         return;
     };

@@ -98,6 +98,10 @@ pub struct SwapArgs {
     /// Keep every run's trace (they are deleted after analysis by default).
     #[arg(long)]
     pub keep_traces: bool,
+    /// Only rebuild OUT/table.md and the plots from OUT/results.csv (give the same sizing flags as
+    /// the run, and --static-long for the setup line).
+    #[arg(long)]
+    pub report_only: bool,
     /// Reduced matrix that runs in a few minutes.
     #[arg(long)]
     pub quick: bool,
@@ -199,6 +203,7 @@ impl SwapArgs {
             mpirun: self.mpirun,
             swap_file,
             keep_traces: self.keep_traces,
+            report_only: self.report_only,
         })
     }
 }

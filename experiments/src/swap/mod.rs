@@ -56,6 +56,8 @@ pub struct Options {
     pub mpirun: String,
     pub swap_file: PathBuf,
     pub keep_traces: bool,
+    /// Only rebuild table.md and the plots from an existing OUT/results.csv.
+    pub report_only: bool,
 }
 
 /// What [`run`] produced.
@@ -162,8 +164,47 @@ fn build_app(out: &Path) -> Result<PathBuf> {
     Ok(dir.join("iterative"))
 }
 
+/// Rebuilds table.md and the plots from OUT/results.csv (after a change to the analysis, or for a
+/// run that was interrupted before it wrote them). The setup line uses the options as given.
+pub fn report_only(opts: &Options) -> Result<Outcome> {
+    let csv_path = opts.out.join("results.csv");
+    let text =
+        fs::read_to_string(&csv_path).with_context(|| format!("reading {}", csv_path.display()))?;
+    let rows = report::from_csv(&text)?;
+    let setup = Setup {
+        ranks: opts.ranks,
+        mem_limit: opts.mem_limit,
+        swap: opts.swap,
+        program_mib_per_rank: opts.program_mib,
+        iterations: opts.iterations,
+        thresholds: opts.thresholds.clone(),
+        static_long_s: opts.static_long.map_or(f64::NAN, |d| d.as_secs_f64()),
+    };
+    write_reports(&rows, &setup, &opts.out)
+}
+
+fn write_reports(rows: &[Row], setup: &Setup, out: &Path) -> Result<Outcome> {
+    let verdict = report::verdict(rows);
+    fs::write(out.join("results.csv"), report::to_csv(rows))?;
+    fs::write(
+        out.join("table.md"),
+        report::to_markdown(rows, setup, &verdict),
+    )?;
+    if let Err(e) = plots::write_all(rows, out) {
+        eprintln!("evenflush experiment: plots not written: {e:#}");
+    }
+    Ok(Outcome {
+        rows: rows.to_vec(),
+        verdict,
+        out: out.to_path_buf(),
+    })
+}
+
 /// Runs the whole experiment: prepare the machine, run the matrix, restore, write the results.
 pub fn run(opts: &Options) -> Result<Outcome> {
+    if opts.report_only {
+        return report_only(opts);
+    }
     let ready = system::check_readiness();
     if !ready.problems.is_empty() {
         bail!(
@@ -238,15 +279,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
     progress.end();
     // Put the machine back before the (slow-ish) reporting.
     drop(machine);
-    let verdict = report::verdict(&rows);
-    fs::write(&csv_path, report::to_csv(&rows))?;
-    fs::write(
-        opts.out.join("table.md"),
-        report::to_markdown(&rows, &setup, &verdict),
-    )?;
-    if let Err(e) = plots::write_all(&rows, &opts.out) {
-        eprintln!("evenflush experiment: plots not written: {e:#}");
-    }
+    let outcome = write_reports(&rows, &setup, &opts.out)?;
     if let Some(e) = failure {
         return Err(e.context(format!(
             "the experiment stopped after {} of {} runs; partial results are in {}",
@@ -255,11 +288,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
             opts.out.display()
         )));
     }
-    Ok(Outcome {
-        rows,
-        verdict,
-        out: opts.out.clone(),
-    })
+    Ok(outcome)
 }
 
 /// The fixed suspension time of mode static, decided before the runs as in the paper (which

@@ -42,6 +42,21 @@ impl Config {
         }
     }
 
+    /// The inverse of [`Config::label`].
+    pub fn from_label(label: &str) -> Option<Config> {
+        Some(match label {
+            "untraced" => Config::Untraced,
+            "off" => Config::Off,
+            "static" => Config::Static,
+            "noremeasure" => Config::NoRemeasure,
+            "local" => Config::Local,
+            other => {
+                let n: u8 = other.strip_prefix("dynamic-S")?.parse().ok()?;
+                Config::Dynamic(n.checked_sub(1)?)
+            }
+        })
+    }
+
     /// The paper's name for the column.
     pub fn paper_column(self) -> String {
         match self {

@@ -103,6 +103,96 @@ pub fn error_pct(row: &Row, reference: &BTreeMap<u64, f64>) -> Option<f64> {
     (t > 0.0).then(|| (r - t) / t * 100.0)
 }
 
+/// The run's loop time over the untraced run of the same repetition and size: the runs of one
+/// repetition and size follow each other, so on a shared machine whose load drifts this pairing is
+/// steadier than comparing medians taken over different periods.
+pub fn paired_slowdown(rows: &[Row], row: &Row) -> Option<f64> {
+    let own = row.program_s?;
+    let untraced = rows.iter().find(|r| {
+        r.config == Some(Config::Untraced)
+            && r.rep == row.rep
+            && r.trace_bytes == row.trace_bytes
+            && r.ok()
+    })?;
+    let base = untraced.program_s?;
+    (base > 0.0).then(|| own / base)
+}
+
+/// Reads a CSV written by [`to_csv`] back (columns are found by name, so files written before a
+/// column was added still load; derived columns are recomputed, not read).
+pub fn from_csv(text: &str) -> anyhow::Result<Vec<Row>> {
+    let mut lines = text.lines();
+    let header: Vec<String> = split_csv_line(lines.next().unwrap_or_default());
+    let col = |name: &str| header.iter().position(|h| h == name);
+    let mut rows = Vec::new();
+    for (n, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let fields = split_csv_line(line);
+        let get = |name: &str| -> Option<&str> {
+            col(name)
+                .and_then(|i| fields.get(i))
+                .map(|s| s.as_str())
+                .filter(|s| !s.is_empty())
+        };
+        let f = |name: &str| get(name).and_then(|v| v.parse::<f64>().ok());
+        let u = |name: &str| get(name).and_then(|v| v.parse::<u64>().ok());
+        let bytes = |name: &str| f(name).map(|mib| (mib * (1u64 << 20) as f64).round() as u64);
+        let label = get("config").unwrap_or_default();
+        let config = Config::from_label(label)
+            .ok_or_else(|| anyhow::anyhow!("line {}: unknown config {label:?}", n + 2))?;
+        rows.push(Row {
+            config: Some(config),
+            trace_bytes: bytes("trace_mib").unwrap_or(0),
+            threshold: bytes("threshold_mib"),
+            rep: u("rep").unwrap_or(0) as u32,
+            wall_s: f("wall_s").unwrap_or(f64::NAN),
+            program_s: f("program_s"),
+            span_s: f("span_s"),
+            reconstructed_plus_s: f("reconstructed_plus_s"),
+            reconstructed_s: f("reconstructed_s"),
+            reconstructed_loop_s: f("reconstructed_loop_s"),
+            dp_prime_s: f("dp_prime_s"),
+            suspensions: u("suspensions"),
+            flushes: u("flushes"),
+            local_flushes: u("local_flushes"),
+            spread_p50_us: f("spread_p50_us"),
+            spread_max_us: f("spread_max_us"),
+            overshoot_max_us: f("overshoot_max_us"),
+            z_max_us: f("z_max_us"),
+            lost_events: u("lost_events"),
+            swap_in_pages: u("swap_in_pages").unwrap_or(0),
+            swap_out_pages: u("swap_out_pages").unwrap_or(0),
+            major_faults: u("major_faults"),
+            peak_mem_bytes: bytes("peak_mem_mib"),
+            peak_mem_swap_bytes: bytes("peak_mem_swap_mib"),
+            oom_kills: u("oom_kills"),
+            exit_code: get("exit_code").and_then(|v| v.parse().ok()),
+            timed_out: get("timed_out") == Some("true"),
+            note: get("note").unwrap_or_default().to_string(),
+        });
+    }
+    Ok(rows)
+}
+
+fn split_csv_line(line: &str) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                current.push('"');
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(std::mem::take(&mut current)),
+            (c, _) => current.push(c),
+        }
+    }
+    fields.push(current);
+    fields
+}
+
 pub fn median(values: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
@@ -138,7 +228,7 @@ pub fn summarise(values: &[f64]) -> Option<Summary> {
 }
 
 pub const CSV_HEADER: &str = "config,paper_column,mode,trace_mib,threshold_mib,rep,wall_s,program_s,\
-span_s,reconstructed_plus_s,reconstructed_s,reconstructed_loop_s,error_pct,dp_prime_s,suspensions,\
+span_s,reconstructed_plus_s,reconstructed_s,reconstructed_loop_s,error_pct,x_untraced_same_rep,dp_prime_s,suspensions,\
 flushes,local_flushes,spread_p50_us,spread_max_us,overshoot_max_us,z_max_us,lost_events,\
 swap_in_pages,swap_out_pages,major_faults,peak_mem_mib,peak_mem_swap_mib,oom_kills,exit_code,\
 timed_out,note";
@@ -187,6 +277,7 @@ pub fn to_csv(rows: &[Row]) -> String {
             opt_f(r.reconstructed_s, 4),
             opt_f(r.reconstructed_loop_s, 4),
             opt_f(error_pct(r, &reference), 3),
+            opt_f(paired_slowdown(rows, r), 3),
             opt_f(r.dp_prime_s, 4),
             opt(r.suspensions),
             opt(r.flushes),
@@ -315,8 +406,8 @@ pub fn to_markdown(rows: &[Row], setup: &Setup, verdict: &Verdict) -> String {
     let _ = writeln!(
         md,
         "\n## Diagnostics (medians over repetitions)\n\n\
-         | M (MiB) | config | wall s | error % | flushes | spread max µs | overshoot max µs | swap-out MiB | major faults | failed/timed out |\n\
-         |---|---|---|---|---|---|---|---|---|---|"
+         | M (MiB) | config | x untraced (same rep) | wall s | error % | flushes | spread max µs | overshoot max µs | swap-out MiB | major faults | failed/timed out |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|"
     );
     for &m in &sizes {
         for &c in &configs {
@@ -332,9 +423,10 @@ pub fn to_markdown(rows: &[Row], setup: &Setup, verdict: &Verdict) -> String {
             let med = |f: &dyn Fn(&Row) -> Option<f64>| median(&values(rows, c, m, f));
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
                 m >> 20,
                 c.label(),
+                opt_f(med(&|r| paired_slowdown(rows, r)), 2),
                 opt_f(med(&|r| Some(r.wall_s)), 2),
                 opt_f(med(&|r| error_pct(r, &reference)), 2),
                 opt_f(med(&|r| r.flushes.map(|v| v as f64)), 0),
@@ -369,6 +461,9 @@ pub struct Verdict {
     pub swap_over_offload: Option<f64>,
     /// Median best-dynamic time / median untraced time at the largest M.
     pub offload_over_untraced: Option<f64>,
+    /// The same two ratios from runs paired within a repetition (median over repetitions).
+    pub swap_over_offload_paired: Option<f64>,
+    pub offload_over_untraced_paired: Option<f64>,
     /// Median |error| over every dynamic run (all sizes), in percent.
     pub dynamic_abs_error_pct: Option<f64>,
     pub local_abs_error_pct: Option<f64>,
@@ -424,6 +519,38 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         if let (Some(d), Some(&u)) = (best_dynamic(m), reference.get(&m)) {
             v.offload_over_untraced = Some(d / u);
         }
+        let best = dynamics
+            .iter()
+            .copied()
+            .filter_map(|c| Some((c, median_of(rows, c, m, |r| r.program_s)?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map(|(c, _)| c);
+        if let Some(best) = best {
+            let at = |config: Config, rep: u32| {
+                rows.iter()
+                    .find(|r| {
+                        r.config == Some(config) && r.trace_bytes == m && r.rep == rep && r.usable()
+                    })
+                    .and_then(|r| r.program_s)
+            };
+            let reps: Vec<u32> = rows.iter().map(|r| r.rep).collect();
+            let mut swap_ratios = Vec::new();
+            let mut slow_ratios = Vec::new();
+            for rep in reps
+                .iter()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>()
+            {
+                if let (Some(o), Some(d)) = (at(Config::Off, rep), at(best, rep)) {
+                    swap_ratios.push(o / d);
+                }
+                if let (Some(d), Some(u)) = (at(best, rep), at(Config::Untraced, rep)) {
+                    slow_ratios.push(d / u);
+                }
+            }
+            v.swap_over_offload_paired = median(&swap_ratios);
+            v.offload_over_untraced_paired = median(&slow_ratios);
+        }
     }
     let pooled = |filter: &dyn Fn(Config) -> bool, f: &dyn Fn(&Row) -> Option<f64>| {
         let all: Vec<f64> = rows
@@ -470,6 +597,12 @@ fn verdict_text(v: &Verdict) -> String {
             "- Offload at the largest M takes {r:.2}x the untraced time (paper: 149.6/58.4 = \
              2.56x). Target <= 1.3x: {}.",
             if r <= 1.3 { "met" } else { "not met" }
+        ));
+    }
+    if let (Some(s), Some(u)) = (v.swap_over_offload_paired, v.offload_over_untraced_paired) {
+        lines.push(format!(
+            "- Paired within each repetition (steadier on a machine whose load drifts): swap / \
+             offload = {s:.2}x, offload / untraced = {u:.2}x at the largest M."
         ));
     }
     if let Some(e) = v.dynamic_abs_error_pct {
@@ -642,6 +775,40 @@ mod tests {
             "{}",
             lines[1]
         );
+    }
+
+    #[test]
+    fn csv_reads_back_and_pairs_within_a_repetition() {
+        let mut rows = synthetic();
+        rows[3].note = "killed, \"oom\"".into();
+        rows[3].timed_out = true;
+        let back = from_csv(&to_csv(&rows)).unwrap();
+        assert_eq!(back.len(), rows.len());
+        for (a, b) in rows.iter().zip(&back) {
+            assert_eq!(a.config, b.config);
+            assert_eq!(a.trace_bytes, b.trace_bytes);
+            assert_eq!(a.rep, b.rep);
+            // Times are written with four decimals.
+            let close = |x: Option<f64>, y: Option<f64>| match (x, y) {
+                (Some(x), Some(y)) => (x - y).abs() < 1e-4,
+                (x, y) => x == y,
+            };
+            assert!(close(a.program_s, b.program_s), "{a:?} {b:?}");
+            assert!(close(a.reconstructed_loop_s, b.reconstructed_loop_s));
+            assert_eq!(a.timed_out, b.timed_out);
+            assert_eq!(a.note, b.note);
+        }
+        // Rep 2 off at 400 MiB: 40.02 over its own untraced 10.02.
+        let off = back
+            .iter()
+            .find(|r| r.config == Some(Config::Off) && r.rep == 2 && r.trace_bytes == 400 * MIB)
+            .unwrap();
+        let x = paired_slowdown(&back, off).unwrap();
+        assert!((x - 40.02 / 10.02).abs() < 1e-9, "{x}");
+        let v = verdict(&back);
+        let paired = v.swap_over_offload_paired.unwrap();
+        assert!((paired - 40.01 / 14.5).abs() < 1e-9, "{paired}");
+        assert!(from_csv("config\nnonsense\n").is_err());
     }
 
     #[test]

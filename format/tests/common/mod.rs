@@ -103,13 +103,22 @@ pub fn arb_marker() -> impl Strategy<Value = Marker> {
             .prop_map(|(time, signal)| Marker::AbnormalEnd { time, signal }),
         any::<u64>().prop_map(|time| Marker::InitDone { time }),
         any::<u64>().prop_map(|time| Marker::FinalizeStart { time }),
-        (any::<u64>(), any::<u16>(), any::<u64>()).prop_map(|(time, func, elapsed_ns)| {
-            Marker::Stuck {
+        (
+            any::<u64>(),
+            any::<u16>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<i32>(),
+            any::<i32>()
+        )
+            .prop_map(|(time, func, elapsed_ns, comm, peer, tag)| Marker::Stuck {
                 time,
                 func,
                 elapsed_ns,
-            }
-        }),
+                comm,
+                peer,
+                tag,
+            }),
     ]
 }
 

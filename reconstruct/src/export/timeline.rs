@@ -37,7 +37,8 @@ pub struct TimelineOptions {
     /// Remove the suspensions from the time axis.
     pub reconstructed: bool,
     pub width: u32,
-    /// Most arrows drawn; beyond it, every k-th message is drawn (and the caption says so).
+    /// Most arrows drawn; beyond it, every k-th message is drawn (and the legend says so).
+    /// 0 = one per 4 pixels of plot width, which keeps a zoomed-out picture from turning black.
     pub max_arrows: usize,
 }
 
@@ -49,7 +50,7 @@ impl Default for TimelineOptions {
             ranks: None,
             reconstructed: false,
             width: 1600,
-            max_arrows: 4000,
+            max_arrows: 0,
         }
     }
 }
@@ -295,8 +296,9 @@ pub fn render(
                         for (k, col) in cover[row][first..=last].iter_mut().enumerate() {
                             let c0 = (first + k) as f64 * col_ns;
                             let overlap = (b.min(c0 + col_ns) - a.max(c0)).max(0.0);
-                            // A call shorter than its column still shows as a sliver.
-                            col[slot] += overlap.max(col_ns * 0.02) as f32;
+                            // Dominance goes by time actually covered; a call of zero length
+                            // still registers, so that its column is drawn (faintly).
+                            col[slot] += overlap.max(1e-3) as f32;
                         }
                     }
                     Event::Suspension(s) => {
@@ -357,6 +359,11 @@ pub fn render(
     let col_s = col_ns / 1e9;
     let mut marks = Vec::new();
     for (row, columns) in p2p.iter().enumerate() {
+        // Where calls are so dense that most columns hold a send or receive, marks would only
+        // paint the row over; the dominant colours tell the story then.
+        if columns.iter().filter(|&&b| b != 0).count() * 3 > cols {
+            continue;
+        }
         let top = row as f64 + 0.5 - band;
         for (k, &bits) in columns.iter().enumerate() {
             let x0 = from_s + k as f64 * col_s;
@@ -388,8 +395,13 @@ pub fn render(
         })
         .collect();
     summary.messages_in_window = visible.len() as u64;
-    let step = visible.len().div_ceil(opts.max_arrows.max(1)).max(1);
-    let arrow_color = RGBColor(20, 20, 20).mix(0.7);
+    let max_arrows = if opts.max_arrows == 0 {
+        (cols / 4).max(50)
+    } else {
+        opts.max_arrows
+    };
+    let step = visible.len().div_ceil(max_arrows).max(1);
+    let arrow_color = RGBColor(20, 20, 20).mix(if step > 1 { 0.45 } else { 0.7 });
     let mut drawn = 0u64;
     for &m in visible.iter().step_by(step) {
         let msg = &messages[m];
