@@ -2,6 +2,7 @@
 
 mod compare_cmd;
 mod dump;
+mod experiment_cmd;
 mod export_cmd;
 mod info;
 mod mpi;
@@ -60,6 +61,8 @@ enum Cmd {
     Export(export_cmd::ExportArgs),
     /// Draw a Gantt picture (PNG) of a trace: ranks, MPI calls by kind, messages, suspensions.
     Timeline(timeline_cmd::TimelineArgs),
+    /// Experiments on this machine (needs root): `experiment swap-vs-offload` reproduces the paper's Table 1.
+    Experiment(experiment_cmd::ExperimentArgs),
     /// Simulate the suspension protocol over virtual ranks (up to millions).
     Simulate(simulate_cmd::Args),
     /// Print every event of a trace as text, one per line: `[thread] rank event fields`.
@@ -95,6 +98,7 @@ fn main() -> ExitCode {
         Cmd::Report(a) => report_cmd::run(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Export(a) => export_cmd::run(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Timeline(a) => timeline_cmd::run(&a).map(|()| ExitCode::SUCCESS),
+        Cmd::Experiment(a) => experiment_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Cmd::Simulate(args) => simulate_cmd::simulate(args).map(|()| ExitCode::SUCCESS),
         Cmd::Dump { dir, rank } => dump::dump(&dir, rank).map(|()| ExitCode::SUCCESS),
     };

@@ -210,7 +210,7 @@ mod tests {
     fn finds_program_after_options_with_values() {
         let line =
             parse_launch_line(&words("mpirun --oversubscribe -np 4 -x FOO ./app -v 3")).unwrap();
-        assert_eq!(line.program_index, 5);
+        assert_eq!(line.program_index, 6);
         assert_eq!(line.ranks, Some(4));
         let line = parse_launch_line(&words("mpirun.mpich -genv A B -n 2 /bin/prog")).unwrap();
         assert_eq!(line.program_index, 6);

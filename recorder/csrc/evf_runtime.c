@@ -436,4 +436,5 @@ static const evf_transport_t evf_transport_template = {
     evf_tr_send_f64, evf_tr_recv_f64, evf_tr_send_u64, evf_tr_recv_u64,
     evf_file_open, evf_file_write_at, evf_file_set_size, evf_file_sync, evf_file_close,
     MPI_ERR_NO_SPACE, MPI_ERR_QUOTA,
+    evf_set_watching, evf_watchdog_abort,
 };

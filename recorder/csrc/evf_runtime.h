@@ -72,6 +72,9 @@ typedef struct {
     int (*file_close)(void);
     int err_no_space;
     int err_quota;
+    /* The watchdog's switches (see recorder/src/watchdog.rs). */
+    void (*set_watching)(int on);
+    void (*watchdog_abort)(int code);
 } evf_transport_t;
 
 /* ---- Rust core hooks (recorder::ffi) ---- */

@@ -26,6 +26,8 @@ pub struct RawTransport {
     pub file_close: unsafe extern "C" fn() -> c_int,
     pub err_no_space: c_int,
     pub err_quota: c_int,
+    pub set_watching: unsafe extern "C" fn(c_int),
+    pub watchdog_abort: unsafe extern "C" fn(c_int),
 }
 
 static TRANSPORT: AtomicPtr<RawTransport> = AtomicPtr::new(std::ptr::null_mut());
@@ -155,6 +157,16 @@ impl Link {
     pub fn file_close(&self) -> Result<(), LinkError> {
         // SAFETY: no arguments; closes the C layer's one open file, if any.
         check(unsafe { (self.0.file_close)() })
+    }
+    /// Tells the C wrappers to report each call to the watchdog.
+    pub fn set_watching(&self, on: bool) {
+        // SAFETY: sets a plain int in the C layer; wrappers only read it.
+        unsafe { (self.0.set_watching)(c_int::from(on)) }
+    }
+    /// `MPI_Abort` on `MPI_COMM_WORLD` from the watchdog thread; does not return.
+    pub fn watchdog_abort(&self, code: i32) {
+        // SAFETY: ends the job; takes a plain value.
+        unsafe { (self.0.watchdog_abort)(code) }
     }
     /// Whether an error class means the disk (or quota) is full.
     pub fn is_out_of_space(&self, e: LinkError) -> bool {

@@ -16,11 +16,6 @@ use format::{Event, Marker};
 
 use crate::{clock, core, functions};
 
-unsafe extern "C" {
-    fn evf_set_watching(on: i32);
-    fn evf_watchdog_abort(code: i32);
-}
-
 #[derive(Default)]
 struct Slot {
     /// Start tick of the call in progress; 0 when the thread is not inside an MPI call.
@@ -71,10 +66,12 @@ pub fn start(limit: Duration, abort: bool) {
     let Some(session) = core::session() else {
         return;
     };
+    let Some(link) = crate::mpi_link::link() else {
+        return;
+    };
     let limit_ticks = (limit.as_secs_f64() * session.clock.ticks_per_sec) as u64;
     let rank = session.rank;
-    // SAFETY: sets a plain int in the C layer; wrappers only read it.
-    unsafe { evf_set_watching(1) };
+    link.set_watching(true);
     let period = (limit / 4).clamp(Duration::from_millis(10), Duration::from_millis(500));
     let spawned = std::thread::Builder::new().name("evenflush-watchdog".into()).spawn(move || {
         loop {
@@ -85,8 +82,7 @@ pub fn start(limit: Duration, abort: bool) {
             if check(rank, limit_ticks, session.clock.ticks_per_sec) && abort {
                 eprintln!("evenflush: rank {rank}: WATCHDOG: writing the trace and aborting the job (--watchdog-abort)");
                 core::finish(Some(-1));
-                // SAFETY: ends the process (and the job); nothing runs after it.
-                unsafe { evf_watchdog_abort(3) };
+                link.watchdog_abort(3);
                 return;
             }
         }

@@ -60,7 +60,13 @@ fn line_chart(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> Resu
     let y_min = ys.fold(f64::MAX, f64::min);
     let (y_lo, y_hi) = if y_max.is_finite() && y_min.is_finite() && y_max > y_min {
         let pad = (y_max - y_min) * 0.08;
-        ((y_min - pad).min(0.0f64.max(y_min - pad)), y_max + pad)
+        // Quantities that cannot be negative keep their axis at zero or above.
+        let lo = if y_min >= 0.0 {
+            (y_min - pad).max(0.0)
+        } else {
+            y_min - pad
+        };
+        (lo, y_max + pad)
     } else {
         (0.0, 1.0)
     };

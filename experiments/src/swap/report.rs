@@ -118,6 +118,15 @@ pub fn paired_slowdown(rows: &[Row], row: &Row) -> Option<f64> {
     (base > 0.0).then(|| own / base)
 }
 
+/// Reconstruction error in percent against the untraced run of the same repetition and size.
+pub fn paired_error_pct(rows: &[Row], row: &Row) -> Option<f64> {
+    let r = row.reconstructed_loop_s?;
+    let slowdown = paired_slowdown(rows, row)?;
+    let own = row.program_s?;
+    let base = own / slowdown;
+    Some((r - base) / base * 100.0)
+}
+
 /// Reads a CSV written by [`to_csv`] back (columns are found by name, so files written before a
 /// column was added still load; derived columns are recomputed, not read).
 pub fn from_csv(text: &str) -> anyhow::Result<Vec<Row>> {
@@ -228,7 +237,7 @@ pub fn summarise(values: &[f64]) -> Option<Summary> {
 }
 
 pub const CSV_HEADER: &str = "config,paper_column,mode,trace_mib,threshold_mib,rep,wall_s,program_s,\
-span_s,reconstructed_plus_s,reconstructed_s,reconstructed_loop_s,error_pct,x_untraced_same_rep,dp_prime_s,suspensions,\
+span_s,reconstructed_plus_s,reconstructed_s,reconstructed_loop_s,error_pct,error_paired_pct,x_untraced_same_rep,dp_prime_s,suspensions,\
 flushes,local_flushes,spread_p50_us,spread_max_us,overshoot_max_us,z_max_us,lost_events,\
 swap_in_pages,swap_out_pages,major_faults,peak_mem_mib,peak_mem_swap_mib,oom_kills,exit_code,\
 timed_out,note";
@@ -277,6 +286,7 @@ pub fn to_csv(rows: &[Row]) -> String {
             opt_f(r.reconstructed_s, 4),
             opt_f(r.reconstructed_loop_s, 4),
             opt_f(error_pct(r, &reference), 3),
+            opt_f(paired_error_pct(rows, r), 3),
             opt_f(paired_slowdown(rows, r), 3),
             opt_f(r.dp_prime_s, 4),
             opt(r.suspensions),
@@ -406,8 +416,8 @@ pub fn to_markdown(rows: &[Row], setup: &Setup, verdict: &Verdict) -> String {
     let _ = writeln!(
         md,
         "\n## Diagnostics (medians over repetitions)\n\n\
-         | M (MiB) | config | x untraced (same rep) | wall s | error % | flushes | spread max µs | overshoot max µs | swap-out MiB | major faults | failed/timed out |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|"
+         | M (MiB) | config | x untraced (same rep) | wall s | error % | error % (same rep) | flushes | spread max µs | overshoot max µs | swap-out MiB | major faults | failed/timed out |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for &m in &sizes {
         for &c in &configs {
@@ -423,12 +433,13 @@ pub fn to_markdown(rows: &[Row], setup: &Setup, verdict: &Verdict) -> String {
             let med = |f: &dyn Fn(&Row) -> Option<f64>| median(&values(rows, c, m, f));
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}/{} |",
                 m >> 20,
                 c.label(),
                 opt_f(med(&|r| paired_slowdown(rows, r)), 2),
                 opt_f(med(&|r| Some(r.wall_s)), 2),
                 opt_f(med(&|r| error_pct(r, &reference)), 2),
+                opt_f(med(&|r| paired_error_pct(rows, r)), 2),
                 opt_f(med(&|r| r.flushes.map(|v| v as f64)), 0),
                 opt_f(med(&|r| r.spread_max_us), 0),
                 opt_f(med(&|r| r.overshoot_max_us), 0),
@@ -466,6 +477,9 @@ pub struct Verdict {
     pub offload_over_untraced_paired: Option<f64>,
     /// Median |error| over every dynamic run (all sizes), in percent.
     pub dynamic_abs_error_pct: Option<f64>,
+    /// The same with each run's error taken against the untraced run of its own repetition.
+    pub dynamic_abs_error_paired_pct: Option<f64>,
+    pub local_abs_error_paired_pct: Option<f64>,
     pub local_abs_error_pct: Option<f64>,
     pub dynamic_spread_us: Option<f64>,
     pub local_spread_us: Option<f64>,
@@ -564,6 +578,9 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     let is_local = |c: Config| c == Config::Local;
     v.dynamic_abs_error_pct = pooled(&is_dynamic, &|r| error_pct(r, &reference).map(f64::abs));
     v.local_abs_error_pct = pooled(&is_local, &|r| error_pct(r, &reference).map(f64::abs));
+    v.dynamic_abs_error_paired_pct =
+        pooled(&is_dynamic, &|r| paired_error_pct(rows, r).map(f64::abs));
+    v.local_abs_error_paired_pct = pooled(&is_local, &|r| paired_error_pct(rows, r).map(f64::abs));
     v.dynamic_spread_us = pooled(&is_dynamic, &|r| r.spread_max_us);
     v.local_spread_us = pooled(&is_local, &|r| r.spread_max_us);
     v.text = verdict_text(&v);
@@ -610,6 +627,12 @@ fn verdict_text(v: &Verdict) -> String {
             "- Median |reconstruction error| of dynamic runs: {e:.2} % (paper: 1.2 % on average). \
              Target <= 0.5 %: {}.",
             if e <= 0.5 { "met" } else { "not met" }
+        ));
+    }
+    if let (Some(d), Some(l)) = (v.dynamic_abs_error_paired_pct, v.local_abs_error_paired_pct) {
+        lines.push(format!(
+            "- Against the untraced run of the same repetition: median |error| dynamic {d:.2} %, \
+             local {l:.2} %."
         ));
     }
     match (v.local_abs_error_pct, v.dynamic_abs_error_pct) {
@@ -805,6 +828,12 @@ mod tests {
             .unwrap();
         let x = paired_slowdown(&back, off).unwrap();
         assert!((x - 40.02 / 10.02).abs() < 1e-9, "{x}");
+        let local = back
+            .iter()
+            .find(|r| r.config == Some(Config::Local) && r.rep == 1 && r.trace_bytes == 200 * MIB)
+            .unwrap();
+        let e = paired_error_pct(&back, local).unwrap();
+        assert!((e - (10.6 - 10.01) / 10.01 * 100.0).abs() < 1e-6, "{e}");
         let v = verdict(&back);
         let paired = v.swap_over_offload_paired.unwrap();
         assert!((paired - 40.01 / 14.5).abs() < 1e-9, "{paired}");
