@@ -31,9 +31,9 @@ echo "pause without a flush (µs): p50 $(field "$work/noflush.json" suspension n
 echo "resume spread (µs):         p50 $(field "$work/noflush.json" suspension spread_us p50)  p99 $(field "$work/noflush.json" suspension spread_us p99)"
 echo "pause inequality (µs):      p50 $(field "$work/noflush.json" suspension pause_diff_us p50)  p99 $(field "$work/noflush.json" suspension pause_diff_us p99)"
 
-echo "== flush throughput: 2 ranks, 1 GiB of records each, flushed at S = 128 MiB"
+echo "== flush throughput: 2 ranks, 1 GiB of incompressible records each, flushed at S = 128 MiB"
 $ef run --out "$work/flush" --mode dynamic --threshold 128MiB --limit 1GiB -- "${launch[@]}" \
-  "$work/apps/iterative" --iterations 256 --work-units 2000 --mem 4 --record-bytes 4194304 --records 4 >/dev/null
+  "$work/apps/iterative" --iterations 256 --work-units 2000 --mem 4 --record-bytes 4194304 --records 4 --random-payload 64 >/dev/null
 $ef info "$work/flush" --json > "$work/flush.json"
 echo "flushes $(field "$work/flush.json" suspension flushes); resume spread p99 $(field "$work/flush.json" suspension spread_us p99) µs; pause inequality p99 $(field "$work/flush.json" suspension pause_diff_us p99) µs"
 echo "flush: $(field "$work/flush.json" suspension flush_raw_mb_per_s) MB/s raw, $(field "$work/flush.json" suspension flush_stored_mb_per_s) MB/s compressed"
