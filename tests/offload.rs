@@ -105,6 +105,23 @@ fn dynamic_mpiio(mpi: Mpi) {
     );
 }
 
+/// The scalable clock scheme of the scale study, adopted as a run setting.
+fn tree_clock(mpi: Mpi) {
+    offload_run(
+        mpi,
+        "tree-clock",
+        &[
+            "--mode",
+            "dynamic",
+            "--threshold",
+            "1MiB",
+            "--clock-scheme",
+            "tree",
+        ],
+        10,
+    );
+}
+
 fn noremeasure(mpi: Mpi) {
     offload_run(
         mpi,
@@ -218,6 +235,7 @@ for_both_mpis!(
     dynamic_posix,
     dynamic_uring,
     dynamic_mpiio,
+    tree_clock,
     noremeasure,
     static_mode,
     local,

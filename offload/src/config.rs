@@ -85,6 +85,8 @@ pub struct Config {
     pub watchdog_abort: bool,
     /// Ping-pong exchanges per clock-offset measurement (the minimum round trip is kept).
     pub clock_samples: u32,
+    /// How clock offsets are measured (see `offload::clock::ClockScheme`).
+    pub clock_scheme: crate::clock::ClockScheme,
 }
 
 /// One row of the settings table.
@@ -320,6 +322,17 @@ static SETTINGS: &[Setting] = &[
             Ok(())
         },
     },
+    Setting {
+        flag: "clock-scheme",
+        env: "EVENFLUSH_CLOCK_SCHEME",
+        default: "sequential",
+        help: "Clock-offset measurement: sequential (the paper: rank 0 ping-pongs every rank) | tree (parents measure children in parallel; scales to large P)",
+        apply: |c, v| {
+            c.clock_scheme = crate::clock::ClockScheme::from_name(v)
+                .ok_or_else(|| "expected sequential or tree".to_string())?;
+            Ok(())
+        },
+    },
 ];
 
 /// The settings table (flag, env var, default, help), in display order.
@@ -356,6 +369,7 @@ impl Config {
             watchdog: Duration::ZERO,
             watchdog_abort: false,
             clock_samples: 1,
+            clock_scheme: crate::clock::ClockScheme::Sequential,
         };
         for s in SETTINGS {
             let value = lookup(s.env).filter(|v| !v.trim().is_empty());

@@ -126,7 +126,7 @@ impl Settings {
             static_long_ns: config.static_long.as_nanos() as u64,
             clock_tries: config.clock_samples.max(1) as usize,
             remedy: Remedy::default(),
-            clock_scheme: ClockScheme::Sequential,
+            clock_scheme: config.clock_scheme,
         }
     }
 }
