@@ -395,7 +395,8 @@ for_both_mpis!(
     fortran_f08,
     sigterm,
     mpi4py,
-    watchdog
+    watchdog,
+    profile_mode
 );
 
 /// A 2-rank deadlock (both ranks receive first) is diagnosed by the watchdog: each rank's stuck
@@ -466,4 +467,51 @@ fn watchdog(mpi: Mpi) {
             .all(|&(peer, ns)| (0..2).contains(&peer) && ns >= 1_000_000_000),
         "{stuck:?}"
     );
+}
+
+/// `--mode profile` keeps only statistics (no event trace) and writes one profile file per rank;
+/// `evenflush report` reads them with the same counts a full trace gives.
+fn profile_mode(mpi: Mpi) {
+    let exp = expected("halo");
+    let _guard = mpi_lock();
+    let out = scratch(&format!("profile-{}", mpi.name()));
+    run_traced(mpi, 4, "halo", &[], &out, &["--mode", "profile"]);
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.ends_with(".evf")),
+        "no event trace in profile mode: {names:?}"
+    );
+    for rank in 0..4 {
+        assert!(
+            names.contains(&format!("profile-{rank:05}.json")),
+            "{names:?}"
+        );
+    }
+    let report = std::process::Command::new(common::evenflush_bin())
+        .args(["report", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let wrapped = wrapped_functions();
+    for (name, n) in exp["calls"].as_object().unwrap() {
+        if !wrapped.contains(name) {
+            continue;
+        }
+        let row = report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} missing from the profile report"));
+        assert_eq!(&row["count"], n, "{name} ({})", mpi.name());
+    }
 }

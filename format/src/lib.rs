@@ -4,7 +4,9 @@
 mod body;
 pub mod chunk;
 pub mod error;
+pub mod funcs;
 pub mod model;
+pub mod profile;
 pub mod raw;
 pub mod reader;
 pub mod synthetic;

@@ -16,7 +16,10 @@ use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, compiler_fence};
 use std::sync::{Mutex, Once};
 
+use std::sync::OnceLock;
+
 use format::RawBuf;
+use format::profile::ProfileStats;
 
 /// Trace block size: one transparent huge page (see [`crate::alloc`]).
 pub const BLOCK_SIZE: usize = crate::alloc::HUGE_MIN;
@@ -36,6 +39,33 @@ pub struct Local {
     pub cost_estimate: u64,
     /// Slow-path cost measured after an event was stored, charged to the next event.
     pub cost_carry: u64,
+    /// In `--mode profile`, the statistics that stand in for the event trace (constant memory).
+    profile: Option<Box<ProfileStats>>,
+}
+
+/// Set once profile mode starts; every thread's statistics start as a copy of it.
+static PROFILE_TEMPLATE: OnceLock<ProfileStats> = OnceLock::new();
+static PROFILING: AtomicBool = AtomicBool::new(false);
+
+/// Switches the recorder to profile mode: from now on events feed statistics, not buffers.
+pub fn enable_profile(template: ProfileStats) {
+    if PROFILE_TEMPLATE.set(template).is_ok() {
+        PROFILING.store(true, Ordering::Release);
+    }
+}
+
+impl Local {
+    /// The thread's profile statistics in profile mode, `None` when recording a trace.
+    #[inline]
+    pub fn profile(&mut self) -> Option<&mut ProfileStats> {
+        if !PROFILING.load(Ordering::Relaxed) {
+            return None;
+        }
+        if self.profile.is_none() {
+            self.profile = Some(Box::new(PROFILE_TEMPLATE.get()?.clone()));
+        }
+        self.profile.as_deref_mut()
+    }
 }
 
 pub struct ThreadBuf {
@@ -145,6 +175,7 @@ fn register() -> &'static ThreadBuf {
             calls: 0,
             cost_estimate: 0,
             cost_carry: 0,
+            profile: None,
         }),
     }));
     reg.push(tb);
@@ -232,6 +263,8 @@ fn account(local: &mut Local) -> i64 {
 pub struct Taken {
     pub stream: u32,
     pub buf: RawBuf,
+    /// Profile mode: the thread's statistics.
+    pub profile: Option<Box<ProfileStats>>,
 }
 
 /// What [`take_all`] could not take.
@@ -317,11 +350,12 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
         // SAFETY: no owner can be inside its buffer now: in asymmetric mode it is IDLE and any new
         // append waits for TAKING to clear; otherwise the flag is ours (TAKEN).
         let local = unsafe { &mut *tb.local.get() };
-        if !local.buf.is_empty() {
+        if !local.buf.is_empty() || local.profile.is_some() {
             let buf = std::mem::replace(&mut local.buf, RawBuf::with_block_size(BLOCK_SIZE));
             taken.push(Taken {
                 stream: tb.stream,
                 buf,
+                profile: local.profile.take(),
             });
         }
         account(local);

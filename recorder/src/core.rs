@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
 
+use format::profile::ProfileStats;
 use format::{
     ClockCalibration, Completion, Event, FileHeader, Marker, MpiCall, NO_RANK, NO_REQUEST, NO_TAG,
 };
@@ -108,8 +109,65 @@ pub fn start_session(session: Session) -> bool {
         return false;
     }
     LIMIT.store(limit, Ordering::Relaxed);
+    if let Some(s) = SESSION.get()
+        && s.config.mode == offload::config::Mode::Profile
+    {
+        buffers::enable_profile(profile_template(s));
+    }
     ACTIVE.store(true, Ordering::Release);
     true
+}
+
+/// What every thread's profile statistics start from: the rank, the clock, and the names of all
+/// wrapped functions (a thread may call MPI before it has seen any definition).
+fn profile_template(s: &Session) -> ProfileStats {
+    let mut p = ProfileStats::new(s.rank, s.size, 1e9 / s.clock.ticks_per_sec);
+    for (id, (name, _)) in crate::functions::FUNCTIONS.iter().enumerate() {
+        p.add_event(
+            0,
+            &Event::FunctionDef {
+                id: id as format::FunctionId,
+                name: (*name).to_string(),
+            },
+        );
+    }
+    p
+}
+
+/// Profile mode: merges every thread's statistics and writes `profile-NNNNN.json`.
+fn write_profile(taken: &mut [Taken]) {
+    let Some(s) = session() else { return };
+    let mut merged = ProfileStats::new(s.rank, s.size, 1e9 / s.clock.ticks_per_sec);
+    let mut any = false;
+    for t in taken.iter_mut() {
+        if let Some(p) = t.profile.take() {
+            // Events stored before profile mode began (none normally) are not lost either.
+            let mut p = *p;
+            for e in t.buf.iter() {
+                p.add_event(t.stream, &e);
+            }
+            merged.span_ns = merged.span_ns.or(p.span_ns);
+            merged.merge(&p);
+            any = true;
+        }
+    }
+    if !any {
+        return;
+    }
+    let dir = s
+        .config
+        .out
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "evenflush-trace".into());
+    let path = dir.join(format::profile::profile_file_name(s.rank));
+    if let Err(e) = std::fs::write(&path, merged.to_json()) {
+        eprintln!(
+            "evenflush: rank {}: cannot write {}: {e}",
+            s.rank,
+            path.display()
+        );
+    }
 }
 
 fn clip_u32(v: u64) -> u32 {
@@ -162,9 +220,17 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
         l.calls += 1;
         call.cost = clip_u32(l.cost_estimate + l.cost_carry);
         l.cost_carry = 0;
-        let cap_before = l.buf.capacity_bytes();
-        l.buf.push_call(&call);
-        let allocated = l.buf.capacity_bytes() != cap_before;
+        let allocated = match l.profile() {
+            Some(p) => {
+                p.add_event(tb.stream, &Event::Call(call));
+                false
+            }
+            None => {
+                let cap_before = l.buf.capacity_bytes();
+                l.buf.push_call(&call);
+                l.buf.capacity_bytes() != cap_before
+            }
+        };
         if sampled || allocated {
             let measured = clock::now().wrapping_sub(rec.end).wrapping_add(read_cost);
             if allocated {
@@ -243,7 +309,11 @@ pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancell
             },
         }
     };
-    let ((), grew) = buffers::with_mine(|l| l.buf.push_completion(&completion));
+    let tb = buffers::mine();
+    let ((), grew) = buffers::with_buf(tb, |l| match l.profile() {
+        Some(p) => p.add_event(tb.stream, &Event::Completion(completion)),
+        None => l.buf.push_completion(&completion),
+    });
     if grew > 0 {
         check_limit();
     }
@@ -251,7 +321,11 @@ pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancell
 
 /// Stores any other event (definitions, markers, user records).
 pub fn record_event(event: &Event) {
-    let ((), grew) = buffers::with_mine(|l| l.buf.push_event(event));
+    let tb = buffers::mine();
+    let ((), grew) = buffers::with_buf(tb, |l| match l.profile() {
+        Some(p) => p.add_event(tb.stream, event),
+        None => l.buf.push_event(event),
+    });
     if grew > 0 {
         check_limit();
     }
@@ -332,7 +406,13 @@ pub fn finish(abnormal: Option<i32>) {
         taken.push(Taken {
             stream: 0,
             buf: tail,
+            profile: None,
         });
+    }
+    if session().is_some_and(|s| s.config.mode == offload::config::Mode::Profile) {
+        write_profile(&mut taken);
+        // The profile file is the whole output: no rank file in this mode.
+        taken.clear();
     }
     let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
     let used: u64 = taken.iter().map(|t| t.buf.bytes() as u64).sum();

@@ -1,0 +1,487 @@
+//! The per-rank profile of a run (MPIPROF style), and its file `profile-NNNNN.json`.
+//!
+//! The statistics live in [`ProfileStats`], one per rank, fed event by event in constant memory
+//! (it grows with the number of distinct functions, communicators, partner ranks and
+//! suspensions, never with the number of calls). It depends only on the `format` event model and
+//! on the name classification of [`crate::funcs`], so the recorder's profile mode can keep one in
+//! each rank and write it at finalize as `profile-NNNNN.json` (see "Profile files" in
+//! `format/FORMAT.md`); `reconstruct::report` reads such a directory back and renders the same
+//! tables from it or from a full trace.
+//!
+//! Message sizes are binned in 24 power-of-two bins: bin 0 holds 0 and 1 byte, bin k (1..=22)
+//! holds sizes in `[2^k, 2^(k+1))` (bin 22 is 4 MiB up to 8 MiB), bin 23 holds 8 MiB and more.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::model::{Event, FunctionId, Marker, MpiCall, Suspension};
+use serde::{Deserialize, Serialize};
+
+use crate::funcs::FuncClass;
+
+/// Number of message-size bins.
+pub const SIZE_BINS: usize = 24;
+
+/// The size bin of a message of `bytes` bytes (see the module documentation).
+pub fn size_bin(bytes: u64) -> usize {
+    if bytes < 2 {
+        return 0;
+    }
+    (63 - bytes.leading_zeros() as usize).min(SIZE_BINS - 1)
+}
+
+const COST_BINS: usize = 64;
+
+fn cost_bin(ns: f64) -> usize {
+    if ns < 2.0 {
+        0
+    } else {
+        (63 - (ns as u64).leading_zeros() as usize).min(63)
+    }
+}
+
+/// A human label of bin `k`: its lower bound ("0-1 B" for bin 0, ">=8 MiB" for the last).
+pub fn size_bin_label(k: usize) -> String {
+    match k {
+        0 => "0-1B".into(),
+        k if k >= SIZE_BINS - 1 => ">=8MiB".into(),
+        k if k >= 20 => format!("{}MiB", 1u64 << (k - 20)),
+        k if k >= 10 => format!("{}KiB", 1u64 << (k - 10)),
+        k => format!("{}B", 1u64 << k),
+    }
+}
+
+/// Statistics of one MPI function on one rank (or merged over ranks). Times in nanoseconds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FuncStats {
+    pub count: u64,
+    pub total_ns: f64,
+    pub min_ns: f64,
+    pub max_ns: f64,
+    /// The recorder's own cost attributed to these calls (`MpiCall::cost`), summed.
+    pub cost_ns: f64,
+    /// Bytes as the call records them: sent, or for receive-only calls the buffer's capacity.
+    pub bytes_total: u64,
+    pub bytes_min: u64,
+    pub bytes_max: u64,
+    pub histogram: [u64; SIZE_BINS],
+    /// Bytes actually received, from the statuses (completions) that follow the call: blocking
+    /// receives, `Sendrecv`, and `Wait*`/`Test*` completing receive requests.
+    pub recv_count: u64,
+    pub recv_bytes_total: u64,
+    pub recv_histogram: [u64; SIZE_BINS],
+}
+
+impl Default for FuncStats {
+    fn default() -> Self {
+        FuncStats {
+            count: 0,
+            total_ns: 0.0,
+            min_ns: f64::INFINITY,
+            max_ns: 0.0,
+            cost_ns: 0.0,
+            bytes_total: 0,
+            bytes_min: u64::MAX,
+            bytes_max: 0,
+            histogram: [0; SIZE_BINS],
+            recv_count: 0,
+            recv_bytes_total: 0,
+            recv_histogram: [0; SIZE_BINS],
+        }
+    }
+}
+
+impl FuncStats {
+    /// `sized`: whether the call moves a message (a wait or `MPI_Comm_rank` has no size to bin).
+    fn add(&mut self, duration_ns: f64, cost_ns: f64, bytes: u64, sized: bool) {
+        self.count += 1;
+        self.total_ns += duration_ns;
+        self.min_ns = self.min_ns.min(duration_ns);
+        self.max_ns = self.max_ns.max(duration_ns);
+        self.cost_ns += cost_ns;
+        self.bytes_total += bytes;
+        self.bytes_min = self.bytes_min.min(bytes);
+        self.bytes_max = self.bytes_max.max(bytes);
+        if sized {
+            self.histogram[size_bin(bytes)] += 1;
+        }
+    }
+
+    fn add_received(&mut self, bytes: u64) {
+        self.recv_count += 1;
+        self.recv_bytes_total += bytes;
+        self.recv_histogram[size_bin(bytes)] += 1;
+    }
+
+    pub fn merge(&mut self, o: &FuncStats) {
+        self.count += o.count;
+        self.total_ns += o.total_ns;
+        self.min_ns = self.min_ns.min(o.min_ns);
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.cost_ns += o.cost_ns;
+        self.bytes_total += o.bytes_total;
+        self.bytes_min = self.bytes_min.min(o.bytes_min);
+        self.bytes_max = self.bytes_max.max(o.bytes_max);
+        self.recv_count += o.recv_count;
+        self.recv_bytes_total += o.recv_bytes_total;
+        for k in 0..SIZE_BINS {
+            self.histogram[k] += o.histogram[k];
+            self.recv_histogram[k] += o.recv_histogram[k];
+        }
+    }
+
+    pub fn mean_ns(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.total_ns / self.count as f64
+        }
+    }
+}
+
+/// Point-to-point traffic from one rank to one destination world rank.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartnerStats {
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// One suspension as one rank saw it.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SuspensionRow {
+    pub seq: u64,
+    pub z_ns: u64,
+    /// How long this rank actually stood still, ns.
+    pub length_ns: f64,
+    pub flushed: bool,
+    pub bytes_raw: u64,
+    pub bytes_stored: u64,
+    pub write_ns: u64,
+    pub overshoot_ns: u64,
+}
+
+/// A rank's profile, built event by event. See the module documentation.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProfileStats {
+    pub rank: u32,
+    pub world_size: u32,
+    pub ns_per_tick: f64,
+    /// By function name, so that ranks (and runs) with different function ids merge. Filled by
+    /// [`ProfileStats::finish`] (the hot path accumulates by function id, without allocating).
+    pub functions: BTreeMap<String, FuncStats>,
+    /// Point-to-point sends of this rank by destination world rank.
+    pub partners: BTreeMap<u32, PartnerStats>,
+    /// End of `MPI_Init` to start of `MPI_Finalize`, ns (None until both markers are seen).
+    pub span_ns: Option<f64>,
+    /// Time inside MPI calls that started within that span, ns.
+    pub mpi_in_span_ns: f64,
+    /// Time this rank stood still in suspensions, ns.
+    pub suspended_ns: f64,
+    pub suspensions: Vec<SuspensionRow>,
+    pub lost_events: u64,
+    /// The recorder's cost per call in power-of-two bins of nanoseconds (bin k: `[2^k, 2^(k+1))`,
+    /// bin 0 also holds 0): its median is robust to the rare very expensive first calls.
+    #[serde(default)]
+    pub cost_histogram: Vec<u64>,
+    #[serde(skip)]
+    names: HashMap<FunctionId, FuncInfo>,
+    #[serde(skip)]
+    by_id: HashMap<FunctionId, FuncStats>,
+    #[serde(skip)]
+    comms: BTreeMap<u32, Vec<u32>>,
+    #[serde(skip)]
+    init_done: Option<u64>,
+    #[serde(skip)]
+    finalize_start: Option<u64>,
+    /// The last call seen per stream, to which the completions that follow it belong.
+    #[serde(skip)]
+    last_call: HashMap<u32, FunctionId>,
+}
+
+/// What the profile needs to know about a function, decided once from its name.
+#[derive(Clone, Debug)]
+struct FuncInfo {
+    name: String,
+    class: FuncClass,
+    received: Received,
+}
+
+/// How many bytes a collective call brings into the calling rank, from the one size the trace
+/// records (`count x type` of the buffer the recorder's table names, see
+/// `recorder/mpi_functions.tsv`). Only where MPI fixes it from that size alone; the v-variants
+/// and `Reduce_scatter*` have per-rank counts the trace does not hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Received {
+    /// Not a collective, or not derivable.
+    Unknown,
+    /// The recorded size, at every rank (`Allreduce`, `Scan`, `Exscan`, `Scatter`).
+    Same,
+    /// The recorded size, at every rank but the root (`Bcast`).
+    SameExceptRoot,
+    /// The recorded size, at the root only (`Reduce`).
+    SameAtRoot,
+    /// Communicator size times the recorded size, at every rank (`Allgather`, `Alltoall`).
+    Times,
+    /// Communicator size times the recorded size, at the root only (`Gather`).
+    TimesAtRoot,
+}
+
+impl Received {
+    fn of(name: &str) -> Received {
+        let Some(base) = name.strip_prefix("MPI_") else {
+            return Received::Unknown;
+        };
+        let lower = base.to_ascii_lowercase();
+        // Nonblocking collectives record the same sizes as their blocking forms.
+        let lower = match lower.strip_prefix('i') {
+            Some(rest) if !matches!(lower.as_str(), "isend" | "irecv") => rest.to_string(),
+            _ => lower,
+        };
+        match lower.as_str() {
+            "allreduce" | "scan" | "exscan" | "scatter" => Received::Same,
+            "bcast" => Received::SameExceptRoot,
+            "reduce" => Received::SameAtRoot,
+            "allgather" | "alltoall" => Received::Times,
+            "gather" => Received::TimesAtRoot,
+            _ => Received::Unknown,
+        }
+    }
+}
+
+impl ProfileStats {
+    pub fn new(rank: u32, world_size: u32, ns_per_tick: f64) -> ProfileStats {
+        ProfileStats {
+            rank,
+            world_size,
+            ns_per_tick,
+            ..Default::default()
+        }
+    }
+
+    /// Takes one event of stream `stream` of this rank, in the stream's order.
+    pub fn add_event(&mut self, stream: u32, e: &Event) {
+        match e {
+            Event::FunctionDef { id, name } => {
+                self.names.insert(
+                    *id,
+                    FuncInfo {
+                        name: name.clone(),
+                        class: FuncClass::of(name),
+                        received: Received::of(name),
+                    },
+                );
+            }
+            Event::CommDef { id, members } => {
+                self.comms.insert(*id, members.clone());
+            }
+            Event::Call(c) => self.add_call(stream, c),
+            Event::Completion(done) => {
+                // Completions of sends carry no source; only receives count as received bytes.
+                if done.cancelled || done.source < 0 {
+                    return;
+                }
+                if let Some(id) = self.last_call.get(&stream)
+                    && let Some(f) = self.by_id.get_mut(id)
+                {
+                    f.add_received(done.bytes);
+                }
+            }
+            Event::Suspension(s) => self.add_suspension(s),
+            Event::Marker(m) => match *m {
+                Marker::InitDone { time } => {
+                    self.init_done.get_or_insert(time);
+                    self.update_span();
+                }
+                Marker::FinalizeStart { time } => {
+                    self.finalize_start.get_or_insert(time);
+                    self.update_span();
+                }
+                Marker::Lost { events, .. } => self.lost_events += events,
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+
+    fn update_span(&mut self) {
+        if let (Some(a), Some(b)) = (self.init_done, self.finalize_start) {
+            self.span_ns = Some(b.saturating_sub(a) as f64 * self.ns_per_tick);
+        }
+    }
+
+    fn add_call(&mut self, stream: u32, c: &MpiCall) {
+        let (class, received) = self
+            .names
+            .get(&c.func)
+            .map_or((FuncClass::Other, Received::Unknown), |f| {
+                (f.class, f.received)
+            });
+        let duration_ns = c.end.saturating_sub(c.start) as f64 * self.ns_per_tick;
+        let cost_ns = f64::from(c.cost) * self.ns_per_tick;
+        let sized = !matches!(class, FuncClass::Completion | FuncClass::Other);
+        let arrived = self.collective_received(received, c);
+        let f = self.by_id.entry(c.func).or_default();
+        f.add(duration_ns, cost_ns, c.bytes, sized);
+        if let Some(bytes) = arrived {
+            f.add_received(bytes);
+        }
+        self.cost_histogram.resize(COST_BINS, 0);
+        self.cost_histogram[cost_bin(cost_ns)] += 1;
+        let in_span = self.init_done.is_some_and(|t| c.start >= t)
+            && self.finalize_start.is_none_or(|t| c.start < t);
+        if in_span {
+            self.mpi_in_span_ns += duration_ns;
+        }
+        if matches!(
+            class,
+            FuncClass::Send | FuncClass::Isend | FuncClass::SendRecv
+        ) && c.peer >= 0
+            && let Some(dest) = self.world_rank(c.comm, c.peer)
+        {
+            let p = self.partners.entry(dest).or_default();
+            p.messages += 1;
+            p.bytes += c.bytes;
+        }
+        self.last_call.insert(stream, c.func);
+    }
+
+    /// Bytes a collective call brought into this rank, where the recorded size tells.
+    fn collective_received(&self, rule: Received, c: &MpiCall) -> Option<u64> {
+        if rule == Received::Unknown {
+            return None;
+        }
+        let (size, me) = match self.comms.get(&c.comm) {
+            Some(members) => (
+                members.len() as u64,
+                members.iter().position(|&m| m == self.rank)? as i32,
+            ),
+            None if c.comm == 0 => (u64::from(self.world_size), self.rank as i32),
+            None => return None,
+        };
+        let at_root = me == c.root;
+        // A zero size at the root of Gather/Scatter or anywhere for Allgather/Alltoall means an
+        // MPI_IN_PLACE buffer: what arrived is then not known.
+        match rule {
+            Received::Same if c.bytes == 0 && at_root => None,
+            Received::Same => Some(c.bytes),
+            Received::SameExceptRoot => (!at_root).then_some(c.bytes),
+            Received::SameAtRoot => at_root.then_some(c.bytes),
+            Received::Times => (c.bytes > 0).then_some(c.bytes * size),
+            Received::TimesAtRoot => (at_root && c.bytes > 0).then_some(c.bytes * size),
+            Received::Unknown => None,
+        }
+    }
+
+    /// Moves the statistics gathered by function id under the functions' names. Call before
+    /// reading `functions` or serialising (the readers and [`ProfileStats::to_json`] do).
+    pub fn finish(&mut self) {
+        for (id, stats) in self.by_id.drain() {
+            let name = self
+                .names
+                .get(&id)
+                .map_or_else(|| format!("function#{id}"), |f| f.name.clone());
+            self.functions.entry(name).or_default().merge(&stats);
+        }
+    }
+
+    /// World rank of `peer` in communicator `comm`: communicator 0 is the world itself.
+    fn world_rank(&self, comm: u32, peer: i32) -> Option<u32> {
+        let peer = u32::try_from(peer).ok()?;
+        match self.comms.get(&comm) {
+            Some(members) => members.get(peer as usize).copied(),
+            None if comm == 0 => Some(peer),
+            None => None,
+        }
+    }
+
+    fn add_suspension(&mut self, s: &Suspension) {
+        let length_ns = s.end.saturating_sub(s.start) as f64 * self.ns_per_tick;
+        self.suspended_ns += length_ns;
+        self.suspensions.push(SuspensionRow {
+            seq: s.seq,
+            z_ns: s.z_ns,
+            length_ns,
+            flushed: s.flushed,
+            bytes_raw: s.bytes_raw,
+            bytes_stored: s.bytes_stored,
+            write_ns: s.write_ns,
+            overshoot_ns: s.overshoot_ns,
+        });
+    }
+
+    /// Adds another profile's functions, partners and times to this one (e.g. all ranks into one).
+    pub fn merge(&mut self, o: &ProfileStats) {
+        self.finish();
+        let mut finished;
+        let o = if o.by_id.is_empty() {
+            o
+        } else {
+            finished = o.clone();
+            finished.finish();
+            &finished
+        };
+        for (name, f) in &o.functions {
+            self.functions.entry(name.clone()).or_default().merge(f);
+        }
+        for (dest, p) in &o.partners {
+            let mine = self.partners.entry(*dest).or_default();
+            mine.messages += p.messages;
+            mine.bytes += p.bytes;
+        }
+        self.mpi_in_span_ns += o.mpi_in_span_ns;
+        self.suspended_ns += o.suspended_ns;
+        self.lost_events += o.lost_events;
+        self.suspensions.extend_from_slice(&o.suspensions);
+        self.cost_histogram.resize(COST_BINS, 0);
+        for (mine, theirs) in self.cost_histogram.iter_mut().zip(&o.cost_histogram) {
+            *mine += theirs;
+        }
+    }
+
+    /// The recorder's mean cost per recorded call, ns. One-time costs (the first call of a rank
+    /// sets up the recorder) can dominate it: see [`ProfileStats::typical_cost_ns`].
+    pub fn mean_cost_ns(&self) -> f64 {
+        let (n, cost) = self
+            .functions
+            .values()
+            .chain(self.by_id.values())
+            .fold((0u64, 0.0), |(n, c), f| (n + f.count, c + f.cost_ns));
+        if n == 0 { 0.0 } else { cost / n as f64 }
+    }
+
+    /// The recorder's median cost per call, ns, to within a factor of sqrt(2) (the geometric
+    /// middle of its power-of-two bin).
+    pub fn typical_cost_ns(&self) -> f64 {
+        let n: u64 = self.cost_histogram.iter().sum();
+        if n == 0 {
+            return 0.0;
+        }
+        let mut seen = 0;
+        for (k, &c) in self.cost_histogram.iter().enumerate() {
+            seen += c;
+            if seen * 2 >= n {
+                return if k == 0 {
+                    1.0
+                } else {
+                    (1u64 << k) as f64 * std::f64::consts::SQRT_2
+                };
+            }
+        }
+        0.0
+    }
+
+    /// The compact on-disk form (`profile-NNNNN.json`).
+    pub fn to_json(&self) -> String {
+        let mut done = self.clone();
+        done.finish();
+        serde_json::to_string(&done).unwrap_or_else(|_| "{}".into())
+    }
+
+    pub fn from_json(text: &str) -> Result<ProfileStats, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
+
+/// `profile-NNNNN.json`, the name of rank `rank`'s profile file.
+pub fn profile_file_name(rank: u32) -> String {
+    format!("profile-{rank:05}.json")
+}
