@@ -540,6 +540,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use format::{Event, Marker, MpiCall};
 
     #[test]
     fn size_bins_follow_powers_of_two() {
