@@ -8,7 +8,11 @@ use reconstruct::Trace;
 use reconstruct::compare::{self, CompareError};
 
 #[derive(Args, Debug)]
-#[command(after_help = crate::reconstruct_cmd::EXIT_CODES_HELP)]
+#[command(after_help = concat!(
+    "Example:\n  evenflush compare reference-run offload-run.reconstructed --json\n\n",
+    "Exit codes: 0 success; 1 error (including two runs that are not the same program); 2 bad usage; ",
+    "3 damaged or missing trace."
+))]
 pub struct CompareArgs {
     /// The reference trace (e.g. a run without offload, or the original).
     pub reference: PathBuf,

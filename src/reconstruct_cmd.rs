@@ -8,12 +8,6 @@ use reconstruct::Trace;
 use reconstruct::progress::Bar;
 use reconstruct::rebuild::{self, Options, RebuildError, Remove};
 
-/// Exit codes shared by the trace-reading subcommands.
-pub const EXIT_CODES_HELP: &str = "Exit codes: 0 success; 1 error; 2 bad usage; \
-3 damaged or missing trace (unreadable rank file, missing rank, wrong format version, empty directory). \
-Damage that still leaves complete chunks is not fatal: the command goes on and warns, naming the file \
-and byte offset of what it skipped.";
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RemoveArg {
     /// The equalised suspensions (DP'): recovers the traced run without offload, T(G+).
@@ -25,7 +19,12 @@ pub enum RemoveArg {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = EXIT_CODES_HELP)]
+#[command(after_help = concat!(
+    "Example:\n  evenflush reconstruct trace --out trace.reconstructed --remove both --hb --json\n\n",
+    "Exit codes: 0 success; 1 error; 2 bad usage; 3 damaged or missing trace (unreadable rank file, missing rank, ",
+    "wrong format version, empty directory). Damage that still leaves complete chunks is not fatal: the command ",
+    "goes on and warns, naming the file and byte offset of what it skipped."
+))]
 pub struct ReconstructArgs {
     /// Trace directory (holds rank-*.evf and meta.json).
     pub dir: PathBuf,

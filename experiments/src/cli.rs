@@ -14,6 +14,10 @@ use crate::studies;
 /// Flags of `evenflush simulate`. The defaults are the paper's first experiment: 32 ranks, 520
 /// barriers, 58 s untraced, 33 MB/s disks, M = 896 MB, S = 512 MB.
 #[derive(Parser, Debug, Clone)]
+#[command(
+    after_help = "Examples:\n  evenflush simulate --ranks 65536 --mode dynamic\n  \
+    evenflush simulate --study table1\n  evenflush simulate --study scale --plot overhead.png"
+)]
 pub struct Args {
     /// Number of simulated ranks P.
     #[arg(long, default_value_t = 32)]
