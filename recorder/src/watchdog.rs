@@ -80,7 +80,13 @@ pub fn start(limit: Duration, abort: bool) {
                 return;
             }
             if check(rank, limit_ticks, session.clock.ticks_per_sec) && abort {
-                eprintln!("evenflush: rank {rank}: WATCHDOG: writing the trace and aborting the job (--watchdog-abort)");
+                // The other ranks' watchdogs see their own stuck calls within a period or two:
+                // aborting at once would kill them before they say what they were waiting for.
+                std::thread::sleep(3 * period);
+                check(rank, limit_ticks, session.clock.ticks_per_sec);
+                say(&format!(
+                    "evenflush: rank {rank}: WATCHDOG: writing the trace and aborting the job (--watchdog-abort)"
+                ));
                 core::finish(Some(-1));
                 link.watchdog_abort(3);
                 return;
@@ -90,6 +96,13 @@ pub fn start(limit: Duration, abort: bool) {
     if let Err(e) = spawned {
         eprintln!("evenflush: rank {rank}: cannot start the watchdog thread: {e}");
     }
+}
+
+/// One line on stderr in one write, so the reports of ranks sharing a terminal or a pipe do not
+/// interleave mid-line.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// Reports every call stuck past the limit that was not reported yet. Returns whether any was.
@@ -121,10 +134,10 @@ fn check(rank: u32, limit_ticks: u64, ticks_per_sec: f64) -> bool {
         } else {
             comm.to_string()
         };
-        eprintln!(
+        say(&format!(
             "evenflush: rank {rank}: WATCHDOG: {name} has been running for {:.1} s (communicator {comm_text}, peer {peer}, tag {tag})",
             elapsed_ns as f64 * 1e-9
-        );
+        ));
         core::record_event(&Event::Marker(Marker::Stuck {
             time: now,
             func,
