@@ -2,6 +2,7 @@
 //! trace many times lose nothing, in every mode and with every writer backend; a full disk stops
 //! recording without stopping the application.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -218,17 +219,6 @@ fn disk_full(mpi: Mpi) {
         info["user_events"]["iteration-data"].as_u64().unwrap_or(0) > 0,
         "what fitted is kept"
     );
-}
-
-macro_rules! for_both_mpis {
-    ($($test:ident),*) => {
-        mod openmpi {
-            $( #[test] fn $test() { super::$test(super::Mpi::OpenMpi) } )*
-        }
-        mod mpich {
-            $( #[test] fn $test() { super::$test(super::Mpi::Mpich) } )*
-        }
-    };
 }
 
 for_both_mpis!(

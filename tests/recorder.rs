@@ -1,6 +1,7 @@
 //! The recorder on real `mpirun` jobs, under Open MPI and MPICH: exact call counts, world-rank peers,
 //! tags, bytes, matched requests and resolved sources, and unchanged program output.
 
+#[macro_use]
 mod common;
 
 use common::{
@@ -254,17 +255,6 @@ fn threads(mpi: Mpi) {
             r.rank
         );
     }
-}
-
-macro_rules! for_both_mpis {
-    ($($program:ident),*) => {
-        mod openmpi {
-            $( #[test] fn $program() { super::$program(super::Mpi::OpenMpi) } )*
-        }
-        mod mpich {
-            $( #[test] fn $program() { super::$program(super::Mpi::Mpich) } )*
-        }
-    };
 }
 
 fn collectives(mpi: Mpi) {

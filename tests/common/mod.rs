@@ -9,6 +9,20 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use format::{Event, RankFile};
 
+/// One `#[test]` per MPI for each listed `fn name(mpi: Mpi)`, in modules `openmpi` and `mpich`.
+/// (Not every test file that includes this module uses it.)
+#[allow(unused_macros)]
+macro_rules! for_both_mpis {
+    ($($test:ident),*) => {
+        mod openmpi {
+            $( #[test] fn $test() { super::$test(super::Mpi::OpenMpi) } )*
+        }
+        mod mpich {
+            $( #[test] fn $test() { super::$test(super::Mpi::Mpich) } )*
+        }
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mpi {
     OpenMpi,
