@@ -144,16 +144,22 @@ impl RawBuf {
             Event::Call(c) => self.push_call(c),
             Event::Completion(c) => self.push_completion(c),
             other => {
-                let body_len = misc_body_len(other);
-                let total = MISC_RECORD_HEADER_LEN + body_len;
-                self.make_room(total);
+                // The size is only reserved ahead (so the block need not grow); the length
+                // field is written from what the encoder actually produced, the one source of
+                // truth for a body's layout.
+                self.make_room(MISC_RECORD_HEADER_LEN + misc_body_len(other));
                 let start = self.current.len();
-                self.current.push(0);
-                self.current
-                    .extend_from_slice(&(body_len as u64).to_le_bytes());
+                self.current.resize(start + MISC_RECORD_HEADER_LEN, 0);
                 let kind = body::put_misc_body(&mut self.current, other);
+                let body_len = (self.current.len() - start - MISC_RECORD_HEADER_LEN) as u64;
                 self.current[start] = kind;
-                debug_assert_eq!(self.current.len(), start + total);
+                self.current[start + 1..start + MISC_RECORD_HEADER_LEN]
+                    .copy_from_slice(&body_len.to_le_bytes());
+                debug_assert_eq!(
+                    body_len as usize,
+                    misc_body_len(other),
+                    "size hint out of date"
+                );
                 self.events += 1;
             }
         }
@@ -265,6 +271,7 @@ impl RawBuf {
     }
 }
 
+/// The body size the encoder will write, to reserve room ahead (checked in debug builds).
 fn misc_body_len(e: &Event) -> usize {
     match e {
         Event::Call(_) | Event::Completion(_) => 0,
