@@ -7,7 +7,11 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Mpi, mpi_lock, run_iterative, scratch};
+use common::{Mpi, mpi_lock, run_iterative_work, scratch};
+
+/// About 2.4 s per run: each flush costs the program a little afterwards (caches refilled, see
+/// paper-notes/reconstruct.md), so the run is long against its 12 flushes.
+const WORK_UNITS: u64 = 5_400_000;
 
 fn cli_json(args: &[&str], dirs: &[&Path]) -> serde_json::Value {
     let out = Command::new(common::evenflush_bin())
@@ -31,7 +35,7 @@ fn reference_and_offload(mpi: Mpi) {
     std::fs::remove_dir_all(&rebuilt).unwrap();
     // Two runs keeping the trace in memory, as references.
     let warm_up = scratch(&format!("rec-warm-up-{}", mpi.name()));
-    let out = run_iterative(mpi, &warm_up, &["--mode", "off"]);
+    let out = run_iterative_work(mpi, &warm_up, &["--mode", "off"], WORK_UNITS);
     assert!(
         out.status.success(),
         "{}",
@@ -41,7 +45,7 @@ fn reference_and_offload(mpi: Mpi) {
         (&reference, &["--mode", "off"][..]),
         (&offload, &["--mode", "dynamic", "--threshold", "1MiB"][..]),
     ] {
-        let out = run_iterative(mpi, dir, flags);
+        let out = run_iterative_work(mpi, dir, flags, WORK_UNITS);
         assert!(
             out.status.success(),
             "{}",

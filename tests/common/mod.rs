@@ -318,6 +318,16 @@ pub fn apps(mpi: Mpi) -> std::path::PathBuf {
 
 /// Runs the iterative workload (compute, user records, barrier) on 2 ranks with `flags`.
 pub fn run_iterative(mpi: Mpi, out: &Path, flags: &[&str]) -> std::process::Output {
+    run_iterative_work(mpi, out, flags, 1_800_000)
+}
+
+/// [`run_iterative`] with `work_units` of fixed work per iteration (~2.2 ns each here).
+pub fn run_iterative_work(
+    mpi: Mpi,
+    out: &Path,
+    flags: &[&str],
+    work_units: u64,
+) -> std::process::Output {
     let mut cmd = Command::new(evenflush_bin());
     cmd.arg("run").arg("--out").arg(out).args(flags).arg("--");
     cmd.args(mpi.launch(2)).arg(apps(mpi).join("iterative"));
@@ -327,7 +337,7 @@ pub fn run_iterative(mpi: Mpi, out: &Path, flags: &[&str]) -> std::process::Outp
         // A fixed amount of work, not a calibrated time, so that runs compare; on 1 MiB of
         // program memory, which stays in cache (memory-bound work varies by ±10 % between runs here).
         "--work-units",
-        "1800000",
+        &work_units.to_string(),
         "--mem",
         "1",
     ]);
