@@ -35,6 +35,9 @@ pub struct RawBuf {
     /// Record bytes held in `full`.
     full_bytes: usize,
     full_capacity: usize,
+    /// Events in each block of `full`, so the buffer can be split at a block boundary without
+    /// walking its records.
+    full_events: Vec<u64>,
     events: u64,
     block_size: usize,
 }
@@ -66,6 +69,7 @@ impl RawBuf {
             current: Vec::new(),
             full_bytes: 0,
             full_capacity: 0,
+            full_events: Vec::new(),
             events: 0,
             block_size: block_size.max(CALL_RECORD_LEN),
         }
@@ -190,7 +194,41 @@ impl RawBuf {
         let done = std::mem::replace(&mut self.current, fresh);
         self.full_bytes += done.len();
         self.full_capacity += done.capacity();
+        let in_full: u64 = self.full_events.iter().sum();
+        self.full_events.push(self.events - in_full);
         self.full.push(done);
+    }
+
+    /// Moves the oldest whole blocks, at most `max_bytes` of records (but at least one block),
+    /// into a buffer of their own; no record is copied. Taking everything leaves this buffer
+    /// empty. A flush encodes a big buffer piece by piece this way, so compressing it never needs
+    /// a second copy of the whole buffer.
+    pub fn split_front(&mut self, max_bytes: usize) -> RawBuf {
+        let mut n = 0;
+        let mut bytes = 0;
+        while n < self.full.len() && (n == 0 || bytes + self.full[n].len() <= max_bytes) {
+            bytes += self.full[n].len();
+            n += 1;
+        }
+        let rest_fits = n == 0 || bytes + self.current.len() <= max_bytes;
+        if n == self.full.len() && rest_fits {
+            let empty = RawBuf::with_block_size(self.block_size);
+            return std::mem::replace(self, empty);
+        }
+        let blocks: Vec<Vec<u8>> = self.full.drain(..n).collect();
+        let counts: Vec<u64> = self.full_events.drain(..n).collect();
+        let events: u64 = counts.iter().sum();
+        let capacity: usize = blocks.iter().map(Vec::capacity).sum();
+        self.full_bytes -= bytes;
+        self.full_capacity -= capacity;
+        self.events -= events;
+        let mut front = RawBuf::with_block_size(self.block_size);
+        front.full_events = counts;
+        front.full = blocks;
+        front.full_bytes = bytes;
+        front.full_capacity = capacity;
+        front.events = events;
+        front
     }
 
     /// Exact bytes held by records (what the flush threshold S counts).
@@ -224,6 +262,7 @@ impl RawBuf {
                 .find(|b| b.capacity() == self.block_size)
         };
         self.full.clear();
+        self.full_events.clear();
         self.current = keep.unwrap_or_default();
         self.current.clear();
         self.full_bytes = 0;

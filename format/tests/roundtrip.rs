@@ -31,6 +31,37 @@ proptest! {
     }
 
     #[test]
+    fn splitting_a_buffer_into_pieces_keeps_every_event_in_order(
+        events in proptest::collection::vec(arb_event(), 0..300),
+        block in 55usize..1024,
+        piece in 0usize..4096,
+    ) {
+        let mut buf = RawBuf::with_block_size(block);
+        for e in &events {
+            buf.push_event(e);
+        }
+        let total_bytes = buf.bytes();
+        let mut back = Vec::new();
+        let mut pieces_bytes = 0;
+        while !buf.is_empty() {
+            let before = (buf.events(), buf.bytes());
+            let front = buf.split_front(piece);
+            prop_assert!(!front.is_empty(), "every split makes progress");
+            prop_assert_eq!(front.events() + buf.events(), before.0);
+            prop_assert_eq!(front.bytes() + buf.bytes(), before.1);
+            // A piece exceeds the limit only when it is a single block.
+            prop_assert!(front.bytes() <= piece || front.blocks().count() == 1);
+            prop_assert_eq!(front.iter().count() as u64, front.events());
+            pieces_bytes += front.bytes();
+            back.extend(front.iter());
+        }
+        prop_assert_eq!(pieces_bytes, total_bytes);
+        prop_assert_eq!(&back, &events);
+        buf.push_event(&Event::Marker(Marker::InitDone { time: 1 }));
+        prop_assert_eq!(buf.events(), 1);
+    }
+
+    #[test]
     fn file_gives_back_every_chunk_and_event(
         groups in proptest::collection::vec(proptest::collection::vec(arb_event(), 0..120), 0..6),
         compressed in any::<bool>(),

@@ -347,7 +347,7 @@ fn check_limit() {
     let t0 = clock::now();
     let held = buffers::held_bytes();
     let (taken, _) = buffers::take_all(None);
-    let stats = sink::write(&taken);
+    let stats = sink::write(taken);
     LOCAL_FLUSHES.fetch_add(1, Ordering::Relaxed);
     LIMIT_WARNING.call_once(|| {
         let rank = session().map_or(0, |s| s.rank);
@@ -417,7 +417,7 @@ pub fn finish(abnormal: Option<i32>) {
     let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
     let used: u64 = taken.iter().map(|t| t.buf.bytes() as u64).sum();
     let t0 = clock::now();
-    let stats = sink::write(&taken);
+    let stats = sink::write(taken);
     sink::close();
     let t1 = clock::now();
     if stats.events_lost > 0 {

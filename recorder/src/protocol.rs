@@ -90,7 +90,7 @@ pub fn on_init_done() {
 fn flush_all() -> FlushReport {
     let before = sink::stats();
     let taken = core::take_all_buffers();
-    let after = sink::write(&taken);
+    let after = sink::write(taken);
     FlushReport {
         bytes_raw: after.bytes_raw - before.bytes_raw,
         bytes_stored: after.bytes_stored - before.bytes_stored,
@@ -157,7 +157,7 @@ pub fn after_buffer_growth() {
 /// global clock is interpolated up to the end of the run; and the MPI-IO writer's last write.
 pub fn on_finalize_start() {
     if core::session().is_some_and(|s| s.config.writer == offload::config::Writer::MpiIo) {
-        sink::before_mpi_finalize(&core::take_all_buffers());
+        sink::before_mpi_finalize(core::take_all_buffers());
     }
     if !INIT_THREAD.with(Cell::get) {
         return;

@@ -1,5 +1,5 @@
 //! Appends taken buffers to this rank's trace through the offload writer backends: one chunk per
-//! buffer, with a sequence number per stream (thread), rotating to the next output directory when a
+//! piece of at most [`PIECE_BYTES`] of a buffer, with a sequence number per stream (thread), rotating to the next output directory when a
 //! disk fills. Nothing is lost silently: what cannot be written is counted, said on stderr, and
 //! marked in the trace where the disk still takes the few bytes of a marker.
 
@@ -12,6 +12,13 @@ use format::{ChunkEncoder, Event, FileHeader, Marker, RawBuf};
 use offload::writer::{OutputPlan, PosixWriter, WriteError, Writer, WriterKind, open_writer};
 
 use crate::buffers::Taken;
+
+/// Raw bytes of one buffer encoded into one chunk. Encoding a whole flush at once would hold the
+/// column payload and the compressed copy of the entire buffer beside it (about three times the
+/// buffer at the peak, which is what pushed memory-limited jobs into swap); piece by piece, each
+/// piece's raw blocks are freed as soon as it is encoded, so a flush needs a few pieces of
+/// headroom instead. Big enough that zstd still finds the repetition across iterations.
+pub const PIECE_BYTES: usize = 4 << 20;
 
 struct Sink {
     plan: OutputPlan,
@@ -132,7 +139,7 @@ impl Sink {
         Ok(self.writer.as_mut().expect("opened above").get())
     }
 
-    fn write(&mut self, taken: &[Taken]) {
+    fn write(&mut self, mut taken: Vec<Taken>) {
         let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
         if events == 0 {
             return;
@@ -152,12 +159,23 @@ impl Sink {
                     ..
                 } = self;
                 // Chunks are encoded as the writer pulls them, so a backend that overlaps
-                // compression with writing (io_uring) can.
-                let mut chunks = taken.iter().filter(|t| !t.buf.is_empty()).map(|t| {
-                    let n = seq.entry(t.stream).or_insert(0);
-                    let chunk = encoder.encode(rank, t.stream, *n, &t.buf);
-                    *n += 1;
-                    chunk
+                // compression with writing (io_uring) can; each piece's blocks are dropped right
+                // after it is encoded.
+                let mut pending = taken.iter_mut();
+                let mut current = pending.next();
+                let mut chunks = std::iter::from_fn(|| {
+                    loop {
+                        let t = current.as_mut()?;
+                        if t.buf.is_empty() {
+                            current = pending.next();
+                            continue;
+                        }
+                        let piece = t.buf.split_front(PIECE_BYTES);
+                        let n = seq.entry(t.stream).or_insert(0);
+                        let chunk = encoder.encode(rank, t.stream, *n, &piece);
+                        *n += 1;
+                        return Some(chunk);
+                    }
                 });
                 writer
                     .as_mut()
@@ -244,7 +262,7 @@ impl Sink {
 /// Entry of `MPI_Finalize`: MPI-IO is about to become unusable. With the `mpiio` writer, write
 /// what is held now through it, close its file, and continue the trace in a further part file with
 /// the posix writer. Other writers need nothing.
-pub fn before_mpi_finalize(taken: &[Taken]) {
+pub fn before_mpi_finalize(taken: Vec<Taken>) {
     let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(sink) = guard.as_mut() else { return };
     if sink.kind != WriterKind::MpiIo {
@@ -265,8 +283,9 @@ pub fn before_mpi_finalize(taken: &[Taken]) {
     sink.kind = WriterKind::Posix;
 }
 
-/// Writes every taken buffer as one chunk and makes them durable. Returns the totals so far.
-pub fn write(taken: &[Taken]) -> SinkStats {
+/// Writes every taken buffer (in pieces, see [`PIECE_BYTES`]) and makes them durable, freeing
+/// the buffers as it goes. Returns the totals so far.
+pub fn write(taken: Vec<Taken>) -> SinkStats {
     let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(sink) = guard.as_mut() else {
         return SinkStats {
