@@ -93,6 +93,14 @@ fn reference_and_offload(mpi: Mpi) {
         mpi.name()
     );
 
+    // A run compared with itself reproduces every function's duration distribution exactly.
+    let same = cli_json(&["compare", "--json"], &[&reference, &reference]);
+    let functions = same["per_function"].as_object().expect("per_function");
+    assert!(functions.contains_key("MPI_Barrier"), "{same}");
+    for (name, f) in functions {
+        assert_eq!(f["distribution_within_10us"], 1.0, "{name}: {same}");
+    }
+
     // The happened-before repair leaves no violation behind.
     let repaired = scratch(&format!("rec-off-hb-{}", mpi.name()));
     std::fs::remove_dir_all(&repaired).unwrap();

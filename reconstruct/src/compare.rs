@@ -11,6 +11,7 @@ use format::{Event, MpiCall};
 use serde::Serialize;
 
 use crate::clock::{MapCursor, RankMeta, TimeMap};
+use crate::distribution::{Durations, qq_share_within};
 use crate::hist::LogHistogram;
 use crate::info::Quantiles;
 use crate::lanes::{LaneReader, OpenRank};
@@ -30,6 +31,9 @@ pub struct FunctionDelta {
     pub calls: u64,
     /// |duration in RUN − duration in REF|, µs.
     pub duration_delta_us: Quantiles,
+    /// Share of calls whose duration is within 10 µs of the reference's at the same rank in the
+    /// sorted durations (Q–Q): how well RUN reproduces REF's distribution (the paper's Fig. 8).
+    pub distribution_within_10us: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -134,6 +138,7 @@ pub fn compare(reference: &Trace, run: &Trace) -> Result<CompareReport, CompareE
     let mut all_dur = LogHistogram::default();
     let mut all_start = LogHistogram::default();
     let mut per_function: BTreeMap<String, (u64, LogHistogram)> = BTreeMap::new();
+    let mut distributions: BTreeMap<String, (Durations, Durations)> = BTreeMap::new();
     let (mut dur_10us, mut dur_1ms, mut start_10us, mut start_1ms) = (0u64, 0u64, 0u64, 0u64);
 
     for (rf, rn) in reference.ranks.iter().zip(&run.ranks) {
@@ -204,6 +209,9 @@ pub fn compare(reference: &Trace, run: &Trace) -> Result<CompareReport, CompareE
                 let start_shift = ((ys - b.origin) - (xs - a.origin)).abs().round() as u64;
                 all_dur.add(dur_delta);
                 all_start.add(start_shift);
+                let d = distributions.entry(nx.clone()).or_default();
+                d.0.add((xe - xs).max(0.0).round() as u64);
+                d.1.add((ye - ys).max(0.0).round() as u64);
                 let f = per_function.entry(nx).or_default();
                 f.0 += 1;
                 f.1.add(dur_delta);
@@ -232,11 +240,15 @@ pub fn compare(reference: &Trace, run: &Trace) -> Result<CompareReport, CompareE
     report.per_function = per_function
         .into_iter()
         .map(|(name, (calls, h))| {
+            let distribution_within_10us = distributions
+                .get(&name)
+                .and_then(|(a, b)| qq_share_within(a, b, 10_000));
             (
                 name,
                 FunctionDelta {
                     calls,
                     duration_delta_us: h.quantiles(1e-3),
+                    distribution_within_10us,
                 },
             )
         })
@@ -259,8 +271,8 @@ pub fn render_table(r: &CompareReport) -> String {
     let q = |q: &Quantiles| format!("{:>12.3} {:>12.3} {:>12.3}", q.p50, q.p99, q.max);
     let _ = writeln!(
         o,
-        "\n{:<28} {:>12} {:>12} {:>12} {:>12}",
-        "µs", "p50", "p99", "max", "calls"
+        "\n{:<28} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "µs", "p50", "p99", "max", "calls", "Q-Q ≤10µs"
     );
     let _ = writeln!(
         o,
@@ -281,10 +293,11 @@ pub fn render_table(r: &CompareReport) -> String {
     for (name, f) in fs {
         let _ = writeln!(
             o,
-            "{:<28} {} {:>12}",
+            "{:<28} {} {:>12} {:>11.2}%",
             format!("  {name}"),
             q(&f.duration_delta_us),
-            f.calls
+            f.calls,
+            100.0 * f.distribution_within_10us.unwrap_or(0.0)
         );
     }
     let pct = |x: f64| 100.0 * x;

@@ -4,6 +4,7 @@
 
 pub mod clock;
 pub mod compare;
+pub mod distribution;
 pub mod export;
 pub mod funcs;
 pub mod hb;

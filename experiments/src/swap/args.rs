@@ -55,7 +55,7 @@ pub struct SwapArgs {
         default_value = "untraced,off,dynamic,static,noremeasure,local"
     )]
     pub modes: String,
-    /// Per-rank thresholds S1,S2,S3 [default: 1/16, 1/32, 1/64 of each rank's share of the limit].
+    /// Per-rank thresholds S1,S2,S3 [default: 1/8, 1/16, 1/32 of each rank's share of the limit].
     #[arg(long, value_name = "LIST")]
     pub thresholds: Option<String>,
     /// Repetitions of every configuration [default: 3, --quick 1].

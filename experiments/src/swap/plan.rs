@@ -188,14 +188,16 @@ pub fn default_sizes(mem_limit: u64, quick: bool) -> Vec<u64> {
         .collect()
 }
 
-/// Thresholds in halving steps like the paper's 512/256/128 MB, but 1/16, 1/32, 1/64 of each
-/// rank's share of the memory limit instead of the paper's 1/4, 1/8, 1/16: encoding a flushed
-/// buffer (columnar chunk + zstd) needs several times the buffer transiently (measured: the job's
-/// cgroup peak grows by ~4x the flushed bytes), so with the paper's proportions the flush itself
-/// would push the job into swap.
+/// Thresholds in halving steps like the paper's 512/256/128 MB, but 1/8, 1/16, 1/32 of each
+/// rank's share of the memory limit instead of the paper's 1/4, 1/8, 1/16. A flush now encodes
+/// its buffer in 4 MiB pieces (the recorder's sink), so it needs only a few pieces beyond the
+/// buffer itself; but the written file pages are charged to the job's cgroup until they are
+/// dropped after `fdatasync`, and S = 1/4 of the share (64 MiB per rank at a 512 MiB limit) left
+/// too little room beside the program's third of the limit and the MPI libraries. Measured at
+/// 1/8 (32 MiB per rank, 2 ranks, 512 MiB, M = 1 GiB): peak 368 MiB in the cgroup, no swap.
 pub fn default_thresholds(mem_limit: u64, ranks: u32) -> Vec<u64> {
     let share = mem_limit / u64::from(ranks.max(1));
-    [16, 32, 64]
+    [8, 16, 32]
         .iter()
         .map(|d| round_mib(share / d).max(1 << 20))
         .collect()
@@ -298,7 +300,7 @@ mod tests {
         assert!(sizes.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(
             default_thresholds(limit, 2),
-            vec![32 * MIB, 16 * MIB, 8 * MIB]
+            vec![64 * MIB, 32 * MIB, 16 * MIB]
         );
         // A third of the limit, split over the ranks.
         assert_eq!(default_program_mib(limit, 2), 170);
