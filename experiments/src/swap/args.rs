@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use offload::config::{parse_duration, parse_size};
 
-use super::{Options, plan};
+use super::{MpiImpl, Options, plan};
 
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
@@ -89,12 +89,15 @@ pub struct SwapArgs {
     /// The evenflush binary used for the traced runs [default: this executable].
     #[arg(long, value_name = "PATH")]
     pub evenflush: Option<PathBuf>,
-    /// The workload binary [default: experiments/apps/iterative.c built for Open MPI into OUT/apps].
+    /// The workload binary [default: experiments/apps/iterative.c built for `--mpi` into OUT/apps].
     #[arg(long, value_name = "PATH")]
     pub app: Option<PathBuf>,
-    /// The MPI launcher (Open MPI).
-    #[arg(long, default_value = "mpirun")]
-    pub mpirun: String,
+    /// The MPI implementation the workload is built and launched with.
+    #[arg(long, value_enum, default_value_t = MpiImpl::Openmpi)]
+    pub mpi: MpiImpl,
+    /// The MPI launcher [default: mpirun for Open MPI, mpirun.mpich for MPICH].
+    #[arg(long)]
+    pub mpirun: Option<String>,
     /// Keep every run's trace (they are deleted after analysis by default).
     #[arg(long)]
     pub keep_traces: bool,
@@ -200,7 +203,10 @@ impl SwapArgs {
             static_long: duration("--static-long", &self.static_long)?,
             evenflush,
             app: self.app,
-            mpirun: self.mpirun,
+            mpirun: self
+                .mpirun
+                .unwrap_or_else(|| self.mpi.default_launcher().to_owned()),
+            mpi: self.mpi,
             swap_file,
             keep_traces: self.keep_traces,
             report_only: self.report_only,
@@ -265,6 +271,11 @@ mod tests {
         assert_eq!(o.swap_file, PathBuf::from("/tmp/x/swapfile"));
         assert_eq!(o.swap, 8 * o.mem_limit);
         assert_eq!(o.compute_us, 20_000);
+        assert_eq!((o.mpi, o.mpirun.as_str()), (MpiImpl::Openmpi, "mpirun"));
+        let o = parse(&["--quick", "--mpi", "mpich"]);
+        assert_eq!((o.mpi, o.mpirun.as_str()), (MpiImpl::Mpich, "mpirun.mpich"));
+        let o = parse(&["--mpi", "mpich", "--mpirun", "/opt/bin/mpiexec"]);
+        assert_eq!(o.mpirun, "/opt/bin/mpiexec");
     }
 
     #[test]

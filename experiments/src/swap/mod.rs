@@ -53,6 +53,7 @@ pub struct Options {
     pub evenflush: PathBuf,
     /// The workload binary; `None`: built from experiments/apps into the output directory.
     pub app: Option<PathBuf>,
+    pub mpi: MpiImpl,
     pub mpirun: String,
     pub swap_file: PathBuf,
     pub keep_traces: bool,
@@ -148,12 +149,45 @@ impl Progress {
     }
 }
 
-fn build_app(out: &Path) -> Result<PathBuf> {
+/// The MPI implementation of the experiment's job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MpiImpl {
+    Openmpi,
+    Mpich,
+}
+
+impl MpiImpl {
+    pub fn name(self) -> &'static str {
+        match self {
+            MpiImpl::Openmpi => "openmpi",
+            MpiImpl::Mpich => "mpich",
+        }
+    }
+
+    pub fn default_launcher(self) -> &'static str {
+        match self {
+            MpiImpl::Openmpi => "mpirun",
+            MpiImpl::Mpich => "mpirun.mpich",
+        }
+    }
+
+    /// Launcher flags placing one rank per core: Open MPI binds 2 ranks to cores by default but
+    /// refuses more ranks than cores without `--oversubscribe`; MPICH's launcher binds nothing
+    /// unless asked.
+    fn launcher_flags(self) -> &'static [&'static str] {
+        match self {
+            MpiImpl::Openmpi => &["--oversubscribe"],
+            MpiImpl::Mpich => &["-bind-to", "core"],
+        }
+    }
+}
+
+fn build_app(out: &Path, mpi: MpiImpl) -> Result<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("apps/build.sh");
     let dir = out.join("apps");
     let status = std::process::Command::new("bash")
         .arg(&script)
-        .arg("openmpi")
+        .arg(mpi.name())
         .arg(&dir)
         .stdout(std::process::Stdio::null())
         .status()
@@ -172,6 +206,7 @@ pub fn report_only(opts: &Options) -> Result<Outcome> {
         fs::read_to_string(&csv_path).with_context(|| format!("reading {}", csv_path.display()))?;
     let rows = report::from_csv(&text)?;
     let setup = Setup {
+        mpi: opts.mpi.name().to_owned(),
         ranks: opts.ranks,
         mem_limit: opts.mem_limit,
         swap: opts.swap,
@@ -222,7 +257,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
         .with_context(|| format!("creating {}", opts.out.display()))?;
     let app = match &opts.app {
         Some(app) => app.clone(),
-        None => build_app(&opts.out)?,
+        None => build_app(&opts.out, opts.mpi)?,
     };
 
     let machine = Machine::prepare(&ready, &opts.swap_file, opts.swap)?;
@@ -248,6 +283,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
         None => measure_static_long(&opts.out, opts.thresholds[0])?,
     };
     let setup = Setup {
+        mpi: opts.mpi.name().to_owned(),
         ranks: opts.ranks,
         mem_limit: opts.mem_limit,
         swap: machine.swap_bytes,
@@ -341,11 +377,9 @@ impl Runner<'_> {
 
     fn app_argv(&self, record_bytes: u64, work_units: Option<u64>) -> Vec<String> {
         let o = self.opts;
-        let mut argv = vec![
-            o.mpirun.clone(),
-            "-np".into(),
-            o.ranks.to_string(),
-            "--oversubscribe".into(),
+        let mut argv = vec![o.mpirun.clone(), "-np".into(), o.ranks.to_string()];
+        argv.extend(o.mpi.launcher_flags().iter().map(|f| (*f).to_owned()));
+        argv.extend([
             self.app.display().to_string(),
             "--mem".into(),
             o.program_mib.to_string(),
@@ -359,7 +393,7 @@ impl Runner<'_> {
             o.records.to_string(),
             "--random-payload".into(),
             o.random_payload_mib.to_string(),
-        ];
+        ]);
         if let Some(units) = work_units {
             argv.push("--work-units".into());
             argv.push(units.to_string());

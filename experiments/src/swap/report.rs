@@ -342,6 +342,7 @@ fn configs_and_sizes(rows: &[Row]) -> (Vec<Config>, Vec<u64>) {
 /// Facts about the setup, printed above the tables.
 #[derive(Clone, Debug, Default)]
 pub struct Setup {
+    pub mpi: String,
     pub ranks: u32,
     pub mem_limit: u64,
     pub swap: u64,
@@ -369,13 +370,14 @@ pub fn to_markdown(rows: &[Row], setup: &Setup, verdict: &Verdict) -> String {
         .collect();
     let _ = writeln!(
         md,
-        "{} ranks; job memory limit {} MiB (cgroup), swap {} MiB; program memory {} MiB per rank; \
+        "{} ranks ({}); job memory limit {} MiB (cgroup), swap {} MiB; program memory {} MiB per rank; \
          {} iterations; thresholds per rank {}; static and noremeasure and local use S1; static Z \
          when flushing = {:.2} s. Times in seconds: the workload's loop time (`total_s`), median \
          (min–max) over the repetitions whose loop finished (a run whose end hit the time cap \
          still has its loop time; see the last column of the diagnostics). R(x) = loop time in the trace after \
          `evenflush reconstruct --remove both`.\n",
         setup.ranks,
+        setup.mpi,
         setup.mem_limit >> 20,
         setup.swap >> 20,
         setup.program_mib_per_rank,
@@ -844,6 +846,7 @@ mod tests {
     fn markdown_table_is_shaped_like_table_1() {
         let rows = synthetic();
         let setup = Setup {
+            mpi: "openmpi".into(),
             ranks: 2,
             mem_limit: 300 * MIB,
             swap: 1024 * MIB,
