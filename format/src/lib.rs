@@ -13,9 +13,11 @@ pub mod synthetic;
 mod varint;
 pub mod writer;
 
-pub use chunk::{ChunkEncoder, EncodedChunk};
+pub use chunk::{ChunkEncoder, EncodedChunk, EventBuf};
 pub use error::FormatError;
 pub use model::*;
 pub use raw::RawBuf;
-pub use reader::{Chunk, ChunkReader, RankFile, RankFileEntry, TailKind, Truncation, open_dir};
+pub use reader::{
+    Chunk, ChunkReader, MiscEvents, RankFile, RankFileEntry, TailKind, Truncation, open_dir,
+};
 pub use writer::{FileHeader, RankFileWriter, encode_file_header, rank_file_name};

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use format::{ClockCalibration, ClockSample, CommId, Event, FunctionId, Marker, Suspension};
 
-use crate::trace::{RankFiles, Skipped, TraceError, for_each_event};
+use crate::trace::{RankFiles, Skipped, TraceError, for_each_misc_event};
 
 /// What the first pass learns about one rank. Small: it grows with the number of suspensions,
 /// clock samples, functions and communicators, not with the number of events.
@@ -30,7 +30,8 @@ pub struct RankMeta {
     pub skipped: Vec<Skipped>,
 }
 
-/// The first pass over one rank: reads every chunk once, keeps only the metadata.
+/// The first pass over one rank: reads every chunk once, keeps only the metadata (so it decodes
+/// only the misc events).
 pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
     let mut meta = RankMeta {
         rank: files.rank,
@@ -38,7 +39,7 @@ pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
     };
     let mut streams = BTreeSet::new();
     let mut events = 0u64;
-    let (clock, skipped) = for_each_event(
+    let (clock, skipped) = for_each_misc_event(
         files,
         |chunk| {
             streams.insert(chunk.stream);

@@ -275,7 +275,16 @@ struct Lane<I> {
     held_index: u64,
     held_coll: Option<CollRef>,
     needs: Option<Vec<Need>>,
+    /// An emptied needs list kept for the next held call, so holding a call allocates nothing.
+    spare_needs: Vec<Need>,
     done: bool,
+}
+
+/// What to do with an event that is not part of a held call.
+enum Action {
+    Emit,
+    /// Hold it: its end depends on others (with the collective it exits, if any).
+    Hold(Option<CollRef>),
 }
 
 struct Shared<'c> {
@@ -294,13 +303,13 @@ struct Shared<'c> {
 const TURN: usize = 4096;
 
 /// Runs the matching (and, with `repair`, the repair) over `lanes`, each yielding its events in
-/// order. `on_event` receives every event of every lane exactly once, in lane order, with its
+/// order. `on_event` is shown every event of every lane exactly once, in lane order, with its
 /// times moved by the repair; `on_match` every matched message.
 pub fn run<I: Iterator<Item = Event>>(
     ctx: &HbContext,
     lanes: Vec<(LaneId, I)>,
     repair: bool,
-    mut on_event: impl FnMut(usize, Event),
+    mut on_event: impl FnMut(usize, &Event),
     mut on_match: impl FnMut(&MessageMatch),
 ) -> HbReport {
     let mut shared = Shared {
@@ -330,6 +339,7 @@ pub fn run<I: Iterator<Item = Event>>(
             held_index: 0,
             held_coll: None,
             needs: None,
+            spare_needs: Vec::new(),
             done: false,
         })
         .collect();
@@ -374,7 +384,7 @@ impl Shared<'_> {
         li: usize,
         lane: &mut Lane<I>,
         mut force: bool,
-        on_event: &mut impl FnMut(usize, Event),
+        on_event: &mut impl FnMut(usize, &Event),
         on_match: &mut impl FnMut(&MessageMatch),
     ) -> bool {
         let mut moved = false;
@@ -392,7 +402,7 @@ impl Shared<'_> {
                     if !matches!(e, Event::Call(_)) {
                         shift_times(&mut e, shift);
                     }
-                    on_event(li, e);
+                    on_event(li, &e);
                 }
                 lane.needs = None;
                 lane.held_coll = None;
@@ -400,12 +410,16 @@ impl Shared<'_> {
             if budget == 0 {
                 return moved;
             }
-            let next = lane.peeked.take().or_else(|| {
-                let e = lane.src.next()?;
-                lane.next_index += 1;
-                Some((lane.next_index - 1, e))
-            });
-            let Some((index, event)) = next else {
+            let (index, next) = match lane.peeked.take() {
+                Some((index, event)) => (index, Some(event)),
+                None => {
+                    let event = lane.src.next();
+                    let index = lane.next_index;
+                    lane.next_index += u64::from(event.is_some());
+                    (index, event)
+                }
+            };
+            let Some(mut event) = next else {
                 if !lane.held.is_empty() {
                     lane.needs = Some(self.needs_of(lane));
                     continue;
@@ -424,10 +438,16 @@ impl Shared<'_> {
             }
             budget -= 1;
             moved = true;
-            if let Some(event) = self.process(lane, index, event) {
-                let mut e = event;
-                shift_times(&mut e, lane.shift);
-                on_event(li, e);
+            match self.process(lane, index, &event) {
+                Action::Emit => {
+                    shift_times(&mut event, lane.shift);
+                    on_event(li, &event);
+                }
+                Action::Hold(coll) => {
+                    lane.held.push(event);
+                    lane.held_index = index;
+                    lane.held_coll = coll;
+                }
             }
         }
     }
@@ -536,15 +556,18 @@ impl Shared<'_> {
         })
     }
 
-    /// Handles one event not part of a held call. Returns it if it can be emitted now.
-    fn process<I>(&mut self, lane: &mut Lane<I>, index: u64, event: Event) -> Option<Event> {
-        let Event::Call(c) = &event else {
-            return Some(event);
+    /// Handles one event not part of a held call: says whether it can be emitted now or must
+    /// be held until what its end depends on is known. Borrows the event, so the hot path moves
+    /// each event once.
+    #[inline]
+    fn process<I>(&mut self, lane: &Lane<I>, index: u64, event: &Event) -> Action {
+        let Event::Call(c) = event else {
+            return Action::Emit;
         };
         match self.class(lane.rank_idx, c.func) {
             FuncClass::Send | FuncClass::Isend => {
                 self.record_send(lane, index, c);
-                Some(event)
+                Action::Emit
             }
             FuncClass::Irecv => {
                 if c.peer != PROC_NULL
@@ -574,7 +597,7 @@ impl Shared<'_> {
                     self.ranks[lane.rank_idx].posts.push(slot);
                     self.number_posts(lane.rank_idx);
                 }
-                Some(event)
+                Action::Emit
             }
             FuncClass::Icollective(shape) => {
                 let c = *c;
@@ -583,38 +606,26 @@ impl Shared<'_> {
                 {
                     self.ranks[lane.rank_idx].icolls.insert(c.request, r);
                 }
-                Some(event)
+                Action::Emit
             }
             FuncClass::SendRecv => {
                 self.record_send(lane, index, c);
-                self.hold(lane, index, event, None)
+                Action::Hold(None)
             }
-            FuncClass::Recv | FuncClass::Completion => self.hold(lane, index, event, None),
+            FuncClass::Recv | FuncClass::Completion => Action::Hold(None),
             FuncClass::Collective(shape) => {
                 let c = *c;
                 let r = self.enter_collective(lane, &c, shape);
-                self.hold(lane, index, event, r)
+                Action::Hold(r)
             }
-            FuncClass::Other => Some(event),
+            FuncClass::Other => Action::Emit,
         }
     }
 
-    fn hold<I>(
-        &mut self,
-        lane: &mut Lane<I>,
-        index: u64,
-        event: Event,
-        coll: Option<CollRef>,
-    ) -> Option<Event> {
-        lane.held.push(event);
-        lane.held_index = index;
-        lane.held_coll = coll;
-        None
-    }
-
     /// What the held call's end depends on, now that its completions are known.
-    fn needs_of<I>(&mut self, lane: &Lane<I>) -> Vec<Need> {
-        let mut needs = Vec::new();
+    fn needs_of<I>(&mut self, lane: &mut Lane<I>) -> Vec<Need> {
+        let mut needs = std::mem::take(&mut lane.spare_needs);
+        needs.clear();
         let Some(Event::Call(call)) = lane.held.first() else {
             return needs;
         };
@@ -835,6 +846,7 @@ impl Shared<'_> {
             c.start = start;
             c.end = end;
         }
+        lane.spare_needs = needs;
         true
     }
 }

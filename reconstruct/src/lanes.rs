@@ -59,7 +59,23 @@ impl<'a> LaneReader<'a> {
 impl Iterator for LaneReader<'_> {
     type Item = Event;
 
+    // Inlined so an event goes from the chunk's decoder to its consumer without being copied
+    // through every layer; moving to the next chunk is the out-of-line part.
+    #[inline]
     fn next(&mut self) -> Option<Event> {
+        if let Some(current) = &mut self.current {
+            let out = current.next();
+            if out.is_some() {
+                return out;
+            }
+        }
+        self.next_chunk_event()
+    }
+}
+
+impl LaneReader<'_> {
+    #[inline(never)]
+    fn next_chunk_event(&mut self) -> Option<Event> {
         loop {
             if let Some(e) = self.current.as_mut().and_then(Iterator::next) {
                 return Some(e);

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use format::{
-    ChunkEncoder, Event, FileHeader, Marker, RankFile, RankFileWriter, RawBuf, rank_file_name,
+    ChunkEncoder, Event, EventBuf, FileHeader, Marker, RankFile, RankFileWriter, rank_file_name,
 };
 use serde::Serialize;
 
@@ -184,14 +184,60 @@ struct Mapped<'a> {
 impl Iterator for Mapped<'_> {
     type Item = Event;
 
+    #[inline]
     fn next(&mut self) -> Option<Event> {
-        let mut e = self.reader.next()?;
+        // Changed in place and returned as read: the event is not copied again on the way (a
+        // copy right after the decoder's field-wise writes costs a store-forwarding stall).
+        let mut out = self.reader.next();
+        if let Some(e) = &mut out {
+            self.map_event(e);
+        }
+        out
+    }
+}
+
+impl Mapped<'_> {
+    #[inline]
+    fn map_event(&mut self, e: &mut Event) {
         let npt = self.map.ns_per_tick();
+        let (map, cur, collapse) = (self.map, &mut self.cur, self.remove_dp_prime);
+        let removed_dp = if self.remove_dp {
+            self.dp_ticks as f64 * npt
+        } else {
+            0.0
+        };
+        let to_out = |t: u64, cur: &mut MapCursor| {
+            let g = if collapse {
+                map.collapsed_ns(t, cur)
+            } else {
+                map.global_ns(t, cur)
+            };
+            // `as` saturates: a time before the global clock's zero becomes 0 (and adding ½ then
+            // truncating rounds every time that can be represented).
+            (g - removed_dp + 0.5) as u64
+        };
+        // Calls and completions are nearly every event: handled here without the generic walk.
+        match e {
+            Event::Call(c) => {
+                c.start = to_out(c.start, cur);
+                c.end = to_out(c.end, cur);
+                // The cost of an event is spent after its end, so it delays the next events only.
+                self.dp_ticks = self.dp_ticks.saturating_add(u64::from(c.cost));
+                c.cost = if self.remove_dp {
+                    0
+                } else {
+                    (f64::from(c.cost) * npt).round() as u32
+                };
+                return;
+            }
+            Event::Completion(_) => return,
+            _ => {}
+        }
         let dp_ns = self.dp_ticks as f64 * npt;
-        if let Event::Marker(Marker::InitDone { time } | Marker::FinalizeStart { time }) = e {
+        if let Event::Marker(Marker::InitDone { time } | Marker::FinalizeStart { time }) = *e {
             let mark = Mark {
-                global: self.map.global_ns(time, &mut self.cur),
-                collapsed: self.map.collapsed_ns(time, &mut self.cur),
+                global: map.global_ns(time, cur),
+                collapsed: map.collapsed_ns(time, cur),
                 dp_ns,
             };
             let mut marks = self.marks.borrow_mut();
@@ -201,32 +247,10 @@ impl Iterator for Mapped<'_> {
                 marks.finalize.get_or_insert(mark);
             }
         }
-        let removed_dp = if self.remove_dp { dp_ns } else { 0.0 };
-        let (map, cur, collapse) = (self.map, &mut self.cur, self.remove_dp_prime);
-        crate::times::for_each_time(&mut e, |t| {
-            let g = if collapse {
-                map.collapsed_ns(*t, cur)
-            } else {
-                map.global_ns(*t, cur)
-            };
-            // `as` saturates: a time before the global clock's zero becomes 0 (and adding ½ then
-            // truncating rounds every time that can be represented).
-            *t = (g - removed_dp + 0.5) as u64;
-        });
-        match &mut e {
-            Event::Call(c) => {
-                // The cost of an event is spent after its end, so it delays the next events only.
-                self.dp_ticks = self.dp_ticks.saturating_add(u64::from(c.cost));
-                c.cost = if self.remove_dp {
-                    0
-                } else {
-                    (f64::from(c.cost) * npt).round() as u32
-                };
-            }
-            Event::Clock(s) => s.offset_ns = 0.0,
-            _ => {}
+        crate::times::for_each_time(e, |t| *t = to_out(*t, cur));
+        if let Event::Clock(s) = e {
+            s.offset_ns = 0.0;
         }
-        Some(e)
     }
 }
 
@@ -254,7 +278,7 @@ fn run_pass(
     metas: &[RankMeta],
     remove: Option<Remove>,
     repair: bool,
-    on_event: impl FnMut(usize, Event),
+    on_event: impl FnMut(usize, &Event),
     on_match: impl FnMut(&MessageMatch),
 ) -> Result<PassResult, TraceError> {
     let open: Vec<OpenRank> = trace
@@ -308,7 +332,7 @@ pub fn check_happened_before(trace: &Trace) -> Result<HbReport, TraceError> {
 struct LaneOut {
     rank_slot: usize,
     stream: u32,
-    buf: RawBuf,
+    buf: EventBuf,
     events: usize,
     seq: u64,
 }
@@ -361,7 +385,7 @@ pub fn reconstruct(
                 .position(|r| r.rank == id.rank)
                 .unwrap_or(0),
             stream: id.stream,
-            buf: RawBuf::new(),
+            buf: EventBuf::new(),
             events: 0,
             seq: 0,
         })
@@ -379,7 +403,7 @@ pub fn reconstruct(
         opts.hb,
         |li, e| {
             let lane = &mut lanes[li];
-            lane.buf.push_event(&e);
+            lane.buf.push(e);
             lane.events += 1;
             done += 1;
             if lane.events >= chunk_events && write_error.is_none() {
@@ -439,7 +463,7 @@ impl LaneOut {
         writers: &mut [RankOut],
     ) -> Result<(), RebuildError> {
         let out = &mut writers[self.rank_slot];
-        let chunk = encoder.encode(out.rank, self.stream, self.seq, &self.buf);
+        let chunk = encoder.encode_events(out.rank, self.stream, self.seq, &self.buf);
         self.seq += 1;
         self.buf.clear();
         self.events = 0;

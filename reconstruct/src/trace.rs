@@ -166,6 +166,25 @@ pub struct ChunkStats {
 /// returned list, never silently passed over, and never turned into made-up events.
 pub fn for_each_event(
     files: &RankFiles,
+    on_chunk: impl FnMut(&ChunkStats),
+    on_event: impl FnMut(u32, &Event),
+) -> Result<(ClockCalibration, Vec<Skipped>), TraceError> {
+    walk_events(files, false, on_chunk, on_event)
+}
+
+/// Like [`for_each_event`], but hands out only the misc events (everything except calls and
+/// completions), which skips decoding the numeric columns: for passes that want metadata.
+pub fn for_each_misc_event(
+    files: &RankFiles,
+    on_chunk: impl FnMut(&ChunkStats),
+    on_event: impl FnMut(u32, &Event),
+) -> Result<(ClockCalibration, Vec<Skipped>), TraceError> {
+    walk_events(files, true, on_chunk, on_event)
+}
+
+fn walk_events(
+    files: &RankFiles,
+    misc_only: bool,
     mut on_chunk: impl FnMut(&ChunkStats),
     mut on_event: impl FnMut(u32, &Event),
 ) -> Result<(ClockCalibration, Vec<Skipped>), TraceError> {
@@ -187,8 +206,14 @@ pub fn for_each_event(
                         stored_len: chunk.header.stored_len,
                     };
                     on_chunk(&stats);
-                    for e in chunk.events() {
-                        on_event(stats.stream, &e);
+                    if misc_only {
+                        for e in chunk.misc_events() {
+                            on_event(stats.stream, &e);
+                        }
+                    } else {
+                        for e in chunk.events() {
+                            on_event(stats.stream, &e);
+                        }
                     }
                 }
                 Err(e) => {
