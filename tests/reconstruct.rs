@@ -9,9 +9,9 @@ use std::process::Command;
 
 use common::{Mpi, mpi_lock, run_iterative_work, scratch};
 
-/// About 2.4 s per run: each flush costs the program a little afterwards (caches refilled, see
-/// paper-notes/reconstruct.md), so the run is long against its 12 flushes.
-const WORK_UNITS: u64 = 5_400_000;
+/// About 2.4 s per run (~12 ms of register work per iteration): each flush costs the program a
+/// little afterwards (see paper-notes/reconstruct.md), so the run is long against its 12 flushes.
+const WORK_UNITS: u64 = 900_000;
 
 fn cli_json(args: &[&str], dirs: &[&Path]) -> serde_json::Value {
     let out = Command::new(common::evenflush_bin())

@@ -16,15 +16,18 @@ mpich) launch=(mpirun.mpich -bind-to core -np 2) ;;
 esac
 rm -rf "$work"; mkdir -p "$work"
 bash experiments/apps/build.sh "$mpi" "$work/apps" >/dev/null
-# The paper's 520 barriers; a fixed amount of work per iteration (~4 ms here) on 1 MiB of program
-# memory, which stays in cache: memory-bound work varies by ±10 % from run to run on this VM, which
-# would drown the effect measured; 64 KiB of records per iteration.
-app=("$work/apps/iterative" --iterations 520 --work-units 1800000 --mem 1 --record-bytes 65536)
+# The paper's 520 barriers; a fixed amount of register-only work per iteration (`--mem 0`, ~4 ms
+# here): memory-bound work varies by ±10 % from run to run on this VM (caches and memory bandwidth
+# shared with other tenants), which would drown the effect measured; register work by ~1 %.
+# 64 KiB of records per iteration. MEM=1 gives the cache-resident memory-bound variant instead.
+if [ "${MEM:-0}" = 0 ]; then work_args=(--work-units 320000 --mem 0); else work_args=(--work-units 1800000 --mem "$MEM"); fi
+app=("$work/apps/iterative" --iterations 520 "${work_args[@]}" --record-bytes 65536)
 json() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin)
 for k in sys.argv[1:]: d=d[k]
 print(d)' "$@"; }
 errors=()
 fig8=()
+refs=()
 for i in $(seq "$pairs"); do
   $ef run --out "$work/ref$i" --mode off -- "${launch[@]}" "${app[@]}" >/dev/null
   $ef run --out "$work/off$i" --mode dynamic --threshold 2MiB -- "${launch[@]}" "${app[@]}" >/dev/null
@@ -32,6 +35,7 @@ for i in $(seq "$pairs"); do
   cmp=$($ef compare "$work/ref$i" "$work/off$i.rec" --json)
   err=$(echo "$cmp" | json total_error_pct)
   errors+=("$err")
+  refs+=("$(echo "$cmp" | json reference_total_s)")
   # The paper's Fig. 8: barrier durations of the reconstructed run against the reference's.
   barrier=$(echo "$cmp" | json per_function MPI_Barrier distribution_within_10us)
   fig8+=("$barrier")
@@ -44,3 +48,8 @@ printf "%s\n" "${fig8[@]}" | /usr/bin/python3 -c 'import sys,statistics
 v=[float(x) for x in sys.stdin]; print(f"barriers within 10 us of the reference (Q-Q), median over {len(v)} pairs: {100*statistics.median(v):.1f} %, worst {100*min(v):.1f} %")'
 printf "%s\n" "${errors[@]}" | /usr/bin/python3 -c 'import sys,statistics
 v=[abs(float(x)) for x in sys.stdin]; print(f"median |error| over {len(v)} pairs: {statistics.median(v):.3f} %")'
+# The noise floor: what a perfect reconstruction would still show, as the reference runs (the same
+# program, the same work) differ from one another; median over consecutive pairs of references.
+printf "%s\n" "${refs[@]}" | /usr/bin/python3 -c 'import sys,statistics
+v=[float(x) for x in sys.stdin]; d=[abs(b-a)/a*100 for a,b in zip(v,v[1:])]
+print(f"noise floor: reference runs differ from the next by a median {statistics.median(d):.3f} % (range of references {min(v):.3f}-{max(v):.3f} s)" if d else "noise floor: needs 2 pairs")'

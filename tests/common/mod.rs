@@ -334,12 +334,13 @@ pub fn run_iterative_work(
     cmd.args([
         "--iterations",
         &ITERATIONS.to_string(),
-        // A fixed amount of work, not a calibrated time, so that runs compare; on 1 MiB of
-        // program memory, which stays in cache (memory-bound work varies by ±10 % between runs here).
+        // A fixed amount of work, not a calibrated time, so that runs compare; register-only
+        // work (`--mem 0`), whose speed does not depend on caches shared with other processes
+        // (memory-bound work varies by ±10 % between runs here, register work by ~1 %).
         "--work-units",
         &work_units.to_string(),
         "--mem",
-        "1",
+        "0",
     ]);
     cmd.args([
         "--record-bytes",
