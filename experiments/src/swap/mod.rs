@@ -54,6 +54,8 @@ pub struct Options {
     /// The workload binary; `None`: built from experiments/apps into the output directory.
     pub app: Option<PathBuf>,
     pub mpi: MpiImpl,
+    /// Memory-streaming work instead of register work plus page touches.
+    pub memory_bound_work: bool,
     pub mpirun: String,
     pub swap_file: PathBuf,
     pub keep_traces: bool,
@@ -182,6 +184,14 @@ impl MpiImpl {
     }
 }
 
+fn work_description(opts: &Options) -> String {
+    if opts.memory_bound_work {
+        "compute streams through the program memory".into()
+    } else {
+        "compute on registers, every page of the program memory written once per iteration".into()
+    }
+}
+
 fn build_app(out: &Path, mpi: MpiImpl) -> Result<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("apps/build.sh");
     let dir = out.join("apps");
@@ -207,6 +217,7 @@ pub fn report_only(opts: &Options) -> Result<Outcome> {
     let rows = report::from_csv(&text)?;
     let setup = Setup {
         mpi: opts.mpi.name().to_owned(),
+        work: work_description(opts),
         ranks: opts.ranks,
         mem_limit: opts.mem_limit,
         swap: opts.swap,
@@ -284,6 +295,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
     };
     let setup = Setup {
         mpi: opts.mpi.name().to_owned(),
+        work: work_description(opts),
         ranks: opts.ranks,
         mem_limit: opts.mem_limit,
         swap: machine.swap_bytes,
@@ -394,6 +406,9 @@ impl Runner<'_> {
             "--random-payload".into(),
             o.random_payload_mib.to_string(),
         ]);
+        if !o.memory_bound_work {
+            argv.extend(["--touch-pages".into(), "1".into()]);
+        }
         if let Some(units) = work_units {
             argv.push("--work-units".into());
             argv.push(units.to_string());

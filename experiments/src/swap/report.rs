@@ -343,6 +343,8 @@ fn configs_and_sizes(rows: &[Row]) -> (Vec<Config>, Vec<u64>) {
 #[derive(Clone, Debug, Default)]
 pub struct Setup {
     pub mpi: String,
+    /// How the workload computes (memory-streaming or register work with page touches).
+    pub work: String,
     pub ranks: u32,
     pub mem_limit: u64,
     pub swap: u64,
@@ -370,7 +372,7 @@ pub fn to_markdown(rows: &[Row], setup: &Setup, verdict: &Verdict) -> String {
         .collect();
     let _ = writeln!(
         md,
-        "{} ranks ({}); job memory limit {} MiB (cgroup), swap {} MiB; program memory {} MiB per rank; \
+        "{} ranks ({}); {}; job memory limit {} MiB (cgroup), swap {} MiB; program memory {} MiB per rank; \
          {} iterations; thresholds per rank {}; static and noremeasure and local use S1; static Z \
          when flushing = {:.2} s. Times in seconds: the workload's loop time (`total_s`), median \
          (min–max) over the repetitions whose loop finished (a run whose end hit the time cap \
@@ -378,6 +380,7 @@ pub fn to_markdown(rows: &[Row], setup: &Setup, verdict: &Verdict) -> String {
          `evenflush reconstruct --remove both`.\n",
         setup.ranks,
         setup.mpi,
+        setup.work,
         setup.mem_limit >> 20,
         setup.swap >> 20,
         setup.program_mib_per_rank,
@@ -847,6 +850,7 @@ mod tests {
         let rows = synthetic();
         let setup = Setup {
             mpi: "openmpi".into(),
+            work: "register work".into(),
             ranks: 2,
             mem_limit: 300 * MIB,
             swap: 1024 * MIB,
