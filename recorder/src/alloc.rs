@@ -1,18 +1,21 @@
 //! Global allocator of the preload libraries: trace blocks (2 MiB and up) come from their own
-//! 2 MiB-aligned mappings, populated when they are made, and released blocks of the standard size
-//! are kept for the next buffer; everything else comes from the system allocator.
+//! 2 MiB-aligned mappings, and released blocks of the standard size are kept for the next buffer;
+//! everything else comes from the system allocator.
 //!
-//! Why: in-memory tracing touches fresh memory at ~55 bytes per event. Faulting it in lazily with
-//! 4 KiB pages costs a fault every ~75 events (~15-20 ns per event measured on this VM). Huge pages
-//! (`MADV_HUGEPAGE`) make that one fault per block, but with the kernel's default `defrag=madvise`
-//! that fault may compact memory synchronously: the iterations that allocated a block took ~4 ms
-//! longer (p99 of the time between barriers 8.7 ms against 4.2 ms), at unpredictable moments.
-//! Populating the whole block at once (`MADV_POPULATE_WRITE`, one call) costs the same page
-//! clearing without the stalls, and the recording hot path then never faults.
-//! Reusing released blocks matters even more for offload: every flush frees the buffer, and
-//! allocating it anew right after each suspension cost the program time the reconstruction
-//! cannot remove (the indirect perturbation HP'). With the pool, the blocks a flush frees are the
-//! ones the next events go into, already mapped and warm.
+//! Why pool: every flush frees the buffer, and putting the next events into freshly mapped memory
+//! cost the program time right after each suspension that reconstruction cannot remove (the
+//! indirect perturbation HP'): the iteration after a flush ran ~270-300 µs slower (median) than in
+//! the reference; with the pool, +10-40 µs. The blocks a flush frees are the ones the next events go
+//! into, already mapped and warm.
+//!
+//! Why plain pages, faulted in as they are written, although that costs a fault every ~75 events
+//! of a growing buffer: both ways of faulting a block in at once failed here. Huge pages
+//! (`MADV_HUGEPAGE`) fault a whole block at once, but with the kernel's default `defrag=madvise`
+//! that fault may compact memory synchronously: iterations that allocated a block took ~4 ms
+//! longer (p99 of the time between barriers 8.7 ms against a 4.2 ms median), at unpredictable
+//! moments. Populating a block in one call (`MADV_POPULATE_WRITE`) avoids the stalls but, in a
+//! memory cgroup at its limit with swap available, got the job OOM-killed where lazily faulted
+//! pages were swapped out (the swap-versus-offload experiment at M = 1 GiB, 512 MiB limit).
 //! Only the Rust code of the preload library allocates through this; the application's `malloc`
 //! is untouched.
 
@@ -61,8 +64,6 @@ unsafe fn map_huge(size: usize) -> *mut u8 {
         if tail > 0 {
             libc::munmap((aligned + len) as *mut libc::c_void, tail);
         }
-        // Kernels before 5.14 refuse the advice; the block is then faulted in lazily.
-        libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE);
         aligned as *mut u8
     }
 }
