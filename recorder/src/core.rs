@@ -13,7 +13,9 @@
 //!   local flush, or a Wait/Test/receive produced completions (processed after the call's record
 //!   was stored), the whole extra time is measured and charged to the thread's next event (that
 //!   time passes between this event's end and the next one's start, so that is where it perturbs).
-//!   Slow-path measurements are wall time, so a preemption that hits one is included.
+//!   Slow-path measurements are wall time, so a preemption that hits one is included;
+//! - user records and regions (`evenflush_record`, `evenflush_region_*`) have no cost field: their
+//!   whole time in the recorder is charged the same way to the thread's next call.
 //!
 //! The clock read cost is measured at init (minimum of back-to-back reads).
 
