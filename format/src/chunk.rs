@@ -300,21 +300,7 @@ impl ChunkEncoder {
         let mut kind_at = starts[COL_KIND];
         let mut misc_at = starts[COL_MISC];
         let mut prev_end = 0u64;
-        // Values are gathered in small batches and split into planes a batch at a time: the
-        // per-plane loops over a batch vectorise, per-value plane loops do not.
-        let batches = self
-            .batches
-            .get_or_insert_with(|| Box::new(Batches::default()));
-        batches.calls.reset(
-            &planes[..COMPLETION_FIRST],
-            &widths[..COMPLETION_FIRST],
-            s.calls,
-        );
-        batches.completions.reset(
-            &planes[COMPLETION_FIRST..],
-            &widths[COMPLETION_FIRST..],
-            s.completions,
-        );
+        let batches = reset_batches(&mut self.batches, &planes, &widths, s);
         raw.for_each_record(|rec| {
             match rec {
                 RawRecord::Call(c) => {
@@ -351,25 +337,13 @@ impl ChunkEncoder {
         let (planes, widths, starts) = self.lay_out(s);
         let payload = &mut self.payload;
         payload[starts[COL_KIND]..starts[COL_KIND] + buf.kinds.len()].copy_from_slice(&buf.kinds);
-        let batches = self
-            .batches
-            .get_or_insert_with(|| Box::new(Batches::default()));
-        batches.calls.reset(
-            &planes[..COMPLETION_FIRST],
-            &widths[..COMPLETION_FIRST],
-            s.calls,
-        );
+        let batches = reset_batches(&mut self.batches, &planes, &widths, s);
         let mut prev_end = 0u64;
         for c in &buf.calls {
             batches.calls.push(payload, &call_values(c, prev_end));
             prev_end = c.end;
         }
         batches.calls.flush(payload);
-        batches.completions.reset(
-            &planes[COMPLETION_FIRST..],
-            &widths[COMPLETION_FIRST..],
-            s.completions,
-        );
         for c in &buf.completions {
             batches.completions.push(payload, &completion_values(c));
         }
@@ -503,6 +477,29 @@ impl<const COLS: usize> Batch<COLS> {
         self.done += n;
         self.len = 0;
     }
+}
+
+/// The batch buffers of an encoder, made ready for one chunk's call and completion columns.
+/// Values are gathered in small batches and split into planes a batch at a time: the per-plane
+/// loops over a batch vectorise, per-value plane loops do not.
+fn reset_batches<'a>(
+    batches: &'a mut Option<Box<Batches>>,
+    planes: &[usize],
+    widths: &[usize],
+    s: &Survey,
+) -> &'a mut Batches {
+    let batches = batches.get_or_insert_with(|| Box::new(Batches::default()));
+    batches.calls.reset(
+        &planes[..COMPLETION_FIRST],
+        &widths[..COMPLETION_FIRST],
+        s.calls,
+    );
+    batches.completions.reset(
+        &planes[COMPLETION_FIRST..],
+        &widths[COMPLETION_FIRST..],
+        s.completions,
+    );
+    batches
 }
 
 #[derive(Default)]
