@@ -8,17 +8,18 @@
 //! the reference; with the pool, +10-40 µs. The blocks a flush frees are the ones the next events go
 //! into, already mapped and warm.
 //!
-//! Why plain pages, each written once when the block is mapped: faulted in lazily, a growing
-//! buffer takes a fault every ~75 events inside the program's time, unmeasured (it made in-memory
-//! reference runs ~2 % slower than reconstructed offload runs); touched at allocation, the faults
-//! are part of the allocation the recorder measures and charges as its cost (DP). The kernel's
-//! ways of faulting a block in at once failed here. Huge pages
-//! (`MADV_HUGEPAGE`) fault a whole block at once, but with the kernel's default `defrag=madvise`
-//! that fault may compact memory synchronously: iterations that allocated a block took ~4 ms
-//! longer (p99 of the time between barriers 8.7 ms against a 4.2 ms median), at unpredictable
-//! moments. Populating a block in one call (`MADV_POPULATE_WRITE`) avoids the stalls but, in a
-//! memory cgroup at its limit with swap available, got the job OOM-killed where lazily faulted
-//! pages were swapped out (the swap-versus-offload experiment at M = 1 GiB, 512 MiB limit).
+//! Why each block is faulted in completely when it is mapped: faulted in lazily, a growing buffer
+//! takes its faults inside the program's time, unmeasured (it made in-memory reference runs ~2 %
+//! slower than reconstructed offload runs); faulted at allocation, they are part of the
+//! allocation the recorder measures and charges as its cost (DP). Blocks ask for transparent huge
+//! pages, so that is one fault per 2 MiB where the kernel has one to give: with plain pages, 512
+//! faults per block cost ~55 ns per recorded event on this VM (recorder cost 64-152 ns per event
+//! against 26-45 ns). With the kernel's default `defrag=madvise` a huge-page fault may compact
+//! memory synchronously (~4 ms, at unpredictable moments); that time now lands in the measured
+//! allocation too. Blocks are touched with plain writes rather than populated with
+//! `MADV_POPULATE_WRITE`, which, in a memory cgroup at its limit with swap available, got the job
+//! OOM-killed where faulted pages were swapped out (the swap-versus-offload experiment at
+//! M = 1 GiB, 512 MiB limit).
 //! Only the Rust code of the preload library allocates through this; the application's `malloc`
 //! is untouched.
 
@@ -67,10 +68,12 @@ unsafe fn map_huge(size: usize) -> *mut u8 {
         if tail > 0 {
             libc::munmap((aligned + len) as *mut libc::c_void, tail);
         }
-        // Fault every page in now, while the recorder measures this allocation as its own cost
-        // (a slow path charged to DP), rather than one page every ~75 events later, inside the
-        // program's time and unmeasured. Plain writes, not MADV_POPULATE_WRITE: see the module
-        // documentation.
+        // Huge pages where the kernel has them: one fault maps the whole block. Then fault every
+        // page in now (a no-op after a huge-page fault), while the recorder measures this
+        // allocation as its own cost (a slow path charged to DP), rather than one page every ~75
+        // events later, inside the program's time and unmeasured. Plain writes, not
+        // MADV_POPULATE_WRITE: see the module documentation.
+        libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
         let mut page = 0;
         while page < len {
             std::ptr::write_volatile((aligned as *mut u8).add(page), 0);
