@@ -220,7 +220,9 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
     let ((), grew) = buffers::with_buf(tb, |l| {
         let sampled = l.calls < WARMUP_SAMPLES || l.calls.is_multiple_of(SAMPLE_EVERY);
         l.calls += 1;
-        call.cost = clip_u32(l.cost_estimate + l.cost_carry);
+        // Until a sample has settled the estimate (warm-up samples can all be interrupted), one
+        // clock read, which the recorder certainly spent, is the floor of what it charges.
+        call.cost = clip_u32(l.cost_estimate.max(read_cost) + l.cost_carry);
         l.cost_carry = 0;
         let allocated = match l.profile() {
             Some(p) => {
