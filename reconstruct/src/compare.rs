@@ -137,8 +137,9 @@ pub fn compare(reference: &Trace, run: &Trace) -> Result<CompareReport, CompareE
     }
     let mut all_dur = LogHistogram::default();
     let mut all_start = LogHistogram::default();
-    let mut per_function: BTreeMap<String, (u64, LogHistogram)> = BTreeMap::new();
-    let mut distributions: BTreeMap<String, (Durations, Durations)> = BTreeMap::new();
+    // Per function: calls, |duration delta| histogram, and both runs' durations (for the Q–Q share).
+    let mut per_function: BTreeMap<String, (u64, LogHistogram, Durations, Durations)> =
+        BTreeMap::new();
     let (mut dur_10us, mut dur_1ms, mut start_10us, mut start_1ms) = (0u64, 0u64, 0u64, 0u64);
 
     for (rf, rn) in reference.ranks.iter().zip(&run.ranks) {
@@ -209,10 +210,9 @@ pub fn compare(reference: &Trace, run: &Trace) -> Result<CompareReport, CompareE
                 let start_shift = ((ys - b.origin) - (xs - a.origin)).abs().round() as u64;
                 all_dur.add(dur_delta);
                 all_start.add(start_shift);
-                let d = distributions.entry(nx.clone()).or_default();
-                d.0.add((xe - xs).max(0.0).round() as u64);
-                d.1.add((ye - ys).max(0.0).round() as u64);
                 let f = per_function.entry(nx).or_default();
+                f.2.add((xe - xs).max(0.0).round() as u64);
+                f.3.add((ye - ys).max(0.0).round() as u64);
                 f.0 += 1;
                 f.1.add(dur_delta);
                 dur_10us += u64::from(dur_delta <= 10_000);
@@ -239,10 +239,8 @@ pub fn compare(reference: &Trace, run: &Trace) -> Result<CompareReport, CompareE
     };
     report.per_function = per_function
         .into_iter()
-        .map(|(name, (calls, h))| {
-            let distribution_within_10us = distributions
-                .get(&name)
-                .and_then(|(a, b)| qq_share_within(a, b, 10_000));
+        .map(|(name, (calls, h, ref_durations, run_durations))| {
+            let distribution_within_10us = qq_share_within(&ref_durations, &run_durations, 10_000);
             (
                 name,
                 FunctionDelta {

@@ -184,6 +184,22 @@ impl MpiImpl {
     }
 }
 
+/// The setup line of the report: the options, with the swap actually available and static mode's
+/// suspension time as measured (or given).
+fn setup_of(opts: &Options, swap: u64, static_long_s: f64) -> Setup {
+    Setup {
+        mpi: opts.mpi.name().to_owned(),
+        work: work_description(opts),
+        ranks: opts.ranks,
+        mem_limit: opts.mem_limit,
+        swap,
+        program_mib_per_rank: opts.program_mib,
+        iterations: opts.iterations,
+        thresholds: opts.thresholds.clone(),
+        static_long_s,
+    }
+}
+
 fn work_description(opts: &Options) -> String {
     if opts.memory_bound_work {
         "compute streams through the program memory".into()
@@ -215,17 +231,11 @@ pub fn report_only(opts: &Options) -> Result<Outcome> {
     let text =
         fs::read_to_string(&csv_path).with_context(|| format!("reading {}", csv_path.display()))?;
     let rows = report::from_csv(&text)?;
-    let setup = Setup {
-        mpi: opts.mpi.name().to_owned(),
-        work: work_description(opts),
-        ranks: opts.ranks,
-        mem_limit: opts.mem_limit,
-        swap: opts.swap,
-        program_mib_per_rank: opts.program_mib,
-        iterations: opts.iterations,
-        thresholds: opts.thresholds.clone(),
-        static_long_s: opts.static_long.map_or(f64::NAN, |d| d.as_secs_f64()),
-    };
+    let setup = setup_of(
+        opts,
+        opts.swap,
+        opts.static_long.map_or(f64::NAN, |d| d.as_secs_f64()),
+    );
     write_reports(&rows, &setup, &opts.out)
 }
 
@@ -293,17 +303,7 @@ pub fn run(opts: &Options) -> Result<Outcome> {
         Some(d) => d,
         None => measure_static_long(&opts.out, opts.thresholds[0])?,
     };
-    let setup = Setup {
-        mpi: opts.mpi.name().to_owned(),
-        work: work_description(opts),
-        ranks: opts.ranks,
-        mem_limit: opts.mem_limit,
-        swap: machine.swap_bytes,
-        program_mib_per_rank: opts.program_mib,
-        iterations: opts.iterations,
-        thresholds: opts.thresholds.clone(),
-        static_long_s: runner.static_long.as_secs_f64(),
-    };
+    let setup = setup_of(opts, machine.swap_bytes, runner.static_long.as_secs_f64());
 
     let cells = plan::build_matrix(&opts.sizes, &opts.configs, &opts.thresholds, opts.reps);
     let mut progress = Progress::new(cells.len());
