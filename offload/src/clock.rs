@@ -119,9 +119,19 @@ pub fn measure_offsets<T: Transport + ?Sized>(
     tries: usize,
     when: SampleKind,
 ) -> Result<ClockSync, TransportError> {
+    measure_offsets_blocking(transport, ClockScheme::Sequential, tries, when)
+}
+
+/// [`measure_offsets_async`] over a blocking [`Transport`].
+pub fn measure_offsets_blocking<T: Transport + ?Sized>(
+    transport: &mut T,
+    scheme: ClockScheme,
+    tries: usize,
+    when: SampleKind,
+) -> Result<ClockSync, TransportError> {
     block_on(measure_offsets_async(
         &mut Blocking(transport),
-        ClockScheme::Sequential,
+        scheme,
         tries,
         when,
     ))

@@ -48,6 +48,27 @@ impl Mode {
     }
 }
 
+/// How the ranks agree to flush (see `offload::suspension`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// A nonblocking OR-reduction started at one decision point and completed at the next; only a
+    /// "flush" verdict pauses the program.
+    Split,
+    /// The paper's: a blocking OR-allreduce and an equalised suspension at every decision point.
+    Blocking,
+}
+
+impl Decision {
+    pub const NAMES: &'static [&'static str] = &["split", "blocking"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::Split => "split",
+            Decision::Blocking => "blocking",
+        }
+    }
+}
+
 /// Which collectives may start a suspension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SuspendAt {
@@ -87,6 +108,10 @@ pub struct Config {
     pub clock_samples: u32,
     /// How clock offsets are measured (see `offload::clock::ClockScheme`).
     pub clock_scheme: crate::clock::ClockScheme,
+    /// How the ranks agree to flush.
+    pub decision: Decision,
+    /// Split decision: the time aimed for between two decision points.
+    pub decision_interval: Duration,
 }
 
 /// One row of the settings table.
@@ -325,11 +350,35 @@ static SETTINGS: &[Setting] = &[
     Setting {
         flag: "clock-scheme",
         env: "EVENFLUSH_CLOCK_SCHEME",
-        default: "sequential",
-        help: "Clock-offset measurement: sequential (the paper: rank 0 ping-pongs every rank) | tree (parents measure children in parallel; scales to large P)",
+        default: "tree",
+        help: "Clock-offset measurement: tree (parents measure children in parallel; O(log P)) | sequential (the paper: rank 0 ping-pongs every rank in turn; O(P))",
         apply: |c, v| {
             c.clock_scheme = crate::clock::ClockScheme::from_name(v)
                 .ok_or_else(|| "expected sequential or tree".to_string())?;
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "decision",
+        env: "EVENFLUSH_DECISION",
+        default: "split",
+        help: "How ranks agree to flush: split (a nonblocking OR-reduction completed at the next decision point; collectives that do not flush are not paused) | blocking (the paper: a blocking OR-allreduce and a short equalised suspension at every decision point)",
+        apply: |c, v| {
+            c.decision = match v.trim().to_ascii_lowercase().as_str() {
+                "split" => Decision::Split,
+                "blocking" => Decision::Blocking,
+                _ => return Err("expected split or blocking".to_string()),
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "decision-interval",
+        env: "EVENFLUSH_DECISION_INTERVAL",
+        default: "10ms",
+        help: "Split decision: time aimed for between decision points (rank 0 sets how many collectives apart they are); a flush starts at most about two intervals after a buffer passed the threshold. 0 = every eligible collective",
+        apply: |c, v| {
+            c.decision_interval = parse_duration(v)?;
             Ok(())
         },
     },
@@ -369,7 +418,9 @@ impl Config {
             watchdog: Duration::ZERO,
             watchdog_abort: false,
             clock_samples: 1,
-            clock_scheme: crate::clock::ClockScheme::Sequential,
+            clock_scheme: crate::clock::ClockScheme::Tree,
+            decision: Decision::Split,
+            decision_interval: Duration::ZERO,
         };
         for s in SETTINGS {
             let value = lookup(s.env).filter(|v| !v.trim().is_empty());

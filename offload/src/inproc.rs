@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crossbeam::channel::{Receiver, Sender, TryRecvError, unbounded};
 
-use crate::transport::{Tag, Transport, TransportError, sleep_then_spin};
+use crate::transport::{ReduceOp, Tag, Transport, TransportError, sleep_then_spin};
 
 /// Added to every local clock so that negative injected skews never make a reading negative.
 const LOCAL_EPOCH_NS: f64 = 1.0e12;
@@ -24,9 +24,11 @@ const RECV_POLL_NS: u64 = 50_000;
 
 /// Tags of the collectives this transport builds from point-to-point messages; above any tag the
 /// protocol uses.
-const TAG_ALLREDUCE_UP: Tag = u32::MAX - 2;
-const TAG_ALLREDUCE_DOWN: Tag = u32::MAX - 1;
-const TAG_GATHER: Tag = u32::MAX;
+const TAG_ALLREDUCE_UP: Tag = u32::MAX - 4;
+const TAG_ALLREDUCE_DOWN: Tag = u32::MAX - 3;
+const TAG_REDUCE: Tag = u32::MAX - 2;
+const TAG_DECISION_UP: Tag = u32::MAX - 1;
+const TAG_DECISION_DOWN: Tag = u32::MAX;
 
 /// Extra latency for messages sent by a rank within `window_ns` after it last wrote to disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -88,6 +90,8 @@ pub struct InProcRank {
     from: Vec<Receiver<Message>>,
     unmatched: Vec<VecDeque<Message>>,
     last_wake_true_ns: u64,
+    /// Rank 0's own word of the outstanding decision (the others' are in flight to it).
+    decision_word: Option<u64>,
 }
 
 /// Lets a flush callback tell the transport that this rank just finished a disk write, which starts
@@ -159,6 +163,7 @@ pub fn world(config: &InProcConfig) -> Vec<InProcRank> {
             from,
             unmatched: (0..size).map(|_| VecDeque::new()).collect(),
             last_wake_true_ns: 0,
+            decision_word: None,
         })
         .collect()
 }
@@ -268,17 +273,44 @@ impl Transport for InProcRank {
         }
     }
 
-    fn gather_f64(&mut self, value: f64) -> Result<Option<Vec<f64>>, TransportError> {
+    fn reduce_f64(&mut self, value: f64, op: ReduceOp) -> Result<Option<f64>, TransportError> {
         if self.rank == 0 {
-            let mut values = Vec::with_capacity(self.size);
-            values.push(value);
+            let mut result = value;
             for src in 1..self.size {
-                values.push(self.recv_f64(src, TAG_GATHER)?);
+                result = op.apply(result, self.recv_f64(src, TAG_REDUCE)?);
             }
-            Ok(Some(values))
+            Ok(Some(result))
         } else {
-            self.send_f64(0, TAG_GATHER, value)?;
+            self.send_f64(0, TAG_REDUCE, value)?;
             Ok(None)
+        }
+    }
+
+    // Nonblocking in the way that matters to the protocol: starting never waits for another rank
+    // (the words travel as queued messages); only finishing does.
+    fn decision_start(&mut self, word: u64) -> Result<(), TransportError> {
+        if self.rank == 0 {
+            self.decision_word = Some(word);
+            Ok(())
+        } else {
+            self.send_u64(0, TAG_DECISION_UP, word)
+        }
+    }
+
+    fn decision_finish(&mut self) -> Result<u64, TransportError> {
+        if self.rank == 0 {
+            let mut word = self.decision_word.take().ok_or_else(|| {
+                TransportError::Failed("decision finished without being started".into())
+            })?;
+            for src in 1..self.size {
+                word |= self.recv_u64(src, TAG_DECISION_UP)?;
+            }
+            for dst in 1..self.size {
+                self.send_u64(dst, TAG_DECISION_DOWN, word)?;
+            }
+            Ok(word)
+        } else {
+            self.recv_u64(0, TAG_DECISION_DOWN)
         }
     }
 

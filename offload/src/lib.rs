@@ -15,9 +15,13 @@ pub mod suspension;
 pub mod transport;
 pub mod writer;
 
-pub use clock::{ClockScheme, ClockSync, measure_offsets, measure_offsets_async};
-pub use suspension::{FlushReport, Mode, Remedy, Settings, Suspended, Suspender, tree_broadcast};
-pub use transport::{AsyncTransport, Blocking, Tag, Transport, TransportError, block_on};
+pub use clock::{
+    ClockScheme, ClockSync, measure_offsets, measure_offsets_async, measure_offsets_blocking,
+};
+pub use suspension::{
+    Decision, FlushReport, Mode, Remedy, Settings, Suspended, Suspender, tree_broadcast,
+};
+pub use transport::{AsyncTransport, Blocking, ReduceOp, Tag, Transport, TransportError, block_on};
 
 /// Message tags of the protocol. A transport on a private communicator can use them as they are;
 /// anything else it sends must stay clear of `BASE..BASE + 16`. All stay below 32767, the smallest

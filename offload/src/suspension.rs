@@ -1,19 +1,41 @@
 //! The equalised suspension (paper Fig. 3 and Fig. 5), one implementation for every transport.
 //!
-//! Called on every rank right after a blocking collective over all ranks:
+//! # The decision
+//! Called on every rank right after a blocking collective over all ranks. Whether the ranks flush
+//! is an OR over "my buffer holds more than S". Two ways to take it ([`Decision`]):
+//! - **split** (default): a nonblocking OR-reduction is started at one decision point and
+//!   completed at the next one, so a collective that does not flush costs a counter increment, or
+//!   at a decision point one `MPI_Wait` on a reduction that has long finished plus one
+//!   `MPI_Iallreduce` start. Only when the completed reduction says "flush" do all ranks enter the
+//!   equalised suspension, at the same collective. Decision points are every `stride`-th eligible
+//!   collective; rank 0 proposes the stride in the same reduction (its bits are the high half of
+//!   the word, the others contribute zeros there) so that decision points fall about
+//!   [`Settings::decision_interval_ns`] apart, and every rank learns the same stride.
+//! - **blocking** (the paper's): the reduction completes at the collective that started it, and
+//!   every decision point is a suspension, with a short Z when nothing is flushed.
+//!
+//! # The suspension
 //! ```text
-//! t := now; f := buffer_bytes > S; σ := OR-allreduce(f)
-//! if σ: flush                                  (every rank writes its trace)
+//! t := the rank's time when it reached the decision point
+//! if flushing: flush                           (every rank writes its trace)
 //! offsets, m, d := ping-pong (dynamic) | those measured at init (noremeasure)
-//! gather t to rank 0; there t_i += C_i; w := now − min t_i; Z := w + m·⌈log2 P⌉ + d
+//! reduce-min of (t + own offset − error bound) to rank 0; w := now − that; Z := w + m·⌈log2 P⌉ + d
 //! broadcast Z from rank 0 over a binomial tree of point-to-point messages
 //! wait until t + Z (sleep, then spin); overshoot := how far past t + Z we resumed
 //! ```
-//! `⌈log2 P⌉` is the depth of the binomial tree, which is what the broadcast term stands for.
+//! `⌈log2 P⌉` is the depth of the binomial tree, which is what the broadcast term stands for. Every
+//! step is O(log P) messages deep: each rank corrects its own start into rank 0's clock (both
+//! clock schemes tell each rank its own offset), so rank 0 needs the minimum, not every start.
+//! With the tree scheme the start is moved earlier by the rank's error bound, so that w is never
+//! underestimated.
 //!
 //! With [`Settings::clock_scheme`] = [`ClockScheme::Tree`] the offsets are measured along that same
-//! tree (O(log P) instead of O(P) at rank 0), each rank corrects its own start into rank 0's clock,
-//! moved earlier by its accumulated error bound, and rank 0 takes the minimum of what it gathers.
+//! tree (O(log P) instead of O(P) at rank 0).
+//!
+//! # Agreement and errors
+//! A rank whose protocol step failed does not drop out on its own (the others would wait for it
+//! in the next reduction forever): it sets [`WANT_DISABLE`] in its next decision word, and every
+//! rank turns the protocol off at the same decision point ([`Suspender::disabled`]).
 //!
 //! Every entry point has a blocking form (`suspend`, `init`, over a [`Transport`]) and an async form
 //! (`suspend_async`, `init_async`, over an [`AsyncTransport`]); the blocking one drives the async one
@@ -24,23 +46,37 @@
 //! rank 0 and 0 elsewhere (sending it too would lengthen the broadcast Z depends on).
 //! Clock samples of a re-measurement are returned with the record for the trace.
 //!
+//! # Clock offsets
+//! In split mode they are measured at init, at flushing suspensions and at finalize, never at a
+//! collective that does not flush; the reader interpolates between samples (linear drift).
+//!
 //! # The post-write lateness remedy
 //! The paper found that right after a disk write messages are slower than the m it measured, so Z
 //! reached some ranks after their own `t + Z` had passed and their suspension came out longer. In the
 //! faithful variant the offsets, m and d are measured before the write. [`Remedy`] offers two fixes:
 //! measure them after the write (so m sees the slow network), and add a margin learnt from how late
-//! ranks resumed in the previous flushing suspensions (fed back to rank 0 by one extra gather in
-//! flushing suspensions only).
+//! ranks resumed in the previous flushing suspensions (fed back to rank 0 by one extra max-reduction
+//! in flushing suspensions only).
 
 use format::{ClockSample, SampleKind, Suspension};
 
 use crate::clock::{ClockScheme, ClockSync, measure_offsets_async};
 use crate::protocol_tags::SUSPENSION_Z;
-use crate::transport::{AsyncTransport, Blocking, Transport, TransportError, block_on};
+use crate::transport::{AsyncTransport, Blocking, ReduceOp, Transport, TransportError, block_on};
 
 /// How trace offloading is coordinated (the run setting). `Profile` keeps no event trace, so the
 /// protocol treats it like `Off`.
-pub use crate::config::Mode;
+pub use crate::config::{Decision, Mode};
+
+/// Bit of the decision word: this rank holds more than S.
+pub const WANT_FLUSH: u64 = 1;
+/// Bit of the decision word: this rank's protocol failed; every rank turns it off here.
+pub const WANT_DISABLE: u64 = 2;
+/// Rank 0's proposed stride sits in the high half of the decision word.
+const STRIDE_SHIFT: u32 = 32;
+/// Largest stride between decision points: enough for sub-microsecond collectives at any sane
+/// interval, and it fits the high half of the word.
+pub const MAX_STRIDE: u64 = 1 << 24;
 
 /// Fixes for Z arriving late right after a write. [`Remedy::FAITHFUL`] is the paper's behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,6 +134,11 @@ pub struct Settings {
     pub remedy: Remedy,
     /// How clock offsets are measured (the paper's sequential ping-pong, or the scalable tree).
     pub clock_scheme: ClockScheme,
+    /// Split (nonblocking) or the paper's blocking decision.
+    pub decision: Decision,
+    /// Split decision: the time rank 0 aims for between decision points (0: every eligible
+    /// collective is one).
+    pub decision_interval_ns: u64,
 }
 
 impl Default for Settings {
@@ -110,7 +151,9 @@ impl Default for Settings {
             static_long_ns: 40_000_000_000,
             clock_tries: 3,
             remedy: Remedy::default(),
-            clock_scheme: ClockScheme::Sequential,
+            clock_scheme: ClockScheme::Tree,
+            decision: Decision::Split,
+            decision_interval_ns: 10_000_000,
         }
     }
 }
@@ -127,6 +170,8 @@ impl Settings {
             clock_tries: config.clock_samples.max(1) as usize,
             remedy: Remedy::default(),
             clock_scheme: config.clock_scheme,
+            decision: config.decision,
+            decision_interval_ns: config.decision_interval.as_nanos() as u64,
         }
     }
 }
@@ -162,6 +207,20 @@ pub struct Suspender {
     last_flush_z_lateness_ns: f64,
     /// On rank 0: margin added to Z of the latest flushing suspension.
     flush_margin_ns: f64,
+    /// Split decision: eligible collectives considered so far (those `every` lets through).
+    considered: u64,
+    /// Split decision: the `considered` count at which the next decision point falls.
+    next_decision_at: u64,
+    /// Split decision: collectives between the previous decision point and the next.
+    stride: u64,
+    /// A decision reduction was started and not yet completed.
+    decision_pending: bool,
+    /// Rank 0: its clock when the previous decision interval began (sets the next stride).
+    interval_began_ns: Option<u64>,
+    /// A protocol step failed here: ask every rank to turn the protocol off.
+    disable_requested: bool,
+    /// Every rank agreed to turn the protocol off; it does nothing from here on.
+    disabled: bool,
 }
 
 fn tree_depth(size: usize) -> u32 {
@@ -236,9 +295,51 @@ impl Suspender {
             eligible: 0,
             seq: 0,
             init_sync: None,
-            last_flush_z_lateness_ns: f64::NAN,
+            last_flush_z_lateness_ns: f64::NEG_INFINITY,
             flush_margin_ns: 0.0,
+            considered: 0,
+            next_decision_at: 1,
+            stride: 1,
+            decision_pending: false,
+            interval_began_ns: None,
+            disable_requested: false,
+            disabled: false,
         }
+    }
+
+    /// Every rank turned the protocol off together (one of them had asked for it).
+    pub fn disabled(&self) -> bool {
+        self.disabled
+    }
+
+    /// A protocol step failed on this rank: its next decision word asks every rank to stop.
+    pub fn request_disable(&mut self) {
+        self.disable_requested = true;
+    }
+
+    /// The stride agreed for the current decision interval (split decision).
+    pub fn stride(&self) -> u64 {
+        self.stride
+    }
+
+    /// Completes an outstanding decision reduction. Collective: every rank calls it before the
+    /// transport goes away (at `MPI_Finalize`), so no reduction is left half-done.
+    pub fn close<T: Transport + ?Sized>(
+        &mut self,
+        transport: &mut T,
+    ) -> Result<(), TransportError> {
+        block_on(self.close_async(&mut Blocking(transport)))
+    }
+
+    /// [`Suspender::close`] over any [`AsyncTransport`].
+    pub async fn close_async<A: AsyncTransport>(
+        &mut self,
+        transport: &mut A,
+    ) -> Result<(), TransportError> {
+        if std::mem::take(&mut self.decision_pending) {
+            transport.decision_finish().await?;
+        }
+        Ok(())
     }
 
     pub fn settings(&self) -> &Settings {
@@ -281,9 +382,10 @@ impl Suspender {
         }
     }
 
-    /// Runs one suspension after a collective, if this one is due. `buffer_bytes` is what this rank
-    /// holds in memory; `flush` writes it all and says how much it wrote. Returns `None` when nothing
-    /// happened (mode `Off`, not the n-th collective, or `Local` below the threshold).
+    /// Runs the protocol after a collective. `buffer_bytes` is what this rank holds in memory;
+    /// `flush` writes it all and says how much it wrote. Returns the suspension when there was one,
+    /// `None` when nothing paused this rank (mode `Off`, not a decision point, a split decision
+    /// without a flush, `Local` below the threshold, or the protocol turned off).
     ///
     /// Every rank must call this at the same collectives; in `Local` mode it is not collective.
     pub fn suspend<T: Transport + ?Sized>(
@@ -302,25 +404,142 @@ impl Suspender {
         buffer_bytes: u64,
         flush: &mut dyn FnMut() -> FlushReport,
     ) -> Result<Option<Suspended>, TransportError> {
-        if matches!(self.settings.mode, Mode::Off | Mode::Profile) {
+        if self.disabled || matches!(self.settings.mode, Mode::Off | Mode::Profile) {
             return Ok(None);
         }
         self.eligible += 1;
         if !self.eligible.is_multiple_of(self.settings.every) {
             return Ok(None);
         }
-        match self.settings.mode {
-            Mode::Off | Mode::Profile => Ok(None),
-            Mode::Local => Ok(self.local_flush(transport, buffer_bytes, flush).await),
-            Mode::Static => self
-                .static_suspension(transport, buffer_bytes, flush)
-                .await
-                .map(Some),
-            Mode::Dynamic | Mode::NoRemeasure => self
-                .dynamic_suspension(transport, buffer_bytes, flush)
-                .await
-                .map(Some),
+        match (self.settings.mode, self.settings.decision) {
+            (Mode::Off | Mode::Profile, _) => Ok(None),
+            (Mode::Local, _) => Ok(self.local_flush(transport, buffer_bytes, flush).await),
+            (_, Decision::Blocking) => self.blocking_decision(transport, buffer_bytes, flush).await,
+            (_, Decision::Split) => self.split_decision(transport, buffer_bytes, flush).await,
         }
+    }
+
+    fn decision_word(&self, buffer_bytes: u64) -> u64 {
+        let mut word = 0;
+        if buffer_bytes > self.settings.threshold_bytes {
+            word |= WANT_FLUSH;
+        }
+        if self.disable_requested {
+            word |= WANT_DISABLE;
+        }
+        word
+    }
+
+    /// The paper's decision: the reduction completes at the collective that started it, and every
+    /// decision point is an equalised suspension (short when nothing is flushed).
+    async fn blocking_decision<A: AsyncTransport>(
+        &mut self,
+        transport: &mut A,
+        buffer_bytes: u64,
+        flush: &mut dyn FnMut() -> FlushReport,
+    ) -> Result<Option<Suspended>, TransportError> {
+        let start = transport.now();
+        transport
+            .decision_start(self.decision_word(buffer_bytes))
+            .await?;
+        let verdict = transport.decision_finish().await?;
+        if verdict & WANT_DISABLE != 0 {
+            self.disabled = true;
+            return Ok(None);
+        }
+        let flushing = verdict & WANT_FLUSH != 0;
+        self.equalised(transport, start, flushing, flush)
+            .await
+            .map(Some)
+    }
+
+    /// The split decision (see the module docs): complete the reduction started at the previous
+    /// decision point, suspend if it says so, start the next one.
+    async fn split_decision<A: AsyncTransport>(
+        &mut self,
+        transport: &mut A,
+        buffer_bytes: u64,
+        flush: &mut dyn FnMut() -> FlushReport,
+    ) -> Result<Option<Suspended>, TransportError> {
+        self.considered += 1;
+        if self.considered < self.next_decision_at {
+            return Ok(None);
+        }
+        let start = transport.now();
+        let verdict = if std::mem::take(&mut self.decision_pending) {
+            transport.decision_finish().await?
+        } else {
+            0
+        };
+        if verdict & WANT_DISABLE != 0 {
+            self.disabled = true;
+            return Ok(None);
+        }
+        // Rank 0 times the interval that ends here, before the verdict's stride replaces it.
+        let proposal = if transport.rank() == 0 {
+            self.propose_stride(start)
+        } else {
+            0
+        };
+        self.stride = (verdict >> STRIDE_SHIFT).clamp(1, MAX_STRIDE);
+        let suspended = if verdict & WANT_FLUSH != 0 {
+            // After a failed suspension this rank still starts the next decision, so that it
+            // stays in step with the others and can ask them all to stop.
+            match self.equalised(transport, start, true, flush).await {
+                Ok(done) => Ok(Some(done)),
+                Err(e) => {
+                    self.disable_requested = true;
+                    Err(e)
+                }
+            }
+        } else {
+            Ok(None)
+        };
+        let flushed = matches!(suspended, Ok(Some(_)));
+        let held = if flushed { 0 } else { buffer_bytes };
+        if transport.rank() == 0 {
+            // The suspension is not part of the application's interval.
+            self.interval_began_ns = Some(transport.now());
+        }
+        let word = self.decision_word(held) | (proposal << STRIDE_SHIFT);
+        transport.decision_start(word).await?;
+        self.decision_pending = true;
+        self.next_decision_at = self.considered + self.stride;
+        suspended
+    }
+
+    /// Rank 0's proposal for the stride after next: the current stride scaled so that decision
+    /// points fall [`Settings::decision_interval_ns`] apart, growing at most twofold per decision
+    /// (a burst of fast collectives must not push the next decision far into a slow phase).
+    fn propose_stride(&mut self, now: u64) -> u64 {
+        let target = self.settings.decision_interval_ns;
+        match self.interval_began_ns {
+            Some(began) if target > 0 => {
+                let elapsed = now.saturating_sub(began).max(1);
+                let ideal = self.stride as f64 * target as f64 / elapsed as f64;
+                (ideal as u64).clamp(1, (self.stride * 2).min(MAX_STRIDE))
+            }
+            _ => 1,
+        }
+    }
+
+    /// The equalised suspension of the run's mode, at a decision point every rank reached.
+    async fn equalised<A: AsyncTransport>(
+        &mut self,
+        transport: &mut A,
+        start: u64,
+        flushing: bool,
+        flush: &mut dyn FnMut() -> FlushReport,
+    ) -> Result<Suspended, TransportError> {
+        if self.settings.mode == Mode::Static {
+            return Ok(self
+                .static_suspension(transport, start, flushing, flush)
+                .await);
+        }
+        // The paper re-measures at every suspension; the split decision only suspends to flush.
+        let remeasure = self.settings.mode == Mode::Dynamic;
+        self.dynamic_suspension(transport, start, flushing, remeasure, flush)
+            .await
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -371,13 +590,10 @@ impl Suspender {
     async fn static_suspension<A: AsyncTransport>(
         &mut self,
         transport: &mut A,
-        buffer_bytes: u64,
+        start: u64,
+        flushing: bool,
         flush: &mut dyn FnMut() -> FlushReport,
-    ) -> Result<Suspended, TransportError> {
-        let start = transport.now();
-        let flushing = transport
-            .allreduce_or(buffer_bytes > self.settings.threshold_bytes)
-            .await?;
+    ) -> Suspended {
         let (report, write_ns) = if flushing {
             Self::timed_flush(transport, flush).await
         } else {
@@ -395,7 +611,7 @@ impl Suspender {
             .init_sync
             .as_ref()
             .map_or((0.0, 0.0, 0.0), |s| (s.m_ns, s.d_ns, s.own.offset_ns));
-        Ok(Suspended {
+        Suspended {
             record: Suspension {
                 seq: self.next_seq(),
                 start: transport.to_tick(start),
@@ -413,7 +629,7 @@ impl Suspender {
             },
             clock_sample: None,
             clock_sync_ns: 0,
-        })
+        }
     }
 
     async fn measure_now<A: AsyncTransport>(
@@ -434,14 +650,11 @@ impl Suspender {
     async fn dynamic_suspension<A: AsyncTransport>(
         &mut self,
         transport: &mut A,
-        buffer_bytes: u64,
+        start: u64,
+        flushing: bool,
+        remeasure: bool,
         flush: &mut dyn FnMut() -> FlushReport,
     ) -> Result<Suspended, TransportError> {
-        let start = transport.now();
-        let flushing = transport
-            .allreduce_or(buffer_bytes > self.settings.threshold_bytes)
-            .await?;
-        let remeasure = self.settings.mode == Mode::Dynamic;
         let measure_late = flushing && self.settings.remedy.measure_after_write;
 
         let mut fresh = None;
@@ -469,40 +682,30 @@ impl Suspender {
         };
 
         if flushing && self.settings.remedy.lateness_margin {
-            let lateness = transport.gather_f64(self.last_flush_z_lateness_ns).await?;
-            if let Some(lateness) = lateness {
-                // f64::max skips the NaN of ranks (or runs) without an earlier flush.
-                let worst = lateness.into_iter().fold(f64::NAN, f64::max);
-                if !worst.is_nan() {
-                    // The margin that would have made the latest rank just in time; it shrinks again
-                    // when Z arrived early everywhere.
-                    self.flush_margin_ns = (self.flush_margin_ns + worst).max(0.0);
-                }
+            let worst = transport
+                .reduce_f64(self.last_flush_z_lateness_ns, ReduceOp::Max)
+                .await?;
+            // −∞ everywhere: no rank has flushed before.
+            if let Some(worst) = worst.filter(|w| w.is_finite()) {
+                // The margin that would have made the latest rank just in time; it shrinks again
+                // when Z arrived early everywhere.
+                self.flush_margin_ns = (self.flush_margin_ns + worst).max(0.0);
             }
         }
 
-        // The paper's scheme corrects the starts at rank 0, which knows every offset; with the tree
-        // scheme only each rank knows its own, so it sends its start already in rank 0's clock,
-        // moved earlier by its error bound so that w is never underestimated.
-        let root_corrects = self.settings.clock_scheme == ClockScheme::Sequential;
-        let sent_start = if root_corrects {
-            start as f64
-        } else {
-            start as f64 + sync.own.offset_ns - sync.error_bound_ns
+        // Each rank sends its start already in rank 0's clock; rank 0 needs only the earliest. The
+        // tree scheme's offsets compound an error over ⌈log2 P⌉ hops, so there the start moves
+        // earlier by the rank's bound and w is never underestimated; the sequential scheme keeps
+        // the paper's midpoint estimate.
+        let bound = match self.settings.clock_scheme {
+            ClockScheme::Tree => sync.error_bound_ns,
+            ClockScheme::Sequential => 0.0,
         };
-        let starts = transport.gather_f64(sent_start).await?;
+        let corrected_start = start as f64 + sync.own.offset_ns - bound;
+        let earliest = transport.reduce_f64(corrected_start, ReduceOp::Min).await?;
         let mut w_ns = 0u64;
-        let z_ns = match starts {
-            Some(starts) => {
-                let earliest = if root_corrects {
-                    starts
-                        .iter()
-                        .zip(&sync.offsets_ns)
-                        .map(|(t, c)| t + c)
-                        .fold(f64::INFINITY, f64::min)
-                } else {
-                    starts.iter().copied().fold(f64::INFINITY, f64::min)
-                };
+        let z_ns = match earliest {
+            Some(earliest) => {
                 w_ns = (transport.now() as f64 - earliest).max(0.0) as u64;
                 let margin = if flushing && self.settings.remedy.lateness_margin {
                     self.flush_margin_ns

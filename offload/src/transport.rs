@@ -36,10 +36,29 @@ pub enum TransportError {
     Failed(String),
 }
 
+/// Which reduction [`Transport::reduce_f64`] applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Min,
+    Max,
+}
+
+impl ReduceOp {
+    pub fn apply(self, a: f64, b: f64) -> f64 {
+        match self {
+            ReduceOp::Min => a.min(b),
+            ReduceOp::Max => a.max(b),
+        }
+    }
+}
+
 /// The few collective and point-to-point operations the suspension protocol is built from.
 ///
 /// Each of them maps onto one MPI call on a private communicator: `MPI_Allreduce(MPI_INT, MPI_LOR)`,
-/// `MPI_Gather(MPI_DOUBLE)` to rank 0, `MPI_Send`/`MPI_Recv` of one `MPI_UINT64_T`, `MPI_Barrier`.
+/// `MPI_Reduce(MPI_DOUBLE, MPI_MIN | MPI_MAX)` to rank 0, `MPI_Iallreduce(MPI_UINT64_T, MPI_BOR)`
+/// and `MPI_Wait` for the decision, `MPI_Send`/`MPI_Recv` of one `MPI_UINT64_T`, `MPI_Barrier`.
+/// Every collective here is O(log P) messages deep in the MPI libraries' algorithms; nothing
+/// gathers P values anywhere.
 pub trait Transport {
     /// This rank, `0..size()`.
     fn rank(&self) -> usize;
@@ -57,8 +76,14 @@ pub trait Transport {
     fn barrier(&mut self) -> Result<(), TransportError>;
     /// Logical OR of `flag` over all ranks, known on every rank.
     fn allreduce_or(&mut self, flag: bool) -> Result<bool, TransportError>;
-    /// Gathers one value per rank to rank 0: `Some(values in rank order)` on rank 0, `None` elsewhere.
-    fn gather_f64(&mut self, value: f64) -> Result<Option<Vec<f64>>, TransportError>;
+    /// Reduces one value per rank to rank 0: `Some(result)` on rank 0, `None` elsewhere.
+    fn reduce_f64(&mut self, value: f64, op: ReduceOp) -> Result<Option<f64>, TransportError>;
+    /// Starts a nonblocking bitwise-OR reduction of `word` over all ranks (the split decision). At
+    /// most one is outstanding; [`Transport::decision_finish`] completes it. Every rank starts it at
+    /// the same point of its sequence of collectives.
+    fn decision_start(&mut self, word: u64) -> Result<(), TransportError>;
+    /// Completes the reduction started by [`Transport::decision_start`]; every rank gets the OR.
+    fn decision_finish(&mut self) -> Result<u64, TransportError>;
     /// Sends one small value to `dest`. Must not wait for the matching receive longer than an eager
     /// MPI send of 8 bytes would.
     fn send_u64(&mut self, dest: usize, tag: Tag, value: u64) -> Result<(), TransportError>;
@@ -121,10 +146,13 @@ pub trait AsyncTransport {
     }
     fn barrier(&mut self) -> impl Future<Output = Result<(), TransportError>>;
     fn allreduce_or(&mut self, flag: bool) -> impl Future<Output = Result<bool, TransportError>>;
-    fn gather_f64(
+    fn reduce_f64(
         &mut self,
         value: f64,
-    ) -> impl Future<Output = Result<Option<Vec<f64>>, TransportError>>;
+        op: ReduceOp,
+    ) -> impl Future<Output = Result<Option<f64>, TransportError>>;
+    fn decision_start(&mut self, word: u64) -> impl Future<Output = Result<(), TransportError>>;
+    fn decision_finish(&mut self) -> impl Future<Output = Result<u64, TransportError>>;
     fn send_u64(
         &mut self,
         dest: usize,
@@ -185,8 +213,18 @@ impl<T: Transport + ?Sized> AsyncTransport for Blocking<'_, T> {
     async fn allreduce_or(&mut self, flag: bool) -> Result<bool, TransportError> {
         self.0.allreduce_or(flag)
     }
-    async fn gather_f64(&mut self, value: f64) -> Result<Option<Vec<f64>>, TransportError> {
-        self.0.gather_f64(value)
+    async fn reduce_f64(
+        &mut self,
+        value: f64,
+        op: ReduceOp,
+    ) -> Result<Option<f64>, TransportError> {
+        self.0.reduce_f64(value, op)
+    }
+    async fn decision_start(&mut self, word: u64) -> Result<(), TransportError> {
+        self.0.decision_start(word)
+    }
+    async fn decision_finish(&mut self) -> Result<u64, TransportError> {
+        self.0.decision_finish()
     }
     async fn send_u64(&mut self, dest: usize, tag: Tag, value: u64) -> Result<(), TransportError> {
         self.0.send_u64(dest, tag, value)

@@ -9,14 +9,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use format::SampleKind;
 use offload::inproc::{self, InProcConfig, InProcRank, SlowAfterWrite, injected_offset_ns};
-use offload::{FlushReport, Mode, Remedy, Settings, Suspended, Suspender, Transport};
+use offload::{
+    ClockScheme, Decision, FlushReport, Mode, Remedy, Settings, Suspended, Suspender, Transport,
+};
 
 const MS: u64 = 1_000_000;
 
+/// The paper's protocol: a blocking decision and a suspension at every collective, sequential
+/// clock measurement. The split decision has tests of its own below.
 fn settings(mode: Mode) -> Settings {
     Settings {
         mode,
         threshold_bytes: 1000,
+        decision: Decision::Blocking,
+        clock_scheme: ClockScheme::Sequential,
         ..Settings::default()
     }
 }

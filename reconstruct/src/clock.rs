@@ -20,6 +20,8 @@ pub struct RankMeta {
     pub clock: ClockCalibration,
     pub samples: Vec<ClockSample>,
     pub suspensions: Vec<Suspension>,
+    /// The stream (thread) that recorded each suspension: the one it paused.
+    pub suspension_streams: Vec<u32>,
     pub init_done: Option<u64>,
     pub finalize_start: Option<u64>,
     pub functions: HashMap<FunctionId, String>,
@@ -45,9 +47,12 @@ pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
             streams.insert(chunk.stream);
             events += chunk.events;
         },
-        |_stream, event| match event {
+        |stream, event| match event {
             Event::Clock(s) => meta.samples.push(*s),
-            Event::Suspension(s) => meta.suspensions.push(s.clone()),
+            Event::Suspension(s) => {
+                meta.suspensions.push(s.clone());
+                meta.suspension_streams.push(stream);
+            }
             Event::Marker(Marker::InitDone { time }) => {
                 meta.init_done.get_or_insert(*time);
             }
@@ -103,7 +108,21 @@ pub struct MapCursor {
 }
 
 impl TimeMap {
+    /// The rank's map with every suspension of the rank collapsed.
     pub fn new(meta: &RankMeta) -> TimeMap {
+        Self::with_suspensions(meta, |_| true)
+    }
+
+    /// The map of one stream (thread) of the rank: only the suspensions that paused that thread
+    /// are collapsed. Under `MPI_THREAD_MULTIPLE` the other threads kept running through them.
+    pub fn for_stream(meta: &RankMeta, stream: u32) -> TimeMap {
+        // Traces without stream information for suspensions (none recorded) keep the rank's map.
+        Self::with_suspensions(meta, |k| {
+            meta.suspension_streams.get(k).is_none_or(|&s| s == stream)
+        })
+    }
+
+    fn with_suspensions(meta: &RankMeta, pauses_lane: impl Fn(usize) -> bool) -> TimeMap {
         let ns_per_tick = ns_per_tick(&meta.clock);
         let mut samples: Vec<(u64, f64)> = meta
             .samples
@@ -139,7 +158,9 @@ impl TimeMap {
         let mut sus: Vec<(u64, u64)> = meta
             .suspensions
             .iter()
-            .map(|s| (s.start, s.end.max(s.start)))
+            .enumerate()
+            .filter(|&(k, _)| pauses_lane(k))
+            .map(|(_, s)| (s.start, s.end.max(s.start)))
             .collect();
         sus.sort();
         let mut cur = MapCursor::default();
@@ -288,5 +309,20 @@ mod tests {
         assert_eq!(m.removed_between(200, 400), 10.0);
         assert!(m.inside_suspension(120));
         assert!(!m.inside_suspension(150));
+    }
+
+    #[test]
+    fn a_suspension_collapses_only_the_stream_it_paused() {
+        let mut m = meta(&[], &[(100, 150)]);
+        m.suspension_streams = vec![0];
+        let paused = TimeMap::for_stream(&m, 0);
+        let running = TimeMap::for_stream(&m, 1);
+        let mut c = MapCursor::default();
+        assert_eq!(paused.collapsed_ns(200, &mut c), 150.0);
+        let mut c = MapCursor::default();
+        assert_eq!(running.collapsed_ns(200, &mut c), 200.0);
+        assert!(!running.inside_suspension(120));
+        // The rank-wide map (span, compare) still sees it.
+        assert_eq!(TimeMap::new(&m).removed_between(0, 200), 50.0);
     }
 }

@@ -286,17 +286,23 @@ fn run_pass(
         .iter()
         .map(OpenRank::open)
         .collect::<Result<_, _>>()?;
-    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
     let ids = lane_ids(metas);
+    let rank_index = |id: &LaneId| metas.iter().position(|m| m.rank == id.rank).unwrap_or(0);
+    // One map per lane: a suspension pauses only the thread that ran it.
+    let maps: Vec<TimeMap> = ids
+        .iter()
+        .map(|id| TimeMap::for_stream(&metas[rank_index(id)], id.stream))
+        .collect();
     let marks: Vec<Rc<RefCell<LaneMarks>>> = ids.iter().map(|_| Rc::default()).collect();
     let lanes = ids
         .iter()
         .zip(&marks)
-        .map(|(id, marks)| {
-            let r = metas.iter().position(|m| m.rank == id.rank).unwrap_or(0);
+        .zip(&maps)
+        .map(|((id, marks), map)| {
+            let r = rank_index(id);
             let mapped = Mapped {
                 reader: LaneReader::new(&open[r], id.stream),
-                map: &maps[r],
+                map,
                 cur: MapCursor::default(),
                 remove_dp_prime: remove.is_some_and(Remove::dp_prime),
                 remove_dp: remove.is_some_and(Remove::dp),

@@ -44,10 +44,26 @@ void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     PMPI_Comm_group(MPI_COMM_WORLD, &evf_world_group);
     evf_resolve_fortran_constants();
-    if (!evf_rust_init(rank, size, provided)) return; /* recording disabled: stay inert */
-    /* The private duplicate is made collectively on every rank whether or not the protocol uses
-     * it, so no rank can disagree about its existence. */
-    if (PMPI_Comm_dup(MPI_COMM_WORLD, &evf_tr_comm) == MPI_SUCCESS) {
+    int recording = evf_rust_init(rank, size, provided);
+    /* Every rank makes the private duplicate and takes part in the settings check, recording or
+     * not: both are collective, and a rank that skipped them would leave the others waiting. The
+     * duplicate returns errors instead of aborting, so a failure in the protocol reaches the
+     * recorder (which turns offloading off on every rank together) rather than killing the job. */
+    int have_comm = PMPI_Comm_dup(MPI_COMM_WORLD, &evf_tr_comm) == MPI_SUCCESS;
+    if (have_comm) PMPI_Comm_set_errhandler(evf_tr_comm, MPI_ERRORS_RETURN);
+    uint64_t mine = recording ? evf_rust_settings_fingerprint() : 0;
+    uint64_t both[2] = {mine, ~mine}, highest[2] = {0, 0};
+    int agreed = have_comm &&
+                 PMPI_Allreduce(both, highest, 2, MPI_UINT64_T, MPI_MAX, evf_tr_comm) == MPI_SUCCESS &&
+                 highest[0] == ~highest[1];
+    if (!recording) return; /* recording disabled: stay inert */
+    if (!agreed) {
+        /* Different protocol settings (or a rank not recording) would make ranks disagree about
+         * which collectives suspend: refuse on every rank rather than hang. */
+        evf_rust_refuse(mine, ~highest[1], highest[0]);
+        return;
+    }
+    {
         evf_transport_t t = evf_transport_template;
         t.rank = rank;
         t.size = size;
@@ -347,9 +363,29 @@ static int evf_tr_allreduce_or(int value, int *result)
     return PMPI_Allreduce(&value, result, 1, MPI_INT, MPI_LOR, evf_tr_comm);
 }
 
-static int evf_tr_gather_f64(double value, double *all_at_root)
+static int evf_tr_reduce_f64(double value, int max, double *result_at_root)
 {
-    return PMPI_Gather(&value, 1, MPI_DOUBLE, all_at_root, 1, MPI_DOUBLE, 0, evf_tr_comm);
+    return PMPI_Reduce(&value, result_at_root, 1, MPI_DOUBLE, max ? MPI_MAX : MPI_MIN, 0, evf_tr_comm);
+}
+
+/* The split decision's reduction: started at one decision point, completed at the next. Its
+ * buffers must outlive the call that starts it, hence statics (one outstanding at a time, taken
+ * under the protocol's lock). */
+static MPI_Request evf_decision_request = MPI_REQUEST_NULL;
+static uint64_t evf_decision_word, evf_decision_result;
+
+static int evf_tr_decision_start(uint64_t word)
+{
+    evf_decision_word = word;
+    return PMPI_Iallreduce(&evf_decision_word, &evf_decision_result, 1, MPI_UINT64_T, MPI_BOR, evf_tr_comm,
+                           &evf_decision_request);
+}
+
+static int evf_tr_decision_finish(uint64_t *result)
+{
+    int rc = PMPI_Wait(&evf_decision_request, MPI_STATUS_IGNORE);
+    *result = evf_decision_result;
+    return rc;
 }
 
 static int evf_tr_bcast_f64(double *value, int root) { return PMPI_Bcast(value, 1, MPI_DOUBLE, root, evf_tr_comm); }
@@ -432,7 +468,7 @@ static int evf_file_close(void)
 }
 
 static const evf_transport_t evf_transport_template = {
-    0, 1, evf_tr_barrier, evf_tr_allreduce_or, evf_tr_gather_f64, evf_tr_bcast_f64, evf_tr_bcast_u64,
+    0, 1, evf_tr_barrier, evf_tr_allreduce_or, evf_tr_reduce_f64, evf_tr_decision_start, evf_tr_decision_finish, evf_tr_bcast_f64, evf_tr_bcast_u64,
     evf_tr_send_f64, evf_tr_recv_f64, evf_tr_send_u64, evf_tr_recv_u64,
     evf_file_open, evf_file_write_at, evf_file_set_size, evf_file_sync, evf_file_close,
     MPI_ERR_NO_SPACE, MPI_ERR_QUOTA,

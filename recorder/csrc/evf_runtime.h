@@ -56,7 +56,9 @@ typedef struct {
     int size;
     int (*barrier)(void);
     int (*allreduce_or)(int value, int *result);
-    int (*gather_f64)(double value, double *all_at_root);
+    int (*reduce_f64)(double value, int max, double *result_at_root);
+    int (*decision_start)(uint64_t word);
+    int (*decision_finish)(uint64_t *result);
     int (*bcast_f64)(double *value, int root);
     int (*bcast_u64)(uint64_t *value, int root);
     int (*send_f64)(double value, int dest, int tag);
@@ -81,6 +83,8 @@ typedef struct {
 int evf_rust_pre_init(void);
 int evf_rust_init(int world_rank, int world_size, int thread_level);
 void evf_rust_init_done(uint64_t tick);
+uint64_t evf_rust_settings_fingerprint(void);
+void evf_rust_refuse(uint64_t mine, uint64_t lowest, uint64_t highest);
 void evf_rec_call(const evf_call_t *call);
 void *evf_rust_thread_buf(void);
 void evf_rec_call_on(void *thread_buf, const evf_call_t *call);

@@ -100,6 +100,28 @@ pub extern "C" fn evf_rust_init(
     1
 }
 
+/// The protocol settings every rank must share, as one number the C layer compares across ranks
+/// at init (0 when this process has no session).
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_settings_fingerprint() -> u64 {
+    core::session().map_or(0, |s| protocol::settings_fingerprint(&s.config))
+}
+
+/// The ranks' settings differ (or a rank is not recording): this rank records nothing, so that no
+/// rank waits in a protocol step another rank never takes.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_refuse(mine: u64, lowest: u64, highest: u64) {
+    let rank = core::session().map_or(0, |s| s.rank);
+    if rank == 0 || mine != highest {
+        eprintln!(
+            "evenflush: rank {rank}: the ranks were started with different evenflush settings \
+             (or some rank is not recording: settings fingerprints range from {lowest:#018x} to \
+             {highest:#018x}, this rank has {mine:#018x}); nothing is recorded. Set the same \
+             EVENFLUSH_* variables for every rank (evenflush run does)."
+        );
+    }
+}
+
 /// End of `MPI_Init`: the measured span starts here.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_init_done(tick: u64) {

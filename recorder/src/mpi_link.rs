@@ -12,7 +12,9 @@ pub struct RawTransport {
     pub size: c_int,
     pub barrier: unsafe extern "C" fn() -> c_int,
     pub allreduce_or: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
-    pub gather_f64: unsafe extern "C" fn(f64, *mut f64) -> c_int,
+    pub reduce_f64: unsafe extern "C" fn(f64, c_int, *mut f64) -> c_int,
+    pub decision_start: unsafe extern "C" fn(u64) -> c_int,
+    pub decision_finish: unsafe extern "C" fn(*mut u64) -> c_int,
     pub bcast_f64: unsafe extern "C" fn(*mut f64, c_int) -> c_int,
     pub bcast_u64: unsafe extern "C" fn(*mut u64, c_int) -> c_int,
     pub send_f64: unsafe extern "C" fn(f64, c_int, c_int) -> c_int,
@@ -92,18 +94,21 @@ impl Link {
         check(unsafe { (self.0.allreduce_or)(value as c_int, &mut out) })?;
         Ok(out != 0)
     }
-    /// Gathers one value per rank to rank 0: `Some(values by rank)` there, `None` elsewhere.
-    pub fn gather_f64(&self, value: f64) -> Result<Option<Vec<f64>>, LinkError> {
-        let mut all = vec![
-            0.0;
-            if self.rank() == 0 {
-                self.size().max(1) as usize
-            } else {
-                1
-            }
-        ];
-        check(unsafe { (self.0.gather_f64)(value, all.as_mut_ptr()) })?;
-        Ok((self.rank() == 0).then_some(all))
+    /// Reduces one value per rank (minimum, or maximum with `max`) to rank 0: `Some` there.
+    pub fn reduce_f64(&self, value: f64, max: bool) -> Result<Option<f64>, LinkError> {
+        let mut result = 0.0;
+        check(unsafe { (self.0.reduce_f64)(value, c_int::from(max), &mut result) })?;
+        Ok((self.rank() == 0).then_some(result))
+    }
+    /// Starts the split decision's nonblocking bitwise-OR reduction of `word`.
+    pub fn decision_start(&self, word: u64) -> Result<(), LinkError> {
+        check(unsafe { (self.0.decision_start)(word) })
+    }
+    /// Waits for the reduction [`Link::decision_start`] started; the OR over all ranks.
+    pub fn decision_finish(&self) -> Result<u64, LinkError> {
+        let mut word = 0;
+        check(unsafe { (self.0.decision_finish)(&mut word) })?;
+        Ok(word)
     }
     /// Broadcasts `value` from `root`; returns the root's value on every rank.
     pub fn bcast_f64(&self, value: f64, root: i32) -> Result<f64, LinkError> {
@@ -239,8 +244,19 @@ impl offload::Transport for MpiTransport {
     fn allreduce_or(&mut self, flag: bool) -> Result<bool, offload::TransportError> {
         self.link.allreduce_or(flag).map_err(failed)
     }
-    fn gather_f64(&mut self, value: f64) -> Result<Option<Vec<f64>>, offload::TransportError> {
-        self.link.gather_f64(value).map_err(failed)
+    fn reduce_f64(
+        &mut self,
+        value: f64,
+        op: offload::transport::ReduceOp,
+    ) -> Result<Option<f64>, offload::TransportError> {
+        let max = op == offload::transport::ReduceOp::Max;
+        self.link.reduce_f64(value, max).map_err(failed)
+    }
+    fn decision_start(&mut self, word: u64) -> Result<(), offload::TransportError> {
+        self.link.decision_start(word).map_err(failed)
+    }
+    fn decision_finish(&mut self) -> Result<u64, offload::TransportError> {
+        self.link.decision_finish().map_err(failed)
     }
     fn send_u64(
         &mut self,
@@ -267,7 +283,9 @@ pub fn self_check() -> Result<String, offload::TransportError> {
         .ok_or_else(|| offload::TransportError::Failed("no transport".into()))?;
     let (rank, size) = (t.rank(), t.size());
     let any_odd = t.allreduce_or(rank % 2 == 1)?;
-    let gathered = t.gather_f64(rank as f64)?;
+    let highest = t.reduce_f64(rank as f64, offload::transport::ReduceOp::Max)?;
+    t.decision_start(1 << rank.min(63))?;
+    let word = t.decision_finish()?;
     if size > 1 {
         let next = (rank + 1) % size;
         let prev = (rank + size - 1) % size;
@@ -298,6 +316,6 @@ pub fn self_check() -> Result<String, offload::TransportError> {
     let t0 = t.now();
     let tick = t.to_tick(t0);
     Ok(format!(
-        "rank {rank}/{size}: allreduce_or={any_odd} gather={gathered:?} bcast={root_value} now={t0}ns tick={tick}"
+        "rank {rank}/{size}: allreduce_or={any_odd} reduce_max={highest:?} decision={word:#x} bcast={root_value} now={t0}ns tick={tick}"
     ))
 }

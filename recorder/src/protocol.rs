@@ -1,26 +1,39 @@
 //! Where the offload protocol (the `offload` crate) runs inside a rank: the initial clock-offset
-//! measurement at the end of `MPI_Init`, an equalised suspension after blocking collectives over all
-//! ranks, a local flush in mode `local`, and the final offset measurement at `MPI_Finalize`.
+//! measurement at the end of `MPI_Init`, the decision (and, when it says so, an equalised
+//! suspension) after blocking collectives over all ranks, a local flush in mode `local`, and the
+//! final offset measurement at `MPI_Finalize`.
 //!
 //! These hooks run inside the wrapper of an MPI call with the C layer's re-entry guard held, so the
 //! protocol's own MPI calls (on the private duplicate of `MPI_COMM_WORLD`) are not recorded. They
-//! never panic, and an error disables the protocol on this rank with a message instead of stopping
-//! the application.
+//! never panic. An error does not turn the protocol off on this rank alone (the others would wait
+//! for it in the next decision): the rank asks, in its next decision word, that every rank turn it
+//! off at the same collective.
 //!
-//! Suspensions are collective: every rank must run the same number of them. They are taken only
-//! on the thread that initialised MPI, because under `MPI_THREAD_MULTIPLE` two threads of a rank
-//! could otherwise run the protocol at once, and the collectives of other threads on
-//! world-congruent communicators need not be matched in the same order on every rank.
+//! Every rank must run the protocol at the same collectives, whichever thread makes them. With
+//! `MPI_THREAD_MULTIPLE` only collectives on `MPI_COMM_WORLD` itself count: the standard makes the
+//! application order the collectives of one communicator identically on every rank, but not those
+//! of different communicators issued from different threads. Below that level every
+//! world-spanning communicator counts, since one thread at a time calls MPI in program order.
+//!
+//! A suspension pauses the thread that made the collective. Other threads of the rank (only under
+//! `MPI_THREAD_MULTIPLE`) keep running; the suspension record is in the pausing thread's stream,
+//! and reconstruct removes the pause from that stream only.
 
-use std::cell::Cell;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use format::{CommId, Event, FunctionId, SampleKind};
-use offload::config::{Mode, SuspendAt};
+use offload::config::{Config, Mode, SuspendAt};
 use offload::{FlushReport, Settings, Suspender};
 
 use crate::mpi_link::MpiTransport;
 use crate::{buffers, core, functions, sink};
+
+/// The C layer's id of `MPI_COMM_WORLD` (`evf_define_comm(0, MPI_COMM_WORLD)`).
+const WORLD_COMM: CommId = 0;
+
+/// `MPI_THREAD_MULTIPLE` in both MPI ABIs this library is built for.
+const MPI_THREAD_MULTIPLE: i32 = 3;
 
 struct Protocol {
     suspender: Suspender,
@@ -28,19 +41,45 @@ struct Protocol {
     barrier_id: Option<FunctionId>,
     suspend_at: SuspendAt,
     clock_tries: usize,
+    /// Only collectives on `MPI_COMM_WORLD` itself count (see the module docs).
+    world_only: bool,
+    /// A protocol step failed here and the rank asked the others to stop with it.
+    failed: bool,
 }
 
 static PROTOCOL: Mutex<Option<Protocol>> = Mutex::new(None);
 
-thread_local! {
-    static INIT_THREAD: Cell<bool> = const { Cell::new(false) };
+/// Whether the protocol is installed: lets the hook after every collective return without a lock
+/// when there is nothing to do.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+fn rank() -> u32 {
+    core::session().map_or(0, |s| s.rank)
 }
 
-fn disable(rank: u32, what: &str, e: impl std::fmt::Display) {
-    eprintln!(
-        "evenflush: rank {rank}: {what} failed: {e}; offloading is off on this rank from here on"
+/// The settings every rank must share for the protocol to stay collective, as one number. The
+/// threshold, limit and output directories may differ between ranks; which collectives suspend,
+/// and how, may not.
+pub fn settings_fingerprint(config: &Config) -> u64 {
+    let shared = format!(
+        "{}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}",
+        config.mode.name(),
+        config.suspend_at,
+        config.suspend_every,
+        config.static_short,
+        config.static_long,
+        config.clock_samples,
+        config.clock_scheme.name(),
+        config.decision.name(),
+        config.decision_interval,
     );
-    *PROTOCOL.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    // FNV-1a: stable across processes and builds, unlike the std hasher's random keys.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in shared.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash.max(1)
 }
 
 /// End of `MPI_Init`: set up the protocol and take the first clock-offset sample (in every mode:
@@ -55,35 +94,45 @@ pub fn on_init_done() {
     let Some(mut transport) = MpiTransport::new() else {
         return;
     };
-    INIT_THREAD.with(|t| t.set(true));
     let settings = Settings::from_config(&session.config);
     let mut suspender = Suspender::new(settings);
     let sample = match suspender.init(&mut transport) {
         Ok(Some(sample)) => Ok(sample),
         // Modes that never suspend collectively still need the offsets for the trace.
-        Ok(None) => {
-            offload::clock::measure_offsets(&mut transport, settings.clock_tries, SampleKind::Init)
-                .map(|sync| sync.own)
-        }
+        Ok(None) => offload::clock::measure_offsets_blocking(
+            &mut transport,
+            settings.clock_scheme,
+            settings.clock_tries,
+            SampleKind::Init,
+        )
+        .map(|sync| sync.own),
         Err(e) => Err(e),
     };
-    match sample {
-        Ok(sample) => core::record_event(&Event::Clock(sample)),
+    let failed = match sample {
+        Ok(sample) => {
+            core::record_event(&Event::Clock(sample));
+            false
+        }
         Err(e) => {
             eprintln!(
-                "evenflush: rank {}: initial clock measurement failed: {e}",
+                "evenflush: rank {}: initial clock measurement failed: {e}; asking every rank to \
+                 turn offloading off",
                 session.rank
             );
-            return;
+            suspender.request_disable();
+            true
         }
-    }
+    };
     *PROTOCOL.lock().unwrap_or_else(|e| e.into_inner()) = Some(Protocol {
         suspender,
         transport,
         barrier_id: functions::id_of("MPI_Barrier"),
         suspend_at: session.config.suspend_at,
         clock_tries: settings.clock_tries,
+        world_only: session.thread_level >= MPI_THREAD_MULTIPLE,
+        failed,
     });
+    RUNNING.store(true, Ordering::Release);
 }
 
 /// Writes everything held now; the suspension's flush.
@@ -98,14 +147,19 @@ fn flush_all() -> FlushReport {
 }
 
 /// Called at the end of every blocking collective (and blocking neighbourhood collective), after
-/// its record was stored.
+/// its record was stored, on whichever thread made it.
 pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
-    if !INIT_THREAD.with(Cell::get) || !crate::comm_spans_world(comm) {
+    if !RUNNING.load(Ordering::Acquire) {
         return;
     }
     let mut guard = PROTOCOL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(p) = guard.as_mut() else { return };
-    if p.suspend_at == SuspendAt::Barrier && Some(func) != p.barrier_id {
+    let eligible = if p.world_only {
+        comm == WORLD_COMM
+    } else {
+        comm == WORLD_COMM || crate::comm_spans_world(comm)
+    };
+    if !eligible || (p.suspend_at == SuspendAt::Barrier && Some(func) != p.barrier_id) {
         return;
     }
     let result = p
@@ -120,9 +174,35 @@ pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
         }
         Ok(None) => {}
         Err(e) => {
-            drop(guard);
-            disable(core::session().map_or(0, |s| s.rank), "the suspension", e);
+            if p.failed {
+                // Even asking the others failed: the private communicator is unusable.
+                eprintln!(
+                    "evenflush: rank {}: the protocol failed again ({e}); offloading is off on \
+                     this rank, and other ranks may stop at their next decision",
+                    rank()
+                );
+                *guard = None;
+                RUNNING.store(false, Ordering::Release);
+                return;
+            }
+            eprintln!(
+                "evenflush: rank {}: the suspension failed: {e}; asking every rank to turn \
+                 offloading off",
+                rank()
+            );
+            p.failed = true;
+            p.suspender.request_disable();
         }
+    }
+    if p.suspender.disabled() {
+        if rank() == 0 || p.failed {
+            eprintln!(
+                "evenflush: rank {}: offloading is off on every rank from here on (a rank's \
+                 protocol failed); the rest of the trace stays in memory until MPI_Finalize",
+                rank()
+            );
+        }
+        // Keep the transport for the final clock measurement; the suspender does nothing now.
     }
 }
 
@@ -146,29 +226,39 @@ pub fn after_buffer_growth() {
     {
         Ok(Some(done)) => core::record_event(&Event::Suspension(done.record)),
         Ok(None) => {}
-        Err(e) => {
-            drop(guard);
-            disable(session.rank, "the local flush", e);
-        }
+        Err(e) => eprintln!(
+            "evenflush: rank {}: the local flush failed: {e}",
+            session.rank
+        ),
     }
 }
 
-/// Entry of `MPI_Finalize` (the transport still works): the last clock-offset sample, so the
-/// global clock is interpolated up to the end of the run; and the MPI-IO writer's last write.
+/// Entry of `MPI_Finalize` (the transport still works): complete the outstanding decision, take
+/// the last clock-offset sample, so the global clock is interpolated up to the end of the run;
+/// and the MPI-IO writer's last write.
 pub fn on_finalize_start() {
     if core::session().is_some_and(|s| s.config.writer == offload::config::Writer::MpiIo) {
         sink::before_mpi_finalize(core::take_all_buffers());
     }
-    if !INIT_THREAD.with(Cell::get) {
-        return;
-    }
+    RUNNING.store(false, Ordering::Release);
     let mut guard = PROTOCOL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(p) = guard.as_mut() else { return };
-    match offload::clock::measure_offsets(&mut p.transport, p.clock_tries, SampleKind::Finalize) {
+    if let Err(e) = p.suspender.close(&mut p.transport) {
+        eprintln!(
+            "evenflush: rank {}: completing the last decision failed: {e}",
+            rank()
+        );
+    }
+    match offload::clock::measure_offsets_blocking(
+        &mut p.transport,
+        p.suspender.settings().clock_scheme,
+        p.clock_tries,
+        SampleKind::Finalize,
+    ) {
         Ok(sync) => core::record_event(&Event::Clock(sync.own)),
         Err(e) => eprintln!(
             "evenflush: rank {}: final clock measurement failed: {e}",
-            core::session().map_or(0, |s| s.rank)
+            rank()
         ),
     }
     *guard = None;

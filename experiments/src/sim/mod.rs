@@ -57,6 +57,10 @@ impl Default for SimConfig {
                 // per rank.
                 clock_tries: 1,
                 remedy: offload::Remedy::FAITHFUL,
+                // The paper's protocol: a blocking decision and a (short) suspension with a
+                // sequential clock measurement at every barrier.
+                decision: offload::Decision::Blocking,
+                clock_scheme: offload::ClockScheme::Sequential,
                 ..Settings::default()
             },
             untraced: false,
@@ -98,8 +102,13 @@ pub struct SimResult {
     /// Sum of Z over all suspensions (rank 0's Z; in `local` mode the longest pause).
     pub z_sum_s: f64,
     pub z_mean_ms: f64,
-    /// Mean Z of the suspensions that wrote nothing: the protocol's own overhead per suspension.
+    /// Mean Z of the suspensions that wrote nothing: the protocol's own overhead per suspension
+    /// (blocking decision only; the split decision does not suspend without a flush).
     pub z_mean_no_flush_us: f64,
+    /// The protocol's cost at a collective that does not flush, µs: per collective, the longest
+    /// time a rank spent in the protocol (a Z without a flush, or a split decision's wait), over
+    /// every collective of the run without a flush.
+    pub no_flush_overhead_us: Quantiles,
     /// Share of Z spent measuring clock offsets (the slowest rank's measurement time / Z).
     pub clock_sync_share: f64,
     /// Sum of the clock-measurement time at `Suspender::init`, included in `total_s`.
@@ -137,6 +146,8 @@ struct Round {
     max_z_ns: u64,
     flushed: bool,
     max_clock_sync_ns: u64,
+    /// Longest time a rank spent in a protocol call that did not suspend it.
+    max_unsuspended_ns: u64,
 }
 
 impl Round {
@@ -153,6 +164,7 @@ impl Round {
             max_z_ns: 0,
             flushed: false,
             max_clock_sync_ns: 0,
+            max_unsuspended_ns: 0,
         }
     }
 }
@@ -247,6 +259,7 @@ pub fn simulate(config: &SimConfig) -> Result<SimResult, String> {
     let mut resume_spread_us = Vec::new();
     let mut overshoot_us = Vec::new();
     let mut z_no_flush = Vec::new();
+    let mut no_flush_overhead_us = Vec::new();
     let mut root_records = Vec::new();
     let (mut z_sum, mut sync_sum, mut flushes, mut late, mut pairs) = (0u64, 0u64, 0, 0u64, 0u64);
 
@@ -322,7 +335,11 @@ pub fn simulate(config: &SimConfig) -> Result<SimResult, String> {
         World::run(&world, futures, &starts, |rank, out, world| {
             let done = match out {
                 Ok(Some(done)) => done,
-                Ok(None) => return,
+                Ok(None) => {
+                    let took = world.ranks[rank].time.saturating_sub(starts[rank]);
+                    round.max_unsuspended_ns = round.max_unsuspended_ns.max(took);
+                    return;
+                }
                 Err(e) => {
                     failure.get_or_insert(format!("rank {rank}: {e}"));
                     return;
@@ -356,6 +373,7 @@ pub fn simulate(config: &SimConfig) -> Result<SimResult, String> {
             return Err(f);
         }
         if round.seen == 0 {
+            no_flush_overhead_us.push(round.max_unsuspended_ns as f64 / 1e3);
             continue;
         }
         // In local mode there is no common Z: the longest pause stands for it.
@@ -372,6 +390,7 @@ pub fn simulate(config: &SimConfig) -> Result<SimResult, String> {
             flushes += 1;
         } else {
             z_no_flush.push(z as f64);
+            no_flush_overhead_us.push(round.max_duration as f64 / 1e3);
         }
         z_us.push(z as f64 / 1e3);
         duration_spread_us.push((round.max_duration - round.min_duration) as f64 / 1e3);
@@ -433,6 +452,7 @@ pub fn simulate(config: &SimConfig) -> Result<SimResult, String> {
             0.0
         },
         init_s: init_end as f64 / NS,
+        no_flush_overhead_us: Quantiles::of(&mut no_flush_overhead_us),
         z_us: Quantiles::of(&mut z_us),
         duration_spread_us: Quantiles::of(&mut duration_spread_us),
         resume_spread_us: Quantiles::of(&mut resume_spread_us),

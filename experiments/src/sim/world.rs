@@ -15,9 +15,11 @@
 //! arrival plus its cost). So the run queue is a plain FIFO rather than a time-ordered heap, which
 //! at a million ranks is several times faster. Only the sequence of random draws depends on it.
 //!
-//! Collectives (`allreduce_or`, `gather_f64`, `barrier`) are single modelled operations: they
-//! complete when the last rank arrives, plus a log-P cost, so a million-rank gather is one entry per
-//! rank, not a million messages.
+//! Collectives (`allreduce_or`, `reduce_f64`, `barrier`, and the split decision's nonblocking
+//! OR-reduction) are single modelled operations: they complete when the last rank arrives, plus a
+//! log-P cost, so a million-rank reduction is one entry per rank, not a million messages. A
+//! nonblocking one does not stop the rank that starts it; the rank that completes it later waits
+//! only if the reduction's completion instant is still ahead of it.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -25,6 +27,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+use offload::transport::ReduceOp;
 use offload::{AsyncTransport, FlushReport, Tag, TransportError};
 
 use super::model::{NetModel, Rng};
@@ -50,6 +53,8 @@ pub struct RankState {
     mailbox: Vec<Message>,
     waiting_for: Option<(u32, Tag)>,
     collective_seq: u32,
+    /// The split decision's reduction this rank started and has not completed.
+    pending_decision: Option<u32>,
 }
 
 impl RankState {
@@ -62,6 +67,7 @@ impl RankState {
             mailbox: Vec::new(),
             waiting_for: None,
             collective_seq: 0,
+            pending_decision: None,
         }
     }
 
@@ -76,13 +82,25 @@ impl RankState {
     }
 }
 
+/// What a rank brings to a collective.
+#[derive(Clone, Copy)]
+enum Contribution {
+    /// Barrier and OR-allreduce: every rank gets the OR of the words.
+    Or(u64),
+    /// Reduction to rank 0: only rank 0 waits for (and gets) the result.
+    Reduce(f64, ReduceOp),
+}
+
 #[derive(Default)]
 struct Collective {
     arrived: usize,
     latest: u64,
-    any: bool,
-    values: Vec<f64>,
-    root_waiting: bool,
+    /// Modelled duration from the last arrival to the result.
+    cost: u64,
+    word: u64,
+    reduced: Option<f64>,
+    /// Ranks parked until the last arrival (rank 0 only, for a reduction).
+    waiting: Vec<u32>,
     /// Ranks that still have to pick up the result.
     readers_left: usize,
 }
@@ -176,7 +194,7 @@ impl World {
         (2.0 * self.depth as f64 * self.net.latency_ns).round() as u64
     }
 
-    fn gather_cost(&self) -> u64 {
+    fn reduce_cost(&self) -> u64 {
         (self.depth as f64 * self.net.latency_ns).round() as u64
     }
 
@@ -271,65 +289,73 @@ impl<'w> SimRank<'w> {
         }
     }
 
-    /// Enters collective number `seq` and waits for its result. Returns (any flag, gathered values
-    /// on the root of a gather).
-    async fn collective(&mut self, flag: bool, value: Option<f64>) -> (bool, Option<Vec<f64>>) {
-        let gather = value.is_some();
+    /// Enters the next collective without waiting for it; returns its sequence number.
+    fn arrive(&mut self, contribution: Contribution) -> u32 {
         let me = self.rank as usize;
-        let seq = {
+        let mut world = self.world.borrow_mut();
+        let size = world.size();
+        let state = &mut world.ranks[me];
+        let seq = state.collective_seq;
+        state.collective_seq += 1;
+        let now = state.time;
+        let cost = match contribution {
+            Contribution::Or(_) => world.allreduce_cost(),
+            Contribution::Reduce(..) => world.reduce_cost(),
+        };
+        let c = world.collectives.entry(seq).or_default();
+        if c.arrived == 0 {
+            c.cost = cost;
+            c.readers_left = match contribution {
+                Contribution::Or(_) => size,
+                Contribution::Reduce(..) => 1,
+            };
+        }
+        c.arrived += 1;
+        c.latest = c.latest.max(now);
+        match contribution {
+            Contribution::Or(word) => c.word |= word,
+            Contribution::Reduce(value, op) => {
+                c.reduced = Some(c.reduced.map_or(value, |r| op.apply(r, value)));
+            }
+        }
+        if c.arrived == size {
+            let at = c.latest + cost;
+            let waiting = std::mem::take(&mut c.waiting);
+            for rank in waiting {
+                world.schedule(rank, at);
+            }
+        }
+        seq
+    }
+
+    /// Waits for collective `seq` to complete and picks up its result (the OR word, and the
+    /// reduced value).
+    async fn complete(&mut self, seq: u32) -> (u64, Option<f64>) {
+        let ready_at = {
             let mut world = self.world.borrow_mut();
             let size = world.size();
-            let state = &mut world.ranks[me];
-            let seq = state.collective_seq;
-            state.collective_seq += 1;
-            let now = state.time;
-            let cost = if gather {
-                world.gather_cost()
-            } else {
-                world.allreduce_cost()
-            };
-            let c = world.collectives.entry(seq).or_default();
-            if c.arrived == 0 {
-                c.readers_left = if gather { 1 } else { size };
-                if gather {
-                    c.values = vec![f64::NAN; size];
-                }
-            }
-            c.arrived += 1;
-            c.latest = c.latest.max(now);
-            c.any |= flag;
-            if let Some(v) = value {
-                c.values[me] = v;
-            }
-            if gather && me != 0 {
-                // An eager send: the contribution is on its way, the rank goes on.
-                if c.arrived == size && c.root_waiting {
-                    let at = c.latest + cost;
-                    world.schedule(0, at);
-                }
-                return (false, None);
-            }
+            let c = world
+                .collectives
+                .get_mut(&seq)
+                .expect("collective state lives until every reader has been");
             if c.arrived == size {
-                let at = c.latest + cost;
-                if gather {
-                    world.schedule(0, at);
-                } else {
-                    for r in 0..size as u32 {
-                        world.schedule(r, at);
-                    }
-                }
-            } else if gather {
-                c.root_waiting = true;
+                // Everyone is in: the result is known, the rank may only have to wait for it.
+                Some(c.latest + c.cost)
+            } else {
+                c.waiting.push(self.rank);
+                None
             }
-            seq
         };
-        park().await;
+        match ready_at {
+            Some(at) => self.advance_to(at),
+            None => park().await,
+        }
         let mut world = self.world.borrow_mut();
         let c = world
             .collectives
             .get_mut(&seq)
             .expect("collective state lives until every reader has been");
-        let result = (c.any, gather.then(|| std::mem::take(&mut c.values)));
+        let result = (c.word, c.reduced);
         c.readers_left -= 1;
         if c.readers_left == 0 {
             world.collectives.remove(&seq);
@@ -371,16 +397,48 @@ impl AsyncTransport for SimRank<'_> {
     }
 
     async fn barrier(&mut self) -> Result<(), TransportError> {
-        self.collective(false, None).await;
+        let seq = self.arrive(Contribution::Or(0));
+        self.complete(seq).await;
         Ok(())
     }
 
     async fn allreduce_or(&mut self, flag: bool) -> Result<bool, TransportError> {
-        Ok(self.collective(flag, None).await.0)
+        let seq = self.arrive(Contribution::Or(flag as u64));
+        Ok(self.complete(seq).await.0 != 0)
     }
 
-    async fn gather_f64(&mut self, value: f64) -> Result<Option<Vec<f64>>, TransportError> {
-        Ok(self.collective(false, Some(value)).await.1)
+    async fn reduce_f64(
+        &mut self,
+        value: f64,
+        op: ReduceOp,
+    ) -> Result<Option<f64>, TransportError> {
+        let seq = self.arrive(Contribution::Reduce(value, op));
+        if self.rank != 0 {
+            // An eager send: the contribution is on its way, the rank goes on.
+            return Ok(None);
+        }
+        Ok(self.complete(seq).await.1)
+    }
+
+    async fn decision_start(&mut self, word: u64) -> Result<(), TransportError> {
+        let seq = self.arrive(Contribution::Or(word));
+        let me = self.rank as usize;
+        let mut world = self.world.borrow_mut();
+        if world.ranks[me].pending_decision.replace(seq).is_some() {
+            return Err(TransportError::Failed(
+                "a decision was started while another was outstanding".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn decision_finish(&mut self) -> Result<u64, TransportError> {
+        let me = self.rank as usize;
+        let seq = self.world.borrow_mut().ranks[me]
+            .pending_decision
+            .take()
+            .ok_or_else(|| TransportError::Failed("no decision to finish".into()))?;
+        Ok(self.complete(seq).await.0)
     }
 
     async fn send_u64(&mut self, dest: usize, tag: Tag, value: u64) -> Result<(), TransportError> {

@@ -1,0 +1,258 @@
+//! The split decision over the in-process transport (threads as ranks, shared true clock): what a
+//! collective that does not flush costs, that every rank flushes at the same collective, that the
+//! stride between decision points is agreed, and that a failure on one rank turns the protocol off
+//! on every rank at the same point instead of leaving the others waiting.
+//!
+//! Expectations come from the schedule the test itself drives (which rank passes S at which
+//! collective) and from the shared true clock, not from the protocol's own records.
+
+use offload::inproc::{self, InProcConfig, InProcRank};
+use offload::{ClockScheme, Decision, FlushReport, Mode, Settings, Suspender, Transport};
+
+const MS: u64 = 1_000_000;
+const THRESHOLD: u64 = 1000;
+
+fn split(interval_ns: u64, scheme: ClockScheme) -> Settings {
+    Settings {
+        mode: Mode::Dynamic,
+        threshold_bytes: THRESHOLD,
+        decision: Decision::Split,
+        decision_interval_ns: interval_ns,
+        clock_scheme: scheme,
+        ..Settings::default()
+    }
+}
+
+/// What one rank saw at each collective of a run.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Collective index of every suspension.
+    suspended_at: Vec<usize>,
+    /// Collective index of every flush this rank's callback ran.
+    flushed_at: Vec<usize>,
+    /// True instants each suspension began and ended.
+    true_spans: Vec<(u64, u64)>,
+    /// Longest time a collective without a suspension spent in the protocol, true ns.
+    worst_unsuspended_ns: u64,
+    strides: Vec<u64>,
+}
+
+/// Runs `collectives` protocol calls per rank; `bytes(rank, k, flushes so far)` is what the rank
+/// holds at collective k. Between collectives every rank computes for `gap_ns` (true time).
+fn drive(
+    rank: &mut InProcRank,
+    settings: Settings,
+    collectives: usize,
+    gap_ns: u64,
+    bytes: &dyn Fn(usize, usize, usize) -> u64,
+) -> Seen {
+    let mut suspender = Suspender::new(settings);
+    suspender.init(rank).expect("init");
+    let me = rank.rank();
+    let mut seen = Seen::default();
+    for k in 0..collectives {
+        let deadline = rank.now() + gap_ns;
+        rank.wait_until(deadline);
+        let before = rank.true_now();
+        let mut flushed = false;
+        let mut flush = || {
+            flushed = true;
+            FlushReport {
+                bytes_raw: 10,
+                bytes_stored: 5,
+            }
+        };
+        let done = suspender
+            .suspend(rank, bytes(me, k, seen.flushed_at.len()), &mut flush)
+            .expect("transport works");
+        if flushed {
+            seen.flushed_at.push(k);
+        }
+        match done {
+            Some(done) => {
+                assert!(
+                    done.record.flushed,
+                    "the split decision only suspends to flush"
+                );
+                seen.suspended_at.push(k);
+                seen.true_spans
+                    .push((rank.true_at(done.record.start), rank.last_wake_true_ns()));
+            }
+            None => {
+                let took = rank.true_now() - before;
+                seen.worst_unsuspended_ns = seen.worst_unsuspended_ns.max(took);
+            }
+        }
+        seen.strides.push(suspender.stride());
+    }
+    suspender.close(rank).expect("close");
+    seen
+}
+
+#[test]
+fn every_rank_flushes_at_the_same_collective_one_decision_after_passing_s() {
+    for scheme in [ClockScheme::Tree, ClockScheme::Sequential] {
+        let config = InProcConfig {
+            ranks: 5,
+            skew_ns: vec![0, 3_000_000, -2_000_000, 500_000_000, 7],
+            latency_ns: 10_000,
+            ..InProcConfig::default()
+        };
+        // Only rank 3 passes S, at collective 4 (and stays above until it flushes). With an
+        // interval of 0 every collective is a decision point: rank 3's word goes into the
+        // reduction started at collective 4, which completes at collective 5.
+        let results = inproc::run(&config, |rank| {
+            drive(rank, split(0, scheme), 12, 200_000, &|r, k, flushes| {
+                if r == 3 && k >= 4 && flushes == 0 {
+                    5000
+                } else {
+                    10
+                }
+            })
+        });
+        for (r, seen) in results.iter().enumerate() {
+            assert_eq!(seen.suspended_at, vec![5], "rank {r} ({scheme:?})");
+            assert_eq!(seen.flushed_at, vec![5], "rank {r} ({scheme:?})");
+        }
+        // Equalised: every rank resumes at the same true instant, after the last one arrived.
+        let latest_arrival = results.iter().map(|s| s.true_spans[0].0).max().unwrap();
+        let ends: Vec<u64> = results.iter().map(|s| s.true_spans[0].1).collect();
+        let (first, last) = (*ends.iter().min().unwrap(), *ends.iter().max().unwrap());
+        assert!(
+            first >= latest_arrival,
+            "a rank resumed at {first} before the last rank arrived at {latest_arrival}"
+        );
+        // Sanity bound only (two shared cores): the skews are up to 0.5 s, so a wrong offset
+        // would show as a spread of milliseconds to seconds.
+        assert!(
+            last - first < 5 * MS,
+            "{scheme:?}: resume spread {} ns",
+            last - first
+        );
+    }
+}
+
+#[test]
+fn collectives_that_do_not_flush_never_suspend() {
+    let config = InProcConfig {
+        ranks: 4,
+        latency_ns: 5_000,
+        ..InProcConfig::default()
+    };
+    let results = inproc::run(&config, |rank| {
+        drive(
+            rank,
+            split(0, ClockScheme::Tree),
+            40,
+            100_000,
+            &|_, _, _| 10,
+        )
+    });
+    for (r, seen) in results.iter().enumerate() {
+        assert!(seen.suspended_at.is_empty(), "rank {r}: {seen:?}");
+        assert!(seen.flushed_at.is_empty(), "rank {r}");
+        // A decision point waits at most for a reduction started 100 µs earlier: far below the
+        // blocking decision's allreduce + clock measurement + Z (sanity bound, shared cores).
+        assert!(
+            seen.worst_unsuspended_ns < 20 * MS,
+            "rank {r}: {} ns",
+            seen.worst_unsuspended_ns
+        );
+    }
+}
+
+#[test]
+fn stride_is_agreed_and_grows_when_collectives_are_frequent() {
+    let config = InProcConfig {
+        ranks: 3,
+        latency_ns: 1_000,
+        ..InProcConfig::default()
+    };
+    // Collectives 20 µs apart and a 2 ms interval: rank 0 should ask for strides up to ~100.
+    let results = inproc::run(&config, |rank| {
+        drive(
+            rank,
+            split(2 * MS, ClockScheme::Tree),
+            400,
+            20_000,
+            &|_, _, _| 10,
+        )
+    });
+    for seen in &results[1..] {
+        assert_eq!(
+            seen.strides, results[0].strides,
+            "every rank has the same stride"
+        );
+    }
+    let largest = *results[0].strides.iter().max().unwrap();
+    assert!(largest >= 8, "strides {:?}", results[0].strides);
+    // Growth is at most twofold per decision.
+    for w in results[0].strides.windows(2) {
+        assert!(w[1] <= 2 * w[0], "{w:?}");
+    }
+}
+
+#[test]
+fn a_flush_request_survives_a_long_stride() {
+    let config = InProcConfig {
+        ranks: 3,
+        latency_ns: 1_000,
+        ..InProcConfig::default()
+    };
+    // Rank 2 passes S at collective 150, after the stride has grown: it must still flush, at the
+    // same collective on every rank, within two decision intervals.
+    let results = inproc::run(&config, |rank| {
+        drive(
+            rank,
+            split(MS, ClockScheme::Tree),
+            400,
+            20_000,
+            &|r, k, flushes| {
+                if r == 2 && k >= 150 && flushes == 0 {
+                    5000
+                } else {
+                    10
+                }
+            },
+        )
+    });
+    let at = &results[0].suspended_at;
+    assert_eq!(at.len(), 1, "{at:?}");
+    for seen in &results {
+        assert_eq!(&seen.suspended_at, at);
+    }
+    let stride_then = results[0].strides[150];
+    assert!(
+        at[0] > 150 && at[0] <= 150 + 2 * stride_then as usize + 1,
+        "flushed at {} with stride {stride_then}",
+        at[0]
+    );
+}
+
+#[test]
+fn a_failure_on_one_rank_turns_the_protocol_off_everywhere_at_once() {
+    let config = InProcConfig {
+        ranks: 4,
+        latency_ns: 1_000,
+        ..InProcConfig::default()
+    };
+    let results = inproc::run(&config, |rank| {
+        let mut suspender = Suspender::new(split(0, ClockScheme::Tree));
+        suspender.init(rank).unwrap();
+        let mut off_at = None;
+        for k in 0..20 {
+            if rank.rank() == 2 && k == 6 {
+                suspender.request_disable();
+            }
+            let mut flush = || panic!("nobody is above S");
+            suspender.suspend(rank, 0, &mut flush).unwrap();
+            if suspender.disabled() && off_at.is_none() {
+                off_at = Some(k);
+            }
+        }
+        suspender.close(rank).unwrap();
+        off_at
+    });
+    // Rank 2's word goes into the reduction started at collective 6, completed at 7.
+    assert_eq!(results, vec![Some(7); 4]);
+}
