@@ -163,12 +163,22 @@ pub fn run(req: RunRequest) -> Result<i32> {
     let mut argv: Vec<String> = vec![req.command[0].clone()];
     let mut rank_env = env.clone();
     rank_env.insert("LD_PRELOAD".into(), lib.display().to_string());
+    let env_args: Vec<String> = rank_env
+        .iter()
+        .flat_map(|(k, v)| mpi.env_args(k, v))
+        .collect();
     if line.is_some() {
-        for (k, v) in &rank_env {
-            argv.extend(mpi.env_args(k, v));
+        argv.extend(env_args.iter().cloned());
+    }
+    for word in &req.command[1..] {
+        argv.push(word.clone());
+        // Open MPI's -x before the first program reaches only that program's ranks: an MPMD
+        // line (`prog1 : prog2`) needs it in every context, or the later programs' ranks run
+        // without the recorder and the others wait for them in the first collective.
+        if line.is_some() && mpi == Mpi::OpenMpi && word == ":" {
+            argv.extend(env_args.iter().cloned());
         }
     }
-    argv.extend(req.command[1..].iter().cloned());
 
     let started = Instant::now();
     let status = Command::new(&argv[0])

@@ -53,6 +53,7 @@ build_c collectives
 build_c split
 build_c anysource
 build_c threads -pthread
+build_c worker_barrier -pthread -ldl
 build_c user_records -ldl
 build_c sigterm
 build_c deadlock

@@ -1,0 +1,210 @@
+//! The protocol at scale on one machine, on both MPIs: 64 and 256 oversubscribed ranks (nothing
+//! lost, no hang, and reconstruct, report and export work on the result), a world barrier made
+//! from a worker thread under `MPI_THREAD_MULTIPLE`, and ranks started with different settings.
+//!
+//! Every job runs under `timeout`: a protocol that leaves a rank waiting fails the test instead of
+//! hanging the suite. Oversubscribed runs are a stress test of the protocol's messages, not a model
+//! of a cluster, so no timing is asserted beyond generous sanity bounds.
+
+#[macro_use]
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+
+/// Runs `evenflush run --out OUT FLAGS -- <launch…> PROGRAM ARGS` under `timeout`.
+fn traced(out: &Path, flags: &[&str], launch: &[String], limit_s: u32) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "10", &limit_s.to_string()])
+        .arg(evenflush_bin())
+        .arg("run")
+        .arg("--out")
+        .arg(out)
+        .args(flags)
+        .arg("--")
+        .args(launch);
+    mpi_env(&mut cmd).output().expect("run timeout")
+}
+
+fn assert_finished(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {} (124 = timed out: a rank waited forever)\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn evenflush_ok(args: &[&str], dir: &Path) -> String {
+    let out = Command::new(evenflush_bin())
+        .args(args)
+        .arg(dir)
+        .output()
+        .expect("run evenflush");
+    assert!(
+        out.status.success(),
+        "evenflush {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `iterative` on `ranks` oversubscribed ranks, with enough user data per iteration that the
+/// ranks flush several times; checks the trace is complete and the tools read it.
+fn many_ranks(mpi: Mpi, ranks: u32, iterations: u32, min_flushes: u64) {
+    let _guard = mpi_lock();
+    let out = scratch(&format!("scale-{ranks}-{}", mpi.name()));
+    let mut launch = mpi.launch(ranks);
+    launch.push(apps(mpi).join("iterative").display().to_string());
+    launch.extend(
+        [
+            "--iterations",
+            &iterations.to_string(),
+            "--work-units",
+            "100",
+            "--mem",
+            "0",
+            "--record-bytes",
+            "65536",
+            "--records",
+            "1",
+        ]
+        .map(String::from),
+    );
+    // A decision at every barrier: the run is short, and the test is about the protocol's
+    // messages at this P, not about the interval.
+    let run = traced(
+        &out,
+        &["--threshold", "256KiB", "--decision-interval", "0"],
+        &launch,
+        600,
+    );
+    assert_finished(&run, &format!("{ranks} ranks ({})", mpi.name()));
+    let info = info_json(&out);
+    assert_eq!(info["ranks"], ranks, "{info}");
+    assert_eq!(info["lost_events"], 0);
+    let flushes = info["suspension"]["flushes"].as_u64().unwrap();
+    assert!(flushes >= min_flushes, "{flushes} flushes");
+    // Exactly the program's calls (iterative.c's header): N + 2 barriers per rank.
+    assert_eq!(
+        info["functions"]["MPI_Barrier"],
+        u64::from(ranks) * (u64::from(iterations) + 2),
+        "{}",
+        info["functions"]
+    );
+    let rebuilt = scratch(&format!("scale-{ranks}-{}-g", mpi.name()));
+    let text = evenflush_ok(
+        &["reconstruct", "--out", rebuilt.to_str().unwrap(), "--json"],
+        &out,
+    );
+    let summary: serde_json::Value = serde_json::from_str(&text).expect("reconstruct --json");
+    assert_eq!(summary["suspensions"]["flushes"], flushes, "{summary}");
+    evenflush_ok(&["report", "--json"], &out);
+    let json = out.join("trace.json");
+    evenflush_ok(
+        &[
+            "export",
+            "--format",
+            "perfetto",
+            "--out",
+            json.to_str().unwrap(),
+        ],
+        &out,
+    );
+    assert!(std::fs::metadata(&json).unwrap().len() > 1000);
+}
+
+fn ranks_64(mpi: Mpi) {
+    many_ranks(mpi, 64, 40, 3);
+}
+
+fn ranks_256(mpi: Mpi) {
+    many_ranks(mpi, 256, 12, 1);
+}
+
+/// Rank 0 makes every world barrier from a freshly created thread; the others from their main
+/// thread. The protocol must take part from whichever thread makes the collective.
+fn barrier_from_a_worker_thread(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let out = scratch(&format!("scale-worker-barrier-{}", mpi.name()));
+    let iterations = 300u64;
+    let mut launch = mpi.launch(4);
+    launch.push(programs(mpi).join("worker_barrier").display().to_string());
+    launch.extend(["--iterations".to_string(), iterations.to_string()]);
+    let run = traced(&out, &["--threshold", "1MiB"], &launch, 180);
+    assert_finished(&run, "worker_barrier");
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains(&format!("sum={}", 4 * iterations)),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    let info = info_json(&out);
+    assert_eq!(info["lost_events"], 0);
+    assert_eq!(info["functions"]["MPI_Barrier"], 4 * iterations);
+    // 300 × 64 KiB of records per rank against S = 1 MiB.
+    let flushes = info["suspension"]["flushes"].as_u64().unwrap();
+    assert!(flushes >= 3, "{flushes} flushes: {}", info["suspension"]);
+}
+
+/// Ranks started with different protocol settings must not hang waiting for each other: every
+/// rank refuses to record, and says why.
+fn different_settings_are_refused(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let out = scratch(&format!("scale-mismatch-{}", mpi.name()));
+    let program = programs(mpi).join("ring").display().to_string();
+    // MPMD: the second rank gets a different decision mode.
+    let launch: Vec<String> = match mpi {
+        Mpi::OpenMpi => [
+            "mpirun.openmpi",
+            "--oversubscribe",
+            "-np",
+            "1",
+            &program,
+            ":",
+            "-np",
+            "1",
+            "-x",
+            "EVENFLUSH_DECISION=blocking",
+            &program,
+        ]
+        .map(String::from)
+        .to_vec(),
+        Mpi::Mpich => [
+            "mpirun.mpich",
+            "-np",
+            "1",
+            &program,
+            ":",
+            "-np",
+            "1",
+            "-env",
+            "EVENFLUSH_DECISION",
+            "blocking",
+            &program,
+        ]
+        .map(String::from)
+        .to_vec(),
+    };
+    let run = traced(&out, &[], &launch, 120);
+    assert_finished(&run, "mismatched settings");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("different evenflush settings"),
+        "a clear refusal: {stderr}"
+    );
+    // The program's own output is unchanged.
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        run_plain(mpi, 2, "ring", &[])
+    );
+}
+
+for_both_mpis!(
+    ranks_64,
+    ranks_256,
+    barrier_from_a_worker_thread,
+    different_settings_are_refused
+);
