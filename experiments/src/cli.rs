@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Parser;
 use offload::config::{Mode, parse_size};
-use offload::{ClockScheme, Remedy};
+use offload::{ClockScheme, Decision, Remedy};
 
 use crate::sim::{SimConfig, SimResult, simulate as run_one};
 use crate::studies;
@@ -37,6 +37,13 @@ pub struct Args {
     /// Clock-offset scheme: sequential (the paper: rank 0 ping-pongs everyone) or tree.
     #[arg(long, default_value = "sequential")]
     pub clock_scheme: String,
+    /// How ranks agree to flush: blocking (the paper: an allreduce and a suspension at every
+    /// barrier) or split (a nonblocking reduction; only flushes suspend).
+    #[arg(long, default_value = "blocking")]
+    pub decision: String,
+    /// Split decision: time aimed for between decision points, e.g. 10ms.
+    #[arg(long, default_value = "10ms")]
+    pub decision_interval: String,
     /// Ping-pong exchanges per rank and measurement (the paper: 1).
     #[arg(long, default_value_t = 1)]
     pub clock_tries: usize,
@@ -111,6 +118,15 @@ impl Args {
             ClockScheme::from_name(&self.clock_scheme).with_context(|| {
                 format!("--clock-scheme: expected {}", ClockScheme::NAMES.join(", "))
             })?;
+        config.settings.decision = match self.decision.as_str() {
+            "blocking" => Decision::Blocking,
+            "split" => Decision::Split,
+            other => bail!("--decision: expected blocking or split, not {other:?}"),
+        };
+        config.settings.decision_interval_ns =
+            offload::config::parse_duration(&self.decision_interval)
+                .map_err(anyhow::Error::msg)?
+                .as_nanos() as u64;
         config.settings.clock_tries = self.clock_tries.max(1);
         config.settings.remedy = Remedy::from_name(&self.remedy)
             .context("--remedy: expected faithful, after-write, margin or both")?;
@@ -266,16 +282,23 @@ pub fn simulate(args: Args) -> anyhow::Result<()> {
             }
         }
         Some("scale") => {
-            let schemes = [ClockScheme::Sequential, ClockScheme::Tree];
+            // The paper's protocol with each clock scheme, and the split decision (which measures
+            // clocks only when it flushes, so its scheme does not matter here).
+            let variants = [
+                (Decision::Blocking, ClockScheme::Sequential),
+                (Decision::Blocking, ClockScheme::Tree),
+                (Decision::Split, ClockScheme::Tree),
+            ];
             let points = studies::scale_study(
                 &config,
                 5..=args.max_exp.max(5),
-                &schemes,
+                &variants,
                 args.scale_suspensions.max(1),
                 |p| {
                     eprintln!(
-                        "P = {:>8} {:<10} overhead {:>12.3} ms  ({:.1} s)",
+                        "P = {:>8} {:<8} {:<10} overhead {:>12.4} ms  ({:.1} s)",
                         p.ranks,
+                        p.decision,
                         p.clock_scheme,
                         p.overhead_us / 1e3,
                         p.wall_s

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use offload::{ClockScheme, Mode};
+use offload::{ClockScheme, Decision, Mode};
 use serde::Serialize;
 
 use crate::sim::{SimConfig, SimResult, simulate};
@@ -121,7 +121,11 @@ pub fn table1_markdown(rows: &[Table1Row], untraced: &SimResult) -> String {
 pub struct ScalePoint {
     pub ranks: usize,
     pub clock_scheme: String,
-    /// Mean Z of a suspension without a write: the protocol's overhead per suspension.
+    /// `blocking` (the paper's) or `split`.
+    pub decision: String,
+    /// The protocol's cost at a collective that does not flush (median over the run's
+    /// collectives of the longest time a rank spent in the protocol there): Z of a suspension
+    /// without a write for the blocking decision, the decision point's wait for the split one.
     pub overhead_us: f64,
     pub clock_sync_share: f64,
     /// Start-up clock measurement.
@@ -134,22 +138,23 @@ pub struct ScalePoint {
     pub wall_s: f64,
 }
 
-/// Per-suspension overhead and spread for P = 2^lo … 2^hi, with each clock scheme, over
-/// `suspensions` suspensions that write nothing.
+/// Per-collective overhead and spread for P = 2^lo … 2^hi, for each (decision, clock scheme)
+/// variant, over `suspensions` collectives at which nothing is written.
 pub fn scale_study(
     base: &SimConfig,
     exponents: std::ops::RangeInclusive<u32>,
-    schemes: &[ClockScheme],
+    variants: &[(Decision, ClockScheme)],
     suspensions: u64,
     mut progress: impl FnMut(&ScalePoint),
 ) -> Result<Vec<ScalePoint>, String> {
     let mut points = Vec::new();
     for exponent in exponents {
-        for &scheme in schemes {
+        for &(decision, scheme) in variants {
             let mut config = base.clone();
             config.ranks = 1usize << exponent;
             config.settings.mode = Mode::Dynamic;
             config.settings.clock_scheme = scheme;
+            config.settings.decision = decision;
             config.app.iterations = suspensions;
             // Nothing is written: this isolates the protocol's own cost.
             config.app.trace_bytes = 0;
@@ -157,7 +162,8 @@ pub fn scale_study(
             let point = ScalePoint {
                 ranks: r.ranks,
                 clock_scheme: r.clock_scheme.clone(),
-                overhead_us: r.z_mean_no_flush_us,
+                decision: decision.name().to_string(),
+                overhead_us: r.no_flush_overhead_us.p50,
                 clock_sync_share: r.clock_sync_share,
                 init_s: r.init_s,
                 duration_spread_p50_us: r.duration_spread_us.p50,
@@ -177,12 +183,13 @@ pub fn scale_study(
 /// The scale study as a markdown table.
 pub fn scale_markdown(points: &[ScalePoint]) -> String {
     let mut out = String::from(
-        "| P | clock scheme | overhead per suspension (ms) | clock-sync share | duration spread p50 / max (µs) | resume spread max (µs) | sim events | sim wall (s) |\n|---|---|---|---|---|---|---|---|\n",
+        "| P | decision | clock scheme | overhead per collective without a flush (ms) | clock-sync share | duration spread p50 / max (µs) | resume spread max (µs) | sim events | sim wall (s) |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for p in points {
         out.push_str(&format!(
-            "| {} | {} | {:.3} | {:.0} % | {:.1} / {:.1} | {:.1} | {} | {:.1} |\n",
+            "| {} | {} | {} | {:.4} | {:.0} % | {:.1} / {:.1} | {:.1} | {} | {:.1} |\n",
             p.ranks,
+            p.decision,
             p.clock_scheme,
             p.overhead_us / 1e3,
             p.clock_sync_share * 100.0,
@@ -235,7 +242,7 @@ pub fn plot_scale(points: &[ScalePoint], path: &Path) -> anyhow::Result<()> {
         / 2.0;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "Suspension overhead vs ranks (simulated, no write)",
+            "Protocol overhead at a collective without a flush vs ranks (simulated)",
             ("sans-serif", 26),
         )
         .margin(16)
@@ -259,9 +266,9 @@ pub fn plot_scale(points: &[ScalePoint], path: &Path) -> anyhow::Result<()> {
         })
         .label_style(("sans-serif", 16))
         .draw()?;
+    let series_name = |p: &ScalePoint| format!("{}, {}", p.decision, p.clock_scheme);
     let schemes: Vec<String> = {
-        let mut s: Vec<String> = points.iter().map(|p| p.clock_scheme.clone()).collect();
-        s.dedup();
+        let mut s: Vec<String> = points.iter().map(series_name).collect();
         s.sort();
         s.dedup();
         s
@@ -271,7 +278,7 @@ pub fn plot_scale(points: &[ScalePoint], path: &Path) -> anyhow::Result<()> {
         let colour = colours[i % colours.len()];
         let series: Vec<&ScalePoint> = points
             .iter()
-            .filter(|p| &p.clock_scheme == scheme)
+            .filter(|p| &series_name(p) == scheme)
             .collect();
         let overhead: Vec<(f64, f64)> = series
             .iter()
@@ -279,7 +286,7 @@ pub fn plot_scale(points: &[ScalePoint], path: &Path) -> anyhow::Result<()> {
             .collect();
         chart
             .draw_series(LineSeries::new(overhead.clone(), colour.stroke_width(3)))?
-            .label(format!("{scheme}: overhead Z per suspension"))
+            .label(format!("{scheme}: overhead per collective without a flush"))
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3))
             });

@@ -2,7 +2,7 @@
 //! own guarantees and against closed-form expectations on small worlds.
 
 use experiments::sim::{SimConfig, simulate, tree_depth};
-use offload::{ClockScheme, Mode, Remedy};
+use offload::{ClockScheme, Decision, Mode, Remedy};
 
 /// A small world with every source of noise switched off.
 fn quiet(ranks: usize, iterations: u64) -> SimConfig {
@@ -20,6 +20,8 @@ fn quiet(ranks: usize, iterations: u64) -> SimConfig {
     c.clock.read_jitter_ns = 0.0;
     c.net.jitter_ns = 0.0;
     c.net.post_write_window_ns = 0;
+    // The closed forms below count message latencies only.
+    c.net.nonblocking_call_ns = 0.0;
     c
 }
 
@@ -236,7 +238,10 @@ fn cli_runs_the_named_modes_and_studies_plot() {
     let points = experiments::studies::scale_study(
         &config,
         5..=6,
-        &[ClockScheme::Sequential, ClockScheme::Tree],
+        &[
+            (Decision::Blocking, ClockScheme::Sequential),
+            (Decision::Blocking, ClockScheme::Tree),
+        ],
         2,
         |_| {},
     )
@@ -268,4 +273,42 @@ fn args_work_as_a_subcommand_of_the_cli() {
     assert_eq!(args.ranks, 65536);
     assert!(args.json);
     assert_eq!(args.iterations, 520);
+}
+
+#[test]
+fn split_decision_cost_without_a_flush_does_not_grow_with_p() {
+    // The target, on the protocol code itself: at a collective that does not flush, the
+    // split decision costs no more at 2^16 ranks than twice what it costs at 32 (the test stops
+    // at 2^16 to stay fast; paper-notes/scale.md has the study up to 2^20). The blocking decision
+    // at the same P is there to show the measure can tell them apart.
+    let config = SimConfig::default();
+    let points = experiments::studies::scale_study(
+        &config,
+        5..=16,
+        &[
+            (Decision::Split, ClockScheme::Tree),
+            (Decision::Blocking, ClockScheme::Tree),
+        ],
+        4,
+        |_| {},
+    )
+    .unwrap();
+    let split: Vec<_> = points.iter().filter(|p| p.decision == "split").collect();
+    let (small, large) = (split.first().unwrap(), split.last().unwrap());
+    assert_eq!((small.ranks, large.ranks), (32, 65536));
+    assert!(
+        small.overhead_us > 0.0,
+        "the decision's own calls cost something"
+    );
+    assert!(
+        large.overhead_us <= 2.0 * small.overhead_us,
+        "{} µs at 2^16 against {} µs at 32",
+        large.overhead_us,
+        small.overhead_us
+    );
+    let blocking_large = points
+        .iter()
+        .find(|p| p.decision == "blocking" && p.ranks == 65536)
+        .unwrap();
+    assert!(blocking_large.overhead_us > 100.0 * large.overhead_us);
 }

@@ -45,6 +45,8 @@ struct Protocol {
     world_only: bool,
     /// A protocol step failed here and the rank asked the others to stop with it.
     failed: bool,
+    /// The collective turn-off was reported.
+    off_announced: bool,
 }
 
 static PROTOCOL: Mutex<Option<Protocol>> = Mutex::new(None);
@@ -131,6 +133,7 @@ pub fn on_init_done() {
         clock_tries: settings.clock_tries,
         world_only: session.thread_level >= MPI_THREAD_MULTIPLE,
         failed,
+        off_announced: false,
     });
     RUNNING.store(true, Ordering::Release);
 }
@@ -194,15 +197,16 @@ pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
             p.suspender.request_disable();
         }
     }
-    if p.suspender.disabled() {
-        if rank() == 0 || p.failed {
-            eprintln!(
-                "evenflush: rank {}: offloading is off on every rank from here on (a rank's \
-                 protocol failed); the rest of the trace stays in memory until MPI_Finalize",
-                rank()
-            );
-        }
-        // Keep the transport for the final clock measurement; the suspender does nothing now.
+    // Keep the transport for the final clock measurement; the suspender does nothing now.
+    if p.suspender.disabled()
+        && !std::mem::replace(&mut p.off_announced, true)
+        && (rank() == 0 || p.failed)
+    {
+        eprintln!(
+            "evenflush: rank {}: offloading is off on every rank from here on (a rank's \
+             protocol failed); the rest of the trace stays in memory until MPI_Finalize",
+            rank()
+        );
     }
 }
 

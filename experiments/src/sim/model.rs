@@ -84,6 +84,10 @@ pub struct NetModel {
     pub post_write_probability: f64,
     /// A slow message takes up to this much longer (uniform), ns. The paper saw up to 20 ms.
     pub post_write_extra_ns: f64,
+    /// Processor time of starting or completing a nonblocking collective (the split decision's
+    /// `MPI_Iallreduce` and `MPI_Wait`), ns; independent of P, since the reduction's messages
+    /// progress in the background.
+    pub nonblocking_call_ns: f64,
 }
 
 impl Default for NetModel {
@@ -94,6 +98,7 @@ impl Default for NetModel {
             post_write_window_ns: 1_000_000_000,
             post_write_probability: 0.2,
             post_write_extra_ns: 10_000_000.0,
+            nonblocking_call_ns: 1_000.0,
         }
     }
 }

@@ -363,6 +363,12 @@ impl<'w> SimRank<'w> {
         result
     }
 
+    /// The rank's own processor time, `ns` of it.
+    fn spend(&mut self, ns: f64) {
+        let at = self.world.borrow().ranks[self.rank as usize].time + ns.round() as u64;
+        self.advance_to(at);
+    }
+
     /// Moves this rank's clock forward to `at` without yielding. Sound because the protocol is
     /// deterministic: a receive names its source and tag, so what a rank does never depends on
     /// the order in which the simulator gets to other ranks, only on the instants carried by
@@ -421,6 +427,8 @@ impl AsyncTransport for SimRank<'_> {
     }
 
     async fn decision_start(&mut self, word: u64) -> Result<(), TransportError> {
+        let cpu = self.world.borrow().net.nonblocking_call_ns;
+        self.spend(cpu);
         let seq = self.arrive(Contribution::Or(word));
         let me = self.rank as usize;
         let mut world = self.world.borrow_mut();
@@ -433,6 +441,8 @@ impl AsyncTransport for SimRank<'_> {
     }
 
     async fn decision_finish(&mut self) -> Result<u64, TransportError> {
+        let cpu = self.world.borrow().net.nonblocking_call_ns;
+        self.spend(cpu);
         let me = self.rank as usize;
         let seq = self.world.borrow_mut().ranks[me]
             .pending_decision
