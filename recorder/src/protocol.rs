@@ -165,9 +165,16 @@ pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
     if !eligible || (p.suspend_at == SuspendAt::Barrier && Some(func) != p.barrier_id) {
         return;
     }
+    let entered = crate::clock::now();
     let result = p
         .suspender
         .suspend(&mut p.transport, buffers::used_bytes(), &mut flush_all);
+    if matches!(result, Ok(None)) {
+        // A decision point without a suspension (or just the counter) is recorder time like any
+        // other: charged to this thread's next event as DP, so reconstruct removes it. A
+        // suspension's time is in its own record (DP') instead.
+        core::charge(crate::clock::now().wrapping_sub(entered));
+    }
     match result {
         Ok(Some(done)) => {
             core::record_event(&Event::Suspension(done.record));
