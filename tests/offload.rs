@@ -178,9 +178,12 @@ fn disk_full(mpi: Mpi) {
         .arg(&out)
         .status();
     if !matches!(mount, Ok(s) if s.success()) {
-        eprintln!(
-            "SKIPPED disk_full ({}): cannot mount a tmpfs here (needs root)",
-            mpi.name()
+        common::skip_or_fail(
+            "tmpfs",
+            &format!(
+                "disk_full ({}): cannot mount a tmpfs here (needs root)",
+                mpi.name()
+            ),
         );
         return;
     }
