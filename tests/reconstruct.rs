@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Mpi, mpi_lock, run_iterative_work, scratch};
+use common::{ITERATIONS, Mpi, mpi_lock, run_iterative_work, scratch};
 
 /// About 2.4 s per run (~12 ms of register work per iteration): each flush costs the program a
 /// little afterwards (see paper-notes/reconstruct.md), so the run is long against its 12 flushes.
@@ -27,6 +27,27 @@ fn cli_json(args: &[&str], dirs: &[&Path]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
+/// The loop time the program measured itself (MPI_Wtime, "total_s=" on rank 0's stdout): a
+/// clock the recorder never touches.
+fn program_seconds(out: &std::process::Output) -> f64 {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("total_s="))
+        .unwrap_or_else(|| panic!("no total_s= in {}", String::from_utf8_lossy(&out.stdout)))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Static suspensions of a known length: Z = 4 ms after each of the loop's barriers (20 ms when
+/// the suspension flushes), about a third of the run.
+const STATIC_SHORT_S: f64 = 0.004;
+
 fn reference_and_offload(mpi: Mpi) {
     let _guard = mpi_lock();
     let reference = scratch(&format!("rec-ref-{}", mpi.name()));
@@ -35,22 +56,17 @@ fn reference_and_offload(mpi: Mpi) {
     std::fs::remove_dir_all(&rebuilt).unwrap();
     // Two runs keeping the trace in memory, as references.
     let warm_up = scratch(&format!("rec-warm-up-{}", mpi.name()));
-    let out = run_iterative_work(mpi, &warm_up, &["--mode", "off"], WORK_UNITS);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut reference_s = Vec::new();
     for (dir, flags) in [
+        (&warm_up, &["--mode", "off"][..]),
         (&reference, &["--mode", "off"][..]),
         (&offload, &["--mode", "dynamic", "--threshold", "1MiB"][..]),
     ] {
         let out = run_iterative_work(mpi, dir, flags, WORK_UNITS);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let seconds = program_seconds(&out);
+        if flags[1] == "off" {
+            reference_s.push(seconds);
+        }
     }
     let summary = cli_json(
         &["reconstruct", "--json", "--out", rebuilt.to_str().unwrap()],
@@ -62,10 +78,6 @@ fn reference_and_offload(mpi: Mpi) {
     let plus = summary["reconstructed_plus_s"].as_f64().unwrap();
     let dp_prime = summary["dp_prime_s"].as_f64().unwrap();
     assert!(dp_prime > 0.0 && plus < measured, "{summary}");
-    assert!(
-        (measured - dp_prime - plus).abs() < 0.05 * measured,
-        "T(G+) = T(G') − DP' on the critical rank: {summary}"
-    );
 
     // The reference time itself varies by several percent from run to run on a shared 2-core
     // machine (both earlier runs keep their trace in memory), so the reconstructed time is judged
@@ -93,15 +105,9 @@ fn reference_and_offload(mpi: Mpi) {
         mpi.name()
     );
 
-    // A run compared with itself reproduces every function's duration distribution exactly.
-    let same = cli_json(&["compare", "--json"], &[&reference, &reference]);
-    let functions = same["per_function"].as_object().expect("per_function");
-    assert!(functions.contains_key("MPI_Barrier"), "{same}");
-    for (name, f) in functions {
-        assert_eq!(f["distribution_within_10us"], 1.0, "{name}: {same}");
-    }
-
-    // The happened-before repair leaves no violation behind.
+    // Happened-before is checked on every barrier of both ranks (N + 2 each), and the repair
+    // leaves no violation behind. (That the repair removes violations that do exist is shown on
+    // a trace with a known clock skew: reconstruct/tests/reconstruct_synthetic.rs.)
     let repaired = scratch(&format!("rec-off-hb-{}", mpi.name()));
     std::fs::remove_dir_all(&repaired).unwrap();
     let hb = cli_json(
@@ -114,7 +120,87 @@ fn reference_and_offload(mpi: Mpi) {
         ],
         &[&offload],
     );
+    assert!(
+        hb["hb"]["before"]["collective_exits"].as_u64().unwrap() >= 2 * (ITERATIONS as u64 + 2),
+        "{hb}"
+    );
     assert_eq!(hb["hb"]["violations_after"], 0, "{hb}");
+
+    known_suspensions(mpi, &reference, &reference_s);
+}
+
+/// Suspensions of a known length (static mode), about a third of the run: the suspended time
+/// that reconstruct finds (DP') is at least what the flags impose on the loop's barriers and
+/// matches the extra time the program measured itself against the in-memory runs; `compare`
+/// sees that extra time in the raw run and not in the reconstructed one.
+fn known_suspensions(mpi: Mpi, reference: &Path, reference_s: &[f64]) {
+    let run = scratch(&format!("rec-static-{}", mpi.name()));
+    let rebuilt = scratch(&format!("rec-static-rebuilt-{}", mpi.name()));
+    std::fs::remove_dir_all(&rebuilt).unwrap();
+    let short = format!("{}us", (STATIC_SHORT_S * 1e6) as u64);
+    let out = run_iterative_work(
+        mpi,
+        &run,
+        &[
+            "--mode",
+            "static",
+            "--threshold",
+            "1MiB",
+            "--static-short",
+            &short,
+            "--static-long",
+            "20ms",
+        ],
+        WORK_UNITS,
+    );
+    let program_s = program_seconds(&out);
+    let summary = cli_json(
+        &["reconstruct", "--json", "--out", rebuilt.to_str().unwrap()],
+        &[&run],
+    );
+    let dp_prime = summary["dp_prime_s"].as_f64().unwrap();
+    // Every one of the loop's ITERATIONS barriers is followed by a suspension of at least Z.
+    let imposed = f64::from(ITERATIONS) * STATIC_SHORT_S;
+    assert!(
+        dp_prime >= imposed,
+        "DP' {dp_prime} s < {imposed} s imposed: {summary}"
+    );
+    // What the program itself lost against the nearer in-memory run. Tolerance: run-to-run noise
+    // of a few percent of the run plus a tenth of DP'.
+    let extra = reference_s
+        .iter()
+        .map(|r| program_s - r)
+        .fold(f64::INFINITY, |a, e| {
+            if (e - dp_prime).abs() < (a - dp_prime).abs() {
+                e
+            } else {
+                a
+            }
+        });
+    let tolerance = 0.06 * program_s + 0.1 * dp_prime;
+    eprintln!(
+        "{}: static run {program_s:.3} s, in-memory {reference_s:?} s, DP' {dp_prime:.3} s",
+        mpi.name()
+    );
+    assert!(
+        (extra - dp_prime).abs() < tolerance,
+        "the program lost {extra:.3} s to the suspensions, reconstruct removed DP' = {dp_prime:.3} s"
+    );
+    let raw = cli_json(&["compare", "--json"], &[reference, &run])["total_error_pct"]
+        .as_f64()
+        .unwrap();
+    let fixed = cli_json(&["compare", "--json"], &[reference, &rebuilt])["total_error_pct"]
+        .as_f64()
+        .unwrap();
+    let injected_pct = imposed / reference_s[1] * 100.0;
+    assert!(
+        raw > 0.8 * injected_pct,
+        "compare sees {raw:.1} % in the suspended run, at least {injected_pct:.1} % was imposed"
+    );
+    assert!(
+        fixed.abs() < 10.0,
+        "reconstructed: {fixed:.1} % off the in-memory run"
+    );
 }
 
 #[test]
