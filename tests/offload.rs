@@ -64,14 +64,54 @@ fn dynamic_posix(mpi: Mpi) {
         ],
         10,
     );
-    // One suspension after every barrier, on every rank, with the figures the issue asks for.
+    // One suspension after every barrier, on every rank.
     let s = &info["suspension"];
     assert!(s["count"].as_u64().unwrap() >= u64::from(ITERATIONS));
-    for key in ["spread_us", "overshoot_us", "z_us"] {
-        assert!(s[key]["max"].as_f64().unwrap() >= 0.0, "{key}");
-    }
     // Z includes w + m·log2P + d, so it is never zero for a real measurement.
     assert!(s["z_us"]["p50"].as_f64().unwrap() > 0.0);
+    equal_pauses(&scratch_dir(mpi, "dynamic-posix"));
+}
+
+fn scratch_dir(mpi: Mpi, name: &str) -> std::path::PathBuf {
+    common::evenflush_bin()
+        .parent()
+        .unwrap()
+        .join("integration-scratch")
+        .join(format!("offload-{name}-{}", mpi.name()))
+}
+
+/// The protocol's promise read from the raw suspension records with each rank's own clock (not
+/// from `evenflush info`): no rank resumes before its Z has passed, and the ranks of one
+/// suspension are paused for the same time (their pauses differ by less than 1 ms in the median
+/// suspension: both ranks share this machine, so only scheduling separates them).
+fn equal_pauses(dir: &Path) {
+    let mut pauses: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    for entry in format::open_dir(dir).unwrap() {
+        let file = format::RankFile::open(&entry.path).unwrap();
+        let ns_per_tick = 1e9 / file.header().clock.ticks_per_sec;
+        for e in file.events() {
+            if let Event::Suspension(s) = e.unwrap() {
+                let pause = (s.end - s.start) as f64 * ns_per_tick;
+                // One tick of rounding either way.
+                assert!(
+                    pause + 2.0 * ns_per_tick >= s.z_ns as f64,
+                    "rank {} resumed after {pause} ns of a {} ns suspension",
+                    entry.rank,
+                    s.z_ns
+                );
+                pauses.entry(s.seq).or_default().push(pause);
+            }
+        }
+    }
+    let mut differences: Vec<f64> = pauses
+        .values()
+        .filter(|p| p.len() == 2)
+        .map(|p| (p[0] - p[1]).abs())
+        .collect();
+    assert!(differences.len() as u64 >= u64::from(ITERATIONS));
+    differences.sort_by(f64::total_cmp);
+    let median = differences[differences.len() / 2];
+    assert!(median < 1e6, "median pause difference {median} ns");
 }
 
 fn dynamic_uring(mpi: Mpi) {
