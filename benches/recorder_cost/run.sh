@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Recorder cost per MPI event: 10^7 cheap calls in one process, without and with the preload
-# library, for Open MPI and MPICH. Prints ns/call for both (best of $RUNS runs, default 5: the
+# Recorder cost per MPI event: 10^7 cheap calls of each kind (Comm_rank, Barrier on COMM_SELF,
+# Isend/Irecv/Wait to self, Waitall of 26 requests, Allreduce on a split communicator) in one
+# process, without and with the preload library, for Open MPI and MPICH (tests/recorder_cost.rs
+# is the short regression guard built on the same program). Prints ns/call for both (best of $RUNS runs, default 5: the
 # machine is shared) and the difference; "self-meas." is the mean per-event cost the recorder
 # itself stored in the trace of the last traced run (fast-path estimate plus measured slow paths:
 # block allocation, so it varies with memory pressure); B/event is the in-memory bytes per event.
@@ -33,7 +35,7 @@ for mpi in openmpi mpich; do
     esac
     command -v "$cc" >/dev/null || { echo "$mpi: $cc not found, skipped"; continue; }
     "$cc" -O2 -o "$work/cheap_$mpi" "$here/cheap_calls.c"
-    for kind in rank barrier; do
+    for kind in rank barrier isend waitall subcomm; do
         bare="$(best "$work/cheap_$mpi" "$calls" "$kind")"
         out="$work/trace_${mpi}_$kind"
         traced="$(best env LD_PRELOAD="$lib" EVENFLUSH_OUT="$out" EVENFLUSH_MODE=off EVENFLUSH_VERBOSE=1 EVENFLUSH_ZSTD_LEVEL=1 \

@@ -45,12 +45,14 @@
  * MPI calls per rank (N iterations): MPI_Init 1, MPI_Comm_rank 1,
  *   MPI_Comm_size 1, MPI_Allreduce 1 (agree on the work per iteration;
  *   still called with --work-units so the call counts never change),
- *   MPI_Barrier N + 2, MPI_Wtime 2, MPI_Finalize 1.
+ *   MPI_Barrier N + 2, MPI_Wtime 2N + 2, MPI_Finalize 1.
  * User records per rank: K*N (when the recorder is present), B*N bytes.
  *
  * stdout (rank 0): a "iterative ..." line with the settings, then
  * "total_s=<seconds>" measured with MPI_Wtime from after the start barrier
- * to just before MPI_Finalize.
+ * to just before MPI_Finalize, then "barrier_s=<seconds>": the part of it
+ * rank 0 spent inside the loop's MPI_Barrier calls (where a recorder that
+ * suspends after collectives suspends).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -230,6 +232,7 @@ int main(int argc, char **argv)
     long units = fixed_units >= 0 ? fixed_units : (long)((double)slowest * (double)compute_us / 1000.0);
 
     MPI_Barrier(MPI_COMM_WORLD);
+    double in_barriers = 0.0;
     double start = MPI_Wtime();
     for (long it = 0; it < iterations; it++) {
         if (touch_pages)
@@ -251,7 +254,9 @@ int main(int argc, char **argv)
                 left -= (long)len;
             }
         }
+        double entered = MPI_Wtime();
         MPI_Barrier(MPI_COMM_WORLD);
+        in_barriers += MPI_Wtime() - entered;
     }
     double total = MPI_Wtime() - start;
 
@@ -261,6 +266,7 @@ int main(int argc, char **argv)
                size, iterations, mem_mib, compute_us, record_bytes, records, units, touch_pages,
                record != NULL ? "found" : "absent");
         printf("total_s=%.6f\n", total);
+        printf("barrier_s=%.6f\n", in_barriers);
     }
     free(m.data);
     free(payload);

@@ -1,8 +1,11 @@
-//! The swap-versus-offload harness on the real machine: `--quick` end to end when the machine
-//! allows it (root, swap possible, a cgroup memory controller, Open MPI, a release evenflush
-//! binary); otherwise the test prints why it skipped.
+//! The swap-versus-offload harness on the real machine: `--quick` end to end. It needs root, swap,
+//! a cgroup memory controller, Open MPI and a release evenflush binary; without them it fails
+//! unless the skip `swap-experiment` is allowed (`tests/common/skip.rs`).
 
 use std::path::{Path, PathBuf};
+
+#[path = "../../tests/common/skip.rs"]
+mod skip;
 
 use clap::Parser;
 use experiments::swap::args::{Experiment, ExperimentArgs};
@@ -86,7 +89,7 @@ fn our_cgroups_left(parent: &Path) -> Vec<String> {
 #[test]
 fn quick_experiment_runs_and_restores_the_machine() {
     if let Some(reason) = skip_reason() {
-        eprintln!("skipping the swap-versus-offload quick run: {reason}");
+        skip::skip_or_fail("swap-experiment", &reason);
         return;
     }
     let out = std::env::temp_dir().join(format!("evenflush-swap-quick-{}", std::process::id()));
@@ -167,7 +170,7 @@ fn quick_experiment_runs_and_restores_the_machine() {
 #[ignore = "long: runs the experiment named by EVENFLUSH_EXPERIMENT_ARGS"]
 fn experiment_from_environment() {
     if let Some(reason) = skip_reason() {
-        eprintln!("skipping: {reason}");
+        skip::skip_or_fail("swap-experiment", &reason);
         return;
     }
     let text = std::env::var("EVENFLUSH_EXPERIMENT_ARGS").unwrap_or_default();

@@ -1,7 +1,7 @@
 //! Writers: file layout, durability path, and rotation over directories when a disk fills.
 //!
-//! The out-of-space tests mount tiny tmpfs file systems (needs root); where mounting is refused
-//! they print why and skip.
+//! The out-of-space tests mount tiny tmpfs file systems (needs root); where mounting is refused, or
+//! io_uring is blocked, they fail unless the skip is allowed (`tests/common/skip.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,6 +10,9 @@ use format::chunk::{ChunkEncoder, EncodedChunk};
 use format::synthetic::{HaloConfig, raw_buf};
 use format::writer::{FILE_MAGIC, FileHeader, encode_file_header};
 use format::{ClockCalibration, ClockSource};
+#[path = "../../tests/common/skip.rs"]
+mod skip;
+
 use offload::writer::{
     OutputPlan, PosixWriter, UringWriter, WriteError, Writer, WriterKind, open_writer,
 };
@@ -84,11 +87,13 @@ fn writer_of(kind: WriterKind, plan: OutputPlan) -> Box<dyn Writer> {
     }
 }
 
+/// Whether io_uring can be used here; when it cannot, the calling test fails unless the skip
+/// `io_uring` is allowed.
 fn uring_works() -> bool {
     match io_uring_probe() {
         Ok(()) => true,
         Err(e) => {
-            println!("skipping io_uring: {e}");
+            skip::skip_or_fail("io_uring", &format!("io_uring unavailable: {e}"));
             false
         }
     }
@@ -228,7 +233,10 @@ fn out_of_space_rotation(kind: WriterKind) {
     ) {
         (Ok(a), Ok(b)) => [a, b],
         (Err(e), _) | (_, Err(e)) => {
-            println!("skipping the ENOSPC test: cannot mount tmpfs ({e})");
+            skip::skip_or_fail(
+                "tmpfs",
+                &format!("ENOSPC rotation: cannot mount tmpfs ({e})"),
+            );
             return;
         }
     };

@@ -255,7 +255,10 @@ fn removing_only_the_suspensions_keeps_the_recorder_cost() {
                 (w.start + before, w.end + before),
                 "rank {r} call {i}"
             );
-            assert!(g.cost > 0, "the cost is kept, in output ticks (ns)");
+            // The cost is kept, converted to output ticks (ns): the injected cost of this call
+            // is what the next call's accumulated cost grew by.
+            let after = p.cost_before[r].get(i + 1).copied().unwrap_or(p.cost[r]);
+            assert_eq!(u64::from(g.cost), after - before, "rank {r} call {i}");
         }
         let rs = &s.per_rank[r];
         assert!(
@@ -687,4 +690,64 @@ fn sendrecv_rooted_and_nonblocking_collectives_follow_their_semantics() {
     assert_eq!(c0[3].end, 1_210);
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(out).unwrap();
+}
+
+/// A clock offset known to be wrong: rank 2's samples claim its clock is 5 µs further behind rank
+/// 0's than it is, so after the offsets are applied its events land 5 µs late. Every message it
+/// sends to rank 3 then arrives before it was sent (one per iteration, and no other message is
+/// affected), and every barrier is left by the others before rank 2 entered it. `--hb` must remove
+/// exactly those violations, which exist before it.
+#[test]
+fn a_known_clock_skew_causes_violations_that_hb_removes() {
+    const SKEW_NS: f64 = 5_000.0;
+    const ITERATIONS: u64 = 30;
+    let dir = temp_dir("skew");
+    let mut p = ring_program(4, ITERATIONS, 23);
+    for e in &mut p.measured[2].streams[0].1 {
+        match e {
+            Event::Clock(s) => s.offset_ns += SKEW_NS,
+            Event::Suspension(s) => s.offset_ns += SKEW_NS,
+            _ => {}
+        }
+    }
+    write_trace(&dir, p.world, &p.measured, 64);
+
+    // The same trace with the true offsets has no violation (see the exact test above).
+    let plain = dir.with_extension("plain");
+    let s = rebuild(&dir, &plain, Remove::Both, false);
+    assert_eq!(s.hb.before.messages, 4 * ITERATIONS);
+    assert_eq!(
+        s.hb.before.message_violations, ITERATIONS,
+        "exactly rank 2's sends to rank 3: {:?}",
+        s.hb.before
+    );
+    assert!(
+        s.hb.before.collective_violations >= ITERATIONS,
+        "every barrier: {:?}",
+        s.hb.before
+    );
+    assert_eq!(
+        s.hb.violations_after, s.hb.violations_before,
+        "not repaired"
+    );
+
+    let fixed = dir.with_extension("fixed");
+    let s = rebuild(&dir, &fixed, Remove::Both, true);
+    assert!(s.hb.violations_before >= 2 * ITERATIONS, "{:?}", s.hb);
+    assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
+    // The repair only delays: rank 3's receive from rank 2 now ends no earlier than the send began.
+    let r2 = calls(&read_lane(&fixed, 2, 0));
+    let r3 = calls(&read_lane(&fixed, 3, 0));
+    let sends: Vec<_> = r2.iter().filter(|c| c.func == SEND).collect();
+    let recvs: Vec<_> = r3.iter().filter(|c| c.func == RECV).collect();
+    assert_eq!(
+        (sends.len(), recvs.len()),
+        (ITERATIONS as usize, ITERATIONS as usize)
+    );
+    for (s, r) in sends.iter().zip(&recvs) {
+        assert!(r.end >= s.start, "send {s:?} received at {r:?}");
+    }
+    for d in [dir, plain, fixed] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
 }

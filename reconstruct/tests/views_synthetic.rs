@@ -2,6 +2,8 @@
 //! crate's own writer, where every expected figure is known from what the test wrote.
 
 mod common;
+#[path = "../../tests/common/skip.rs"]
+mod skip;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -250,7 +252,7 @@ fn perfetto_has_one_flow_per_message() {
 #[test]
 fn otf2_export_is_accepted_by_otf2_print() {
     if !otf2::AVAILABLE {
-        eprintln!("skipped: built without OTF2");
+        skip::skip_or_fail("otf2", "reconstruct was built without OTF2");
         return;
     }
     let dir = temp_dir("views-otf2");
@@ -268,7 +270,10 @@ fn otf2_export_is_accepted_by_otf2_print() {
         .arg(out.join("traces.otf2"))
         .output()
     else {
-        eprintln!("otf2-print not installed: archive not checked");
+        skip::skip_or_fail(
+            "otf2",
+            "otf2-print is not installed: the archive is not checked",
+        );
         return;
     };
     let text = String::from_utf8_lossy(&printed.stdout);

@@ -176,6 +176,19 @@ fn clip_u32(v: u64) -> u32 {
     v.min(u32::MAX as u64) as u32
 }
 
+/// What one call is charged: the thread's estimate, never less than one clock read, plus the
+/// measured slow-path time carried over to it.
+///
+/// The floor holds for every call, because by definition (module doc) a call's cost includes the
+/// clock read that closes its record. In practice it only acts before a sample has set the
+/// estimate: every sample includes that read, so a settled estimate is never below it; but the
+/// warm-up samples can all be interrupted and dropped, and a call charged 0 then would claim the
+/// recorder cost nothing (a fresh-clone CI run caught exactly that).
+#[inline]
+fn charged_cost(estimate: u64, read_cost: u64, carry: u64) -> u32 {
+    clip_u32(estimate.max(read_cost).saturating_add(carry))
+}
+
 /// Stores one call record on this thread's buffer.
 pub fn record_call(rec: &CallRecord) {
     record_call_on(buffers::mine(), rec);
@@ -220,9 +233,7 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
     let ((), grew) = buffers::with_buf(tb, |l| {
         let sampled = l.calls < WARMUP_SAMPLES || l.calls.is_multiple_of(SAMPLE_EVERY);
         l.calls += 1;
-        // Until a sample has settled the estimate (warm-up samples can all be interrupted), one
-        // clock read, which the recorder certainly spent, is the floor of what it charges.
-        call.cost = clip_u32(l.cost_estimate.max(read_cost) + l.cost_carry);
+        call.cost = charged_cost(l.cost_estimate, read_cost, l.cost_carry);
         l.cost_carry = 0;
         let allocated = match l.profile() {
             Some(p) => {
@@ -455,5 +466,24 @@ pub fn file_header(rank: u32, size: u32, clock: ClockCalibration) -> FileHeader 
         clock,
         created_unix_ns: clock::realtime_ns(),
         producer: format!("evenflush-recorder {}", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::charged_cost;
+
+    #[test]
+    fn every_call_is_charged_at_least_one_clock_read() {
+        // No settled estimate yet (all warm-up samples dropped): the read alone.
+        assert_eq!(charged_cost(0, 25, 0), 25);
+        // An estimate below one read cannot come from a sample, but is floored all the same.
+        assert_eq!(charged_cost(10, 25, 0), 25);
+        // A settled estimate is charged as is, plus the carried slow-path time.
+        assert_eq!(charged_cost(40, 25, 0), 40);
+        assert_eq!(charged_cost(40, 25, 1_000), 1_040);
+        assert_eq!(charged_cost(0, 25, 7), 32);
+        // The record's field is 32 bits: clipped, never wrapped.
+        assert_eq!(charged_cost(40, 25, u64::MAX), u32::MAX);
     }
 }

@@ -6,8 +6,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use format::{Event, RankFile};
+
+mod skip;
+#[allow(unused_imports)] // not every test crate skips
+pub use skip::{ALLOW_SKIP_VAR, SKIPPED_PREFIX, skip_allowed, skip_or_fail};
 
 /// One `#[test]` per MPI for each listed `fn name(mpi: Mpi)`, in modules `openmpi` and `mpich`.
 /// (Not every test file that includes this module uses it.)
@@ -128,15 +133,67 @@ fn check(out: Output, what: &str) -> Output {
     out
 }
 
+/// The time limit of one test job: the slowest bundled job takes a few seconds, but a 2-core
+/// machine shared with builds can stretch that a lot; a hang must still end.
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Runs `cmd` (stdin closed, output captured) in a process group of its own and waits at most
+/// `limit`; past it, kills the whole group (the launcher and the ranks it forked) and panics with
+/// what the job printed, so a hung job fails instead of hanging the suite.
+pub fn output_with_timeout(cmd: &mut Command, limit: Duration, what: &str) -> Output {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("piped")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped")));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the job") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let Some(status) = status else {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .status();
+        let _ = child.wait();
+        // Ranks that left the group may keep the pipes open: do not wait for them.
+        panic!("{what} did not end within {} s: killed", limit.as_secs());
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
+
 /// Runs `program args` on `ranks` ranks without the recorder; returns stdout.
 pub fn run_plain(mpi: Mpi, ranks: u32, program: &str, args: &[&str]) -> String {
     let mut argv = mpi.launch(ranks);
     argv.push(programs(mpi).join(program).display().to_string());
     argv.extend(args.iter().map(|s| s.to_string()));
-    let out = mpi_env(Command::new(&argv[0]).args(&argv[1..]))
-        .stdin(Stdio::null())
-        .output()
-        .expect("start mpirun");
+    let out = output_with_timeout(
+        mpi_env(Command::new(&argv[0]).args(&argv[1..])),
+        JOB_TIMEOUT,
+        &format!("plain run of {program} ({})", mpi.name()),
+    );
     String::from_utf8(check(out, &format!("plain run of {program} ({})", mpi.name())).stdout)
         .unwrap()
 }
@@ -155,10 +212,11 @@ pub fn run_traced_output(
     cmd.args(mpi.launch(ranks));
     cmd.arg(programs(mpi).join(program));
     cmd.args(args);
-    mpi_env(&mut cmd)
-        .stdin(Stdio::null())
-        .output()
-        .expect("start evenflush run")
+    output_with_timeout(
+        mpi_env(&mut cmd),
+        JOB_TIMEOUT,
+        &format!("traced run of {program} ({})", mpi.name()),
+    )
 }
 
 pub fn run_traced(
@@ -199,6 +257,8 @@ pub fn expected(program: &str) -> serde_json::Value {
 }
 
 /// The MPI functions the recorder wraps, from its one table (`recorder/mpi_functions.tsv`).
+/// Not for expectations: a test that filters what it expects through the table under test cannot
+/// notice a function missing from it (expected.json lists what is not recorded instead).
 pub fn wrapped_functions() -> std::collections::BTreeSet<String> {
     let table = std::fs::read_to_string(repo_root().join("recorder/mpi_functions.tsv")).unwrap();
     table
@@ -348,5 +408,9 @@ pub fn run_iterative_work(
         "--records",
         &RECORDS.to_string(),
     ]);
-    mpi_env(&mut cmd).output().unwrap()
+    output_with_timeout(
+        mpi_env(&mut cmd),
+        JOB_TIMEOUT,
+        &format!("iterative run ({})", mpi.name()),
+    )
 }

@@ -59,4 +59,11 @@ build_c sigterm
 build_c deadlock
 build_f fortran_ring
 build_f fortran_f08
+# The recorder's smoke programs (tests/smoke.rs): every wrapped family, abnormal ends, Fortran.
+# GCC mistakes MPICH's MPI_STATUSES_IGNORE for a zero-sized status array.
+build_c smoke -ldl -Wno-stringop-overflow
+build_c coverage -Wno-stringop-overflow
+build_c abnormal -pthread
+build_f smoke_f77
+build_f smoke_f08
 echo "done"

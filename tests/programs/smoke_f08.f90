@@ -1,4 +1,4 @@
-! Fortran smoke program using `use mpi_f08`: known call counts (see run.sh).
+! Fortran smoke program using `use mpi_f08`: known call counts (see tests/smoke.rs).
 program smoke_f08
   use mpi_f08
   implicit none

@@ -1,5 +1,5 @@
 /* Exercises the less common wrapped families once each (2 ranks), with completions whose number
- * is known: run.sh checks "completions 18" per rank (see the tally at the end). */
+ * is known: tests/smoke.rs checks "completions 18" per rank (see the tally at the end). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

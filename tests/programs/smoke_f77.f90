@@ -1,4 +1,4 @@
-! Fortran smoke program using mpif.h-style `use mpi`: known call counts (see run.sh).
+! Fortran smoke program using mpif.h-style `use mpi`: known call counts (see tests/smoke.rs).
 program smoke_f77
   use mpi
   implicit none

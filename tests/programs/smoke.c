@@ -1,5 +1,6 @@
 /* Smoke program for the recorder: a known number of calls of each kind, so the trace can be
- * checked for exact counts (see run.sh for the expected numbers). Runs with 2 ranks. */
+ * checked for exact counts (tests/smoke.rs has the expected numbers). Runs with 2 ranks. */
+#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <mpi.h>
 #include <stdio.h>

@@ -1,0 +1,155 @@
+//! Regression guard of the recorder's cost per call, under Open MPI and MPICH: the cheap-calls
+//! program of `benches/recorder_cost/` runs untraced and traced on one rank, and each call kind's
+//! added cost per call must stay within [`LIMIT`] times its recorded baseline.
+//!
+//! A 2-core machine shared with builds is far too noisy for absolute nanoseconds, so every figure
+//! is a ratio of two costs measured in the same runs, where the machine's speed cancels: each
+//! kind's added cost against the added cost of the cheapest call (Comm_rank), and that one against
+//! the untraced Isend/Irecv/Wait round trip (library work the recorder cannot change). Within a
+//! run the kinds take turns and report their fastest round (preemptions and trace-block page
+//! faults land in single rounds); across runs the median ratio counts. Baselines were measured on
+//! the development VM with the machine busy (load ~5 on 2 cores): the medians of seven runs
+//! varied by about ±25 %, single runs by up to 2x, so a real doubling (2x the baseline) fails
+//! while the noise (1.3x at most in the median) passes.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Mpi, mpi_lock, output_with_timeout, scratch};
+
+/// A ratio fails when its median exceeds this multiple of its baseline.
+const LIMIT: f64 = 1.7;
+/// Runs of each configuration; the median ratio counts.
+const RUNS: usize = 7;
+/// MPI calls of each kind per run (10 rounds): about 0.1 s of traced calls per kind.
+const CALLS: &str = "200000";
+
+/// Baseline ratios (see the module doc): added cost of a kind / added cost of Comm_rank, and
+/// Comm_rank's added cost / untraced Isend+Irecv+Wait per call.
+fn baseline(mpi: Mpi) -> BTreeMap<&'static str, f64> {
+    let v = match mpi {
+        Mpi::OpenMpi => [2.9, 2.5, 4.2, 3.1, 1.0],
+        Mpi::Mpich => [3.0, 2.4, 4.25, 3.3, 1.66],
+    };
+    ["barrier", "isend", "waitall", "subcomm", "rank/bare isend"]
+        .into_iter()
+        .zip(v)
+        .collect()
+}
+
+fn build(mpi: Mpi) -> PathBuf {
+    let dir = scratch(&format!("recorder-cost-{}", mpi.name()));
+    let exe = dir.join("cheap_calls");
+    let cc = match mpi {
+        Mpi::OpenMpi => "mpicc",
+        Mpi::Mpich => "mpicc.mpich",
+    };
+    let out = Command::new(cc)
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(common::repo_root().join("benches/recorder_cost/cheap_calls.c"))
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// ns per call of each kind in one run, traced into `trace` or untraced.
+fn run(mpi: Mpi, exe: &Path, trace: Option<&Path>) -> BTreeMap<String, f64> {
+    let mut cmd = Command::new(exe);
+    cmd.args([CALLS, "all"]);
+    if let Some(dir) = trace {
+        let _ = std::fs::remove_dir_all(dir);
+        let lib = common::evenflush_bin()
+            .parent()
+            .unwrap()
+            .join(format!("libevenflush_{}.so", mpi.name()));
+        cmd.env("LD_PRELOAD", lib)
+            .env("EVENFLUSH_OUT", dir)
+            .env("EVENFLUSH_MODE", "off");
+    }
+    let out = output_with_timeout(
+        common::mpi_env(&mut cmd),
+        Duration::from_secs(60),
+        "cheap_calls",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let per_call: BTreeMap<String, f64> = text
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[0].to_string(), w[2].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(per_call.len(), 5, "{text}");
+    per_call
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn recorder_cost(mpi: Mpi) {
+    if cfg!(debug_assertions) {
+        common::skip_or_fail(
+            "recorder-cost",
+            "debug build: the baselines are those of the release recorder",
+        );
+        return;
+    }
+    let _guard = mpi_lock();
+    let exe = build(mpi);
+    let trace = scratch(&format!("recorder-cost-{}-trace", mpi.name()));
+    let mut ratios: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for _ in 0..RUNS {
+        let bare = run(mpi, &exe, None);
+        let traced = run(mpi, &exe, Some(&trace));
+        let added = |kind: &str| traced[kind] - bare[kind];
+        // A floor of 1 ns keeps a reference lost in noise from dividing by ~0.
+        let reference = added("rank").max(1.0);
+        for kind in ["barrier", "isend", "waitall", "subcomm"] {
+            ratios
+                .entry(kind)
+                .or_default()
+                .push(added(kind) / reference);
+        }
+        ratios
+            .entry("rank/bare isend")
+            .or_default()
+            .push(reference / bare["isend"]);
+    }
+    let mut failures = Vec::new();
+    for (kind, base) in baseline(mpi) {
+        let got = median(ratios[kind].clone());
+        eprintln!(
+            "{} {kind}: median ratio {got:.2} (baseline {base}, runs {:?})",
+            mpi.name(),
+            ratios[kind]
+        );
+        if got > LIMIT * base {
+            failures.push(format!("{kind}: {got:.2} > {LIMIT} x {base}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}: recorder cost regressed: {failures:?}",
+        mpi.name()
+    );
+}
+
+for_both_mpis!(recorder_cost);

@@ -1,0 +1,439 @@
+//! The recorder's smoke programs on real jobs under Open MPI and MPICH (formerly
+//! `recorder/smoke/run.sh`): any/some completions, persistent requests and Startall, probes, RMA,
+//! MPI-IO, neighbourhood collectives on a Cartesian communicator, MPI_IN_PLACE, Fortran `use mpi`
+//! and `use mpi_f08`, abnormal ends, the hard memory limit and five threads recording at once.
+//! Every expected figure is worked out from the program's source (tests/programs/smoke.c,
+//! coverage.c, abnormal.c, smoke_f77.f90, smoke_f08.f90), not from what the recorder wrote.
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{JOB_TIMEOUT, Mpi, mpi_lock, output_with_timeout, read_trace, scratch};
+use format::{Event, Marker};
+
+/// What one rank's trace holds, in the terms the expectations are written in.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Per function: calls and the sum of their `bytes`.
+    calls: BTreeMap<String, (u64, u64)>,
+    /// Completion events and the sum of their `bytes`.
+    completions: (u64, u64),
+    markers: BTreeMap<&'static str, u64>,
+    /// Member lists (world ranks) of every communicator definition, in trace order.
+    comms: Vec<Vec<u32>>,
+    /// User records plus region begins and ends.
+    user: u64,
+    streams: usize,
+}
+
+impl Counts {
+    fn call(&self, name: &str) -> (u64, u64) {
+        self.calls.get(name).copied().unwrap_or((0, 0))
+    }
+    fn marker(&self, name: &str) -> u64 {
+        self.markers.get(name).copied().unwrap_or(0)
+    }
+}
+
+fn marker_name(m: &Marker) -> &'static str {
+    match m {
+        Marker::LocalFlush { .. } => "LocalFlush",
+        Marker::RecordingStopped { .. } => "RecordingStopped",
+        Marker::Lost { .. } => "Lost",
+        Marker::AbnormalEnd { .. } => "AbnormalEnd",
+        Marker::InitDone { .. } => "InitDone",
+        Marker::FinalizeStart { .. } => "FinalizeStart",
+        Marker::Stuck { .. } => "Stuck",
+    }
+}
+
+/// Per rank (index = rank), what the trace in `dir` holds.
+fn counts(dir: &Path) -> Vec<Counts> {
+    let trace = read_trace(dir);
+    let mut out: Vec<Counts> = Vec::new();
+    for r in &trace {
+        assert_eq!(r.rank as usize, out.len(), "rank files 0..P in order");
+        let mut c = Counts {
+            streams: r.streams.len(),
+            ..Counts::default()
+        };
+        for e in r.all() {
+            match e {
+                Event::Call(call) => {
+                    let entry = c.calls.entry(r.name(call.func).to_string()).or_default();
+                    entry.0 += 1;
+                    entry.1 += call.bytes;
+                }
+                Event::Completion(done) => {
+                    c.completions.0 += 1;
+                    c.completions.1 += done.bytes;
+                }
+                Event::Marker(m) => *c.markers.entry(marker_name(m)).or_default() += 1,
+                Event::CommDef { members, .. } => c.comms.push(members.clone()),
+                Event::User(_) | Event::Region(_) => c.user += 1,
+                _ => {}
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `evenflush run --out <scratch> <flags> -- mpirun -np <ranks> <program> <args>`, with a time
+/// limit; returns the job's output (not checked: abnormal ends fail on purpose) and the trace.
+fn traced(
+    mpi: Mpi,
+    ranks: u32,
+    program: &str,
+    args: &[&str],
+    name: &str,
+    flags: &[&str],
+) -> (Output, PathBuf) {
+    let out = scratch(&format!("smoke-{name}-{}", mpi.name()));
+    // MPI-IO in coverage.c writes its file under TMPDIR.
+    let tmp = scratch(&format!("smoke-{name}-{}-tmp", mpi.name()));
+    let mut cmd = Command::new(common::evenflush_bin());
+    cmd.arg("run").arg("--out").arg(&out).args(flags).arg("--");
+    cmd.args(mpi.launch(ranks));
+    cmd.arg(common::programs(mpi).join(program)).args(args);
+    cmd.env("TMPDIR", &tmp);
+    let output = output_with_timeout(
+        common::mpi_env(&mut cmd),
+        JOB_TIMEOUT,
+        &format!("{name} ({})", mpi.name()),
+    );
+    (output, out)
+}
+
+fn succeeded(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// smoke.c on 2 ranks: 100 iterations of (rank 0 Send 10 ints to rank 1, which receives with
+/// ANY_SOURCE/ANY_TAG into 64 ints; Irecv + Isend of 3 + rank ints to the other rank; Waitall;
+/// Allreduce IN_PLACE of one double), a Barrier, 10 rounds of Startall on a persistent Send_init
+/// (5 ints) and Recv_init pair + Waitall, Comm_split/Bcast/free, Comm_dup/Barrier/free, then one
+/// user record and (around the loop) one region.
+fn smoke(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(mpi, 2, "smoke", &[], "smoke", &["--mode", "off"]);
+    succeeded(&output, "smoke");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "smoke done (recorder present)\n",
+        "the recorder's user-record entry points are found through dlsym"
+    );
+    let c = counts(&dir);
+    assert_eq!(c.len(), 2);
+    let label = mpi.name();
+    assert_eq!(c[0].call("MPI_Send"), (100, 100 * 40), "{label}");
+    assert_eq!(c[1].call("MPI_Send"), (0, 0), "{label}");
+    // The posted receive size: 64 ints.
+    assert_eq!(c[1].call("MPI_Recv"), (100, 100 * 256), "{label}");
+    for (r, counts) in c.iter().enumerate() {
+        let r = r as u64;
+        assert_eq!(counts.call("MPI_Init_thread").0, 1, "{label}");
+        assert_eq!(counts.call("MPI_Irecv"), (100, 100 * 256), "{label}");
+        assert_eq!(
+            counts.call("MPI_Isend"),
+            (100, 100 * 4 * (3 + r)),
+            "{label}"
+        );
+        assert_eq!(counts.call("MPI_Waitall").0, 110, "{label}");
+        assert_eq!(counts.call("MPI_Allreduce"), (100, 100 * 8), "{label}");
+        assert_eq!(counts.call("MPI_Barrier").0, 2, "{label}");
+        assert_eq!(counts.call("MPI_Send_init"), (1, 20), "{label}");
+        assert_eq!(counts.call("MPI_Recv_init"), (1, 256), "{label}");
+        // One record per started request: 10 Startall calls of 2 requests each.
+        assert_eq!(counts.call("MPI_Startall").0, 20, "{label}");
+        assert_eq!(counts.call("MPI_Request_free").0, 2, "{label}");
+        assert_eq!(counts.call("MPI_Comm_split").0, 1, "{label}");
+        assert_eq!(counts.call("MPI_Bcast"), (1, 8), "{label}");
+        assert_eq!(counts.call("MPI_Comm_dup").0, 1, "{label}");
+        assert_eq!(counts.call("MPI_Comm_free").0, 2, "{label}");
+        assert_eq!(counts.call("MPI_Finalize").0, 1, "{label}");
+        assert_eq!(counts.marker("InitDone"), 1, "{label}");
+        assert_eq!(counts.marker("FinalizeStart"), 1, "{label}");
+        assert_eq!(counts.marker("AbnormalEnd"), 0, "{label}");
+        // Region begin and end around the loop, and the "answer" record.
+        assert_eq!(counts.user, 3, "{label}");
+        // WORLD, SELF, the split (key -rank: reversed) and the dup (a new id after the free).
+        let mut comms = counts.comms.clone();
+        comms.sort();
+        let mut want = vec![vec![0, 1], vec![0, 1], vec![1, 0], vec![r as u32]];
+        want.sort();
+        assert_eq!(comms, want, "{label}: rank {r}");
+    }
+    // Completions with the sizes actually moved: per iteration the Irecv gets 3 + other ints and
+    // the Isend sends 3 + rank; 10 persistent rounds move 5 ints each way; rank 1 also has the
+    // status of each of its 100 blocking receives of 10 ints.
+    assert_eq!(c[0].completions, (220, 100 * (16 + 12) + 10 * (20 + 20)));
+    assert_eq!(
+        c[1].completions,
+        (320, 100 * 40 + 100 * (12 + 16) + 10 * (20 + 20))
+    );
+}
+
+/// coverage.c on 2 ranks: each less common family once (see the tally in its source).
+fn coverage(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(mpi, 2, "coverage", &[], "coverage", &["--mode", "off"]);
+    succeeded(&output, "coverage");
+    let c = counts(&dir);
+    let label = mpi.name();
+    assert_eq!(c.len(), 2);
+    // Sendrecv, Sendrecv_replace, one Recv (tag 3 or 4), Waitany x2, Waitsome, Test, Testall,
+    // Testany, Testsome (2 each), Ibarrier + Iallreduce, File_iread_at + Wait: 18 completions.
+    // Bytes: Sendrecv receives 4 ints, Sendrecv_replace 2, the tag-3/4 message 3 (rank 1) or 1
+    // (rank 0) ints, then each Isend/Irecv pair of tags 5..10 moves `tag` ints both ways (their
+    // sends complete with their own size), the Iallreduce of 4 ints completes with its size (the
+    // recorder reads no IN_PLACE for it), and the File_iread_at reads 16 ints.
+    let pairs: u64 = (5..=10).map(|tag| 2 * 4 * tag).sum();
+    assert_eq!(
+        c[0].completions,
+        (18, 16 + 8 + 4 + pairs + 16 + 64),
+        "{label}"
+    );
+    assert_eq!(
+        c[1].completions,
+        (18, 16 + 8 + 12 + pairs + 16 + 64),
+        "{label}"
+    );
+    for (r, counts) in c.iter().enumerate() {
+        for (name, n) in [
+            ("MPI_Sendrecv", 1),
+            ("MPI_Sendrecv_replace", 1),
+            ("MPI_Waitany", 2),
+            ("MPI_Irecv", 6),
+            ("MPI_Isend", 6),
+            ("MPI_Ibarrier", 1),
+            ("MPI_Iallreduce", 1),
+            ("MPI_Waitall", 1),
+            ("MPI_Gather", 1),
+            ("MPI_Alltoallv", 1),
+            ("MPI_Allgather", 1),
+            ("MPI_Reduce_scatter_block", 1),
+            ("MPI_Scan", 1),
+            ("MPI_Cart_create", 1),
+            ("MPI_Neighbor_allgather", 1),
+            ("MPI_Comm_free", 1),
+            ("MPI_Win_create", 1),
+            ("MPI_Win_fence", 2),
+            ("MPI_Put", 1),
+            ("MPI_Win_lock", 1),
+            ("MPI_Get", 1),
+            ("MPI_Win_unlock", 1),
+            ("MPI_Win_free", 1),
+            ("MPI_File_open", 1),
+            ("MPI_File_write_at_all", 1),
+            ("MPI_File_iread_at", 1),
+            ("MPI_Wait", 1),
+            ("MPI_File_close", 1),
+        ] {
+            assert_eq!(counts.call(name).0, n, "{label}: rank {r} {name}");
+        }
+        // Polling loops run at least once; their exact number depends on timing.
+        for name in [
+            "MPI_Waitsome",
+            "MPI_Test",
+            "MPI_Testall",
+            "MPI_Testany",
+            "MPI_Testsome",
+        ] {
+            assert!(counts.call(name).0 >= 1, "{label}: rank {r} {name}");
+        }
+        // IN_PLACE counts no bytes; Alltoallv sums its send counts (3 + 3 ints).
+        assert_eq!(counts.call("MPI_Allgather").1, 0, "{label}");
+        assert_eq!(counts.call("MPI_Alltoallv").1, 24, "{label}");
+        assert_eq!(counts.call("MPI_Put"), (1, 8), "{label}");
+        assert_eq!(counts.call("MPI_Get"), (1, 8), "{label}");
+        assert_eq!(counts.call("MPI_File_write_at_all"), (1, 64), "{label}");
+        // WORLD, SELF and the Cartesian communicator (not reordered: world order).
+        let mut comms = counts.comms.clone();
+        comms.sort();
+        let mut want = vec![vec![0, 1], vec![0, 1], vec![r as u32]];
+        want.sort();
+        assert_eq!(comms, want, "{label}: rank {r}");
+    }
+    // Rank 0 gathers IN_PLACE (no bytes of its own), rank 1 sends 4 ints.
+    assert_eq!(c[0].call("MPI_Gather"), (1, 0), "{label}");
+    assert_eq!(c[1].call("MPI_Gather"), (1, 16), "{label}");
+    // Only rank 1 probes, for the tag-3 message of rank 0.
+    assert_eq!(c[1].call("MPI_Probe").0, 1, "{label}");
+    assert!(c[1].call("MPI_Iprobe").0 >= 1, "{label}");
+    assert_eq!(c[0].call("MPI_Probe").0 + c[0].call("MPI_Iprobe").0, 0);
+
+    // The neighbourhood collective runs on the Cartesian communicator, which names both ranks.
+    for r in read_trace(&dir) {
+        let calls = r.calls("MPI_Neighbor_allgather");
+        assert_eq!(calls.len(), 1);
+        let comm = calls[0].comm;
+        assert_ne!(comm, 0, "not on MPI_COMM_WORLD");
+        assert_eq!(r.comms.get(&comm), Some(&vec![0, 1]), "{label}");
+        let put = r.calls("MPI_Put")[0];
+        assert_eq!(r.world(0, put.peer), 1 - r.rank, "{label}: Put target");
+    }
+}
+
+/// smoke_f77.f90 (`use mpi`) and smoke_f08.f90 (`use mpi_f08`): 50 iterations of Irecv (10
+/// integers, ANY_SOURCE) + Isend (4 integers) + Waitall(STATUSES_IGNORE), rank 0 Send of 2
+/// integers to rank 1's Recv (10 integers, with a status), Allreduce IN_PLACE of one double.
+fn fortran(mpi: Mpi, program: &str) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(mpi, 2, program, &[], program, &["--mode", "off"]);
+    succeeded(&output, program);
+    let c = counts(&dir);
+    let label = format!("{program} ({})", mpi.name());
+    for counts in &c {
+        // Recorded once, under the C name, although MPICH's Fortran layer calls the C symbol.
+        assert_eq!(counts.call("MPI_Init").0, 1, "{label}");
+        assert_eq!(counts.call("MPI_Irecv"), (50, 50 * 40), "{label}");
+        assert_eq!(counts.call("MPI_Isend"), (50, 50 * 16), "{label}");
+        assert_eq!(counts.call("MPI_Waitall").0, 50, "{label}");
+        assert_eq!(counts.call("MPI_Allreduce"), (50, 50 * 8), "{label}");
+        assert_eq!(counts.call("MPI_Barrier").0, 1, "{label}");
+        assert_eq!(counts.call("MPI_Finalize").0, 1, "{label}");
+    }
+    assert_eq!(c[0].call("MPI_Send"), (50, 50 * 8), "{label}");
+    assert_eq!(c[1].call("MPI_Recv"), (50, 50 * 40), "{label}");
+    // MPI_STATUSES_IGNORE substituted: every request still completes with its real size.
+    assert_eq!(c[0].completions, (100, 50 * (16 + 16)), "{label}");
+    assert_eq!(c[1].completions, (150, 50 * (8 + 16 + 16)), "{label}");
+}
+
+fn fortran_use_mpi(mpi: Mpi) {
+    fortran(mpi, "smoke_f77");
+}
+
+fn fortran_use_mpi_f08(mpi: Mpi) {
+    fortran(mpi, "smoke_f08");
+}
+
+/// abnormal.c: 1000 Barriers on MPI_COMM_SELF, then the job ends without MPI_Finalize.
+fn abnormal_end(mpi: Mpi, mode: &str) {
+    let _guard = mpi_lock();
+    let (_, dir) = traced(
+        mpi,
+        2,
+        "abnormal",
+        &[mode, "1000"],
+        &format!("abnormal-{mode}"),
+        &["--mode", "off"],
+    );
+    let c = counts(&dir);
+    let label = format!("{mode} ({})", mpi.name());
+    assert!(!c.is_empty(), "{label}: no trace written");
+    assert_eq!(c[0].call("MPI_Barrier").0, 1000, "{label}");
+    assert_eq!(c[0].call("MPI_Finalize").0, 0, "{label}");
+    assert_eq!(c[0].marker("AbnormalEnd"), 1, "{label}");
+}
+
+fn abnormal_abort(mpi: Mpi) {
+    abnormal_end(mpi, "abort");
+}
+
+fn abnormal_exit(mpi: Mpi) {
+    abnormal_end(mpi, "exit");
+}
+
+fn abnormal_sigterm(mpi: Mpi) {
+    abnormal_end(mpi, "term");
+}
+
+/// abnormal.c threads: 5 threads per rank (main + 4) each call Comm_rank 20000 times.
+fn five_thread_streams(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(
+        mpi,
+        2,
+        "abnormal",
+        &["threads", "20000"],
+        "threads",
+        &["--mode", "off"],
+    );
+    succeeded(&output, "abnormal threads");
+    for (r, c) in counts(&dir).iter().enumerate() {
+        // Plus the one Comm_rank of main() before the threads start.
+        assert_eq!(c.call("MPI_Comm_rank").0, 5 * 20_000 + 1, "rank {r}");
+        assert_eq!(c.streams, 5, "rank {r}: one stream per thread");
+        assert_eq!(c.call("MPI_Barrier").0, 1, "rank {r}");
+    }
+}
+
+/// The hard limit: 300000 Barriers on COMM_SELF need ~10 MiB of records; with the trace kept in
+/// memory (`--mode off`: on one rank a Barrier on COMM_SELF spans the world, so the offload modes
+/// would flush there and never reach the limit), a 4 MiB limit forces local flushes that lose
+/// nothing and are marked, with a warning on stderr.
+fn hard_limit(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(
+        mpi,
+        1,
+        "abnormal",
+        &["limit", "300000"],
+        "limit",
+        &["--mode", "off", "--limit", "4MiB", "--threshold", "1MiB"],
+    );
+    succeeded(&output, "abnormal limit");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("reached the limit"),
+        "no warning on stderr: {stderr}"
+    );
+    let c = counts(&dir);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].call("MPI_Barrier").0, 300_000, "nothing lost");
+    assert!(c[0].marker("LocalFlush") >= 1, "{:?}", c[0].markers);
+    assert_eq!(c[0].marker("Lost"), 0);
+    assert_eq!(common::info_json(&dir)["lost_events"], 0);
+}
+
+/// The preload library does nothing in a process that never initialises MPI.
+fn inert_outside_mpi(mpi: Mpi) {
+    let lib = common::evenflush_bin()
+        .parent()
+        .expect("target directory")
+        .join(format!("libevenflush_{}.so", mpi.name()));
+    assert!(lib.is_file(), "{} not built", lib.display());
+    let out = output_with_timeout(
+        Command::new("bash")
+            .args(["-c", "echo hi"])
+            .env("LD_PRELOAD", &lib),
+        JOB_TIMEOUT,
+        "bash under LD_PRELOAD",
+    );
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+for_both_mpis!(
+    smoke,
+    coverage,
+    fortran_use_mpi,
+    fortran_use_mpi_f08,
+    abnormal_abort,
+    abnormal_exit,
+    abnormal_sigterm,
+    five_thread_streams,
+    hard_limit,
+    inert_outside_mpi
+);
+
+/// The skip helper itself: a skip nobody allowed is a failure.
+#[test]
+#[should_panic(expected = "not allowed")]
+fn an_unallowed_skip_fails() {
+    assert!(!common::skip_allowed("evenflush-no-such-skip"));
+    common::skip_or_fail("evenflush-no-such-skip", "always refused");
+}
