@@ -146,6 +146,10 @@ fn known_suspensions(mpi: Mpi, references: &[&Path], reference_barrier_s: &[f64]
         &[
             "--mode",
             "static",
+            // The paper's decision: a suspension (static-short when nothing is written) after
+            // every barrier, the known lengths this check needs.
+            "--decision",
+            "blocking",
             "--threshold",
             "1MiB",
             "--static-short",
