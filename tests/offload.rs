@@ -64,6 +64,7 @@ fn dynamic_posix(mpi: Mpi) {
         ],
         10,
     );
+    assert_writer_used(&info, "posix");
     // One suspension after every barrier, on every rank, with the figures the issue asks for.
     let s = &info["suspension"];
     assert!(s["count"].as_u64().unwrap() >= u64::from(ITERATIONS));
@@ -74,8 +75,41 @@ fn dynamic_posix(mpi: Mpi) {
     assert!(s["z_us"]["p50"].as_f64().unwrap() > 0.0);
 }
 
+/// Every rank's trace says it was written by `want` (io_uring and MPI-IO both work on the test
+/// machines, so a fallback to posix is a failure, reported with the recorder's reason). MPI-IO's
+/// hand-over to posix at `MPI_Finalize` for the end of the trace is expected.
+fn assert_writer_used(info: &serde_json::Value, want: &str) {
+    let ranks = info["per_rank"].as_array().expect("per_rank");
+    assert_eq!(ranks.len() as u64, info["ranks"].as_u64().unwrap());
+    for r in ranks {
+        let rank = &r["rank"];
+        let writers = r["writers"].as_array().expect("writers");
+        assert!(!writers.is_empty(), "rank {rank}: no Writer record: {r}");
+        for w in writers {
+            assert_ne!(
+                w["change"], "fallback",
+                "rank {rank}: writer {} fell back to {}: {}",
+                w["requested"], w["used"], w["reason"]
+            );
+        }
+        let first = &writers[0];
+        assert_eq!(first["requested"], want, "rank {rank}: {writers:?}");
+        assert_eq!(first["used"], want, "rank {rank}: {writers:?}");
+        assert_eq!(first["change"], "opened", "rank {rank}: {writers:?}");
+        assert_eq!(first["part"], 0, "rank {rank}: {writers:?}");
+        for later in &writers[1..] {
+            assert_eq!(
+                (want, &later["change"], &later["used"]),
+                ("mpiio", &"finalize-handover".into(), &"posix".into()),
+                "rank {rank}: only MPI-IO hands over, to posix, at finalize: {writers:?}"
+            );
+        }
+    }
+    assert_eq!(info["writer_fallbacks"], serde_json::json!([]));
+}
+
 fn dynamic_uring(mpi: Mpi) {
-    offload_run(
+    let info = offload_run(
         mpi,
         "dynamic-uring",
         &[
@@ -88,10 +122,11 @@ fn dynamic_uring(mpi: Mpi) {
         ],
         10,
     );
+    assert_writer_used(&info, "uring");
 }
 
 fn dynamic_mpiio(mpi: Mpi) {
-    offload_run(
+    let info = offload_run(
         mpi,
         "dynamic-mpiio",
         &[
@@ -104,6 +139,7 @@ fn dynamic_mpiio(mpi: Mpi) {
         ],
         10,
     );
+    assert_writer_used(&info, "mpiio");
 }
 
 /// The scalable clock scheme of the scale study, adopted as a run setting.

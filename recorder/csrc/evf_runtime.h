@@ -80,6 +80,7 @@ typedef struct {
 /* ---- Rust core hooks (recorder::ffi) ---- */
 int evf_rust_pre_init(void);
 int evf_rust_init(int world_rank, int world_size, int thread_level);
+void evf_rust_set_library(const char *version, int len);
 void evf_rust_init_done(uint64_t tick);
 void evf_rec_call(const evf_call_t *call);
 void *evf_rust_thread_buf(void);
