@@ -485,7 +485,197 @@ pub fn rank_list(ranks: &[u32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::rank_list;
+    use super::*;
+    use format::{ChunkEncoder, ClockCalibration, FileHeader, RankFileWriter, RawBuf};
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("evf-collect-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A rank file as the recorder writes it: RankInfo (unless `run` is None, as in traces older
+    /// than that record) and a marker, in part `part`.
+    fn write_rank(dir: &Path, rank: u32, world: u32, host: &str, run: Option<&str>, part: u32) {
+        let header = FileHeader {
+            rank,
+            world_size: world,
+            part,
+            clock: ClockCalibration {
+                ticks_per_sec: 1e9,
+                ..Default::default()
+            },
+            created_unix_ns: 1,
+            producer: "collect tests".into(),
+        };
+        let mut buf = RawBuf::new();
+        if let Some(run_id) = run {
+            buf.push_event(&Event::RankInfo(format::RankInfo {
+                rank,
+                world_size: world,
+                pid: 100 + rank,
+                host: host.into(),
+                mpi_library: "test MPI".into(),
+                run_id: run_id.into(),
+            }));
+        }
+        buf.push_event(&Event::Marker(format::Marker::InitDone { time: 5 }));
+        let chunk = ChunkEncoder::new(1).encode(rank, 0, u64::from(part), &buf);
+        let path = dir.join(format::rank_file_name(rank, part));
+        let mut w = RankFileWriter::new(std::fs::File::create(path).unwrap(), &header).unwrap();
+        w.write_chunk(&chunk).unwrap();
+    }
+
+    fn two_nodes(name: &str) -> (PathBuf, PathBuf) {
+        let root = scratch(name);
+        let (a, b) = (root.join("nodeA"), root.join("nodeB"));
+        for (dir, host, ranks) in [(&a, "nodeA", [0, 1]), (&b, "nodeB", [2, 3])] {
+            std::fs::create_dir_all(dir).unwrap();
+            for r in ranks {
+                write_rank(dir, r, 4, host, Some("run-1"), 0);
+            }
+        }
+        (a, b)
+    }
+
+    #[test]
+    fn node_directories_come_back_together_with_their_hosts() {
+        let (a, b) = two_nodes("together");
+        // nodeB's disk filled: its ranks' second parts went to a third directory.
+        let spill = a.parent().unwrap().join("spill");
+        std::fs::create_dir_all(&spill).unwrap();
+        write_rank(&spill, 3, 4, "nodeB", None, 1);
+        let c = collect(&[a.clone(), b.clone(), spill.clone()]).unwrap();
+        assert_eq!(c.world_size, 4);
+        assert_eq!(c.run_id.as_deref(), Some("run-1"));
+        assert!(c.missing.is_empty() && c.ignored.is_empty());
+        assert_eq!(c.hosts["nodeA"], vec![0, 1]);
+        assert_eq!(c.hosts["nodeB"], vec![2, 3]);
+        assert_eq!(c.ranks[3].files.len(), 2, "both parts of rank 3, in order");
+        assert_eq!(c.ranks[3].files[1].parent().unwrap(), spill);
+        assert_eq!(c.ranks[2].pid, Some(102));
+        assert_eq!(c.dirs[2].ranks, vec![3]);
+        let trace = c.trace().unwrap();
+        assert_eq!(trace.ranks.len(), 4);
+        let text = render(&c);
+        assert!(text.contains("host nodeB"), "{text}");
+        assert!(text.contains("4 present, 0 missing"), "{text}");
+    }
+
+    #[test]
+    fn missing_ranks_are_named_and_refused_as_a_trace() {
+        let (a, _) = two_nodes("missing");
+        let c = collect(&[a]).unwrap();
+        assert_eq!(c.missing, vec![2, 3]);
+        assert!(render(&c).contains("MISSING      ranks 2-3 of 4"));
+        let err = c.trace().unwrap_err();
+        assert!(
+            matches!(err, TraceError::MissingRanks { ref missing, world_size: 4, .. } if *missing == vec![2, 3]),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_same_file_twice_or_an_identical_copy_is_read_once() {
+        let (a, b) = two_nodes("dupes");
+        let copy = a.parent().unwrap().join("copy");
+        std::fs::create_dir_all(&copy).unwrap();
+        std::fs::copy(b.join("rank-00002.evf"), copy.join("rank-00002.evf")).unwrap();
+        let link = a.parent().unwrap().join("link");
+        std::os::unix::fs::symlink(&b, &link).unwrap();
+        let c = collect(&[a.clone(), b.clone(), a.clone(), copy, link]).unwrap();
+        let whys: Vec<&str> = c.ignored.iter().map(|i| i.why).collect();
+        assert_eq!(whys.iter().filter(|w| **w == "same file").count(), 4);
+        assert_eq!(whys.iter().filter(|w| **w == "identical copy").count(), 1);
+        assert_eq!(c.ranks.iter().map(|r| r.files.len()).sum::<usize>(), 4);
+        assert_eq!(c.ranks[2].files[0], b.join("rank-00002.evf"));
+    }
+
+    #[test]
+    fn differing_copies_mixed_runs_and_bad_directories_are_errors() {
+        let (a, b) = two_nodes("errors");
+        let root = a.parent().unwrap().to_path_buf();
+        let other = root.join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        write_rank(&other, 2, 4, "nodeB", Some("run-2"), 0);
+        let err = collect(&[a.clone(), b.clone(), other.clone()]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TraceError::ConflictingCopies {
+                    rank: 2,
+                    part: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = collect(&[a.clone(), other.clone()]).unwrap_err();
+        assert!(matches!(err, TraceError::MixedRuns { .. }), "{err}");
+        assert!(err.to_string().contains("mix two runs"), "{err}");
+
+        let bigger = root.join("bigger");
+        std::fs::create_dir_all(&bigger).unwrap();
+        write_rank(&bigger, 5, 8, "nodeC", Some("run-1"), 0);
+        let err = collect(&[a.clone(), bigger]).unwrap_err();
+        assert!(
+            matches!(err, TraceError::WorldSizeMismatch { a: 4, b: 8, .. }),
+            "{err}"
+        );
+
+        let err = collect(&[a.clone(), root.join("typo")]).unwrap_err();
+        assert!(matches!(err, TraceError::NoDirectory(_)), "{err}");
+        let empty = root.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        let err = collect(&[a.clone(), empty.clone()]).unwrap_err();
+        assert!(err.to_string().contains("not a trace directory"), "{err}");
+        std::fs::write(empty.join("meta.json"), "{}").unwrap();
+        assert!(collect(&[a, b, empty]).is_ok(), "the launcher's directory");
+        assert!(matches!(collect(&[]), Err(TraceError::NoDirectories)));
+    }
+
+    #[test]
+    fn traces_without_rank_info_still_collect_by_their_headers() {
+        let root = scratch("v1");
+        for r in 0..3 {
+            write_rank(&root, r, 3, "", None, 0);
+        }
+        let c = collect(std::slice::from_ref(&root)).unwrap();
+        assert_eq!(c.world_size, 3);
+        assert!(c.hosts.is_empty() && c.run_id.is_none());
+        assert!(c.ranks.iter().all(|r| r.host.is_none()));
+        assert!(render(&c).contains("no RankInfo"));
+    }
+
+    #[test]
+    fn gathering_links_every_file_into_one_trace() {
+        let (a, b) = two_nodes("gather");
+        let root = a.parent().unwrap().to_path_buf();
+        std::fs::write(
+            a.join("meta.json"),
+            r#"{"host":"login","settings":{"EVENFLUSH_OUT":"/somewhere/%h"}}"#,
+        )
+        .unwrap();
+        let c = collect(&[a.clone(), b]).unwrap();
+        let into = root.join("merged");
+        let trace = c.gather_into(&into).unwrap();
+        assert_eq!(trace.ranks.len(), 4);
+        assert!(trace.ranks.iter().all(|r| r.parts[0].starts_with(&into)));
+        let reopened = Trace::open(&into).unwrap();
+        assert_eq!(reopened.ranks.len(), 4);
+        let meta: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(into.join("meta.json")).unwrap())
+                .unwrap();
+        let out = meta["settings"]["EVENFLUSH_OUT"].as_str().unwrap();
+        assert!(out.ends_with("merged"), "{out}");
+        let err = c.gather_into(&into).unwrap_err();
+        assert!(err.to_string().contains("not empty"), "{err}");
+        let (a2, _) = two_nodes("gather-partial");
+        let partial = collect(&[a2]).unwrap();
+        assert!(partial.gather_into(&root.join("never")).is_err());
+        assert!(!root.join("never").exists());
+    }
 
     #[test]
     fn rank_lists_are_compact() {
