@@ -50,3 +50,13 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found: install a stable Rust toolchain (rustup) first" >&2
   exit 1
 fi
+
+# The emulated nodes of tests/multinode.rs (scripts/emunode): their names must resolve to their
+# loopback addresses. Added to /etc/hosts once; needs root like the packages above.
+if ! bash "$(dirname "${BASH_SOURCE[0]}")/emunode/hosts.sh" --check 2>/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: the emulated nodes (scripts/emunode/nodes) are not in /etc/hosts and not root: run scripts/emunode/hosts.sh as root" >&2
+    exit 1
+  fi
+  bash "$(dirname "${BASH_SOURCE[0]}")/emunode/hosts.sh"
+fi

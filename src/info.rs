@@ -1,12 +1,15 @@
 //! `evenflush info`.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use anyhow::Result;
-use reconstruct::{Trace, info};
+use reconstruct::{Trace, collect, info};
 
-pub fn info(dir: &Path, json: bool) -> Result<()> {
-    let trace = Trace::open(dir)?;
+pub fn info(dirs: &[PathBuf], json: bool) -> Result<()> {
+    let trace = match dirs {
+        [dir] => Trace::open(dir)?,
+        _ => collect::collect(dirs)?.trace()?,
+    };
     let summary = info::summarize(&trace)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

@@ -1,5 +1,6 @@
 //! The `evenflush` command line: one subcommand per task, each a thin layer over a workspace crate.
 
+mod collect_cmd;
 mod compare_cmd;
 mod dump;
 mod experiment_cmd;
@@ -42,15 +43,21 @@ enum Cmd {
         Every flag can also be given as its EVENFLUSH_* environment variable (shown with each flag)."
     )]
     Run(run_args::RunArgs),
-    /// Summarise a trace: ranks, events, calls per function, user events, span, suspensions.
-    #[command(after_help = "Example:\n  evenflush info trace --json")]
+    /// Summarise a trace: ranks, hosts, writers, events, calls per function, user events, span, suspensions.
+    #[command(
+        after_help = "Example:\n  evenflush info trace --json\n  evenflush info out/nodeA out/nodeB   # node-local directories of one run (see `collect`)"
+    )]
     Info {
-        /// Trace directory (holds rank-*.evf).
-        dir: PathBuf,
+        /// Trace directory (holds rank-*.evf); several directories are put together as by `collect`.
+        #[arg(required = true, num_args = 1..)]
+        dirs: Vec<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
+    /// Bring a run back together from several directories (node-local `--out` with %h): which rank
+    /// came from which host, which ranks are missing; optionally gather the files into one directory.
+    Collect(collect_cmd::CollectArgs),
     /// Recover the original timing: remove the suspensions (DP') and optionally the recorder cost (DP).
     Reconstruct(reconstruct_cmd::ReconstructArgs),
     /// Compare two runs of the same program call by call.
@@ -92,7 +99,8 @@ fn main() -> ExitCode {
             .into_request()
             .and_then(run::run)
             .map(|code| ExitCode::from(code.clamp(0, 255) as u8)),
-        Cmd::Info { dir, json } => info::info(&dir, json).map(|()| ExitCode::SUCCESS),
+        Cmd::Info { dirs, json } => info::info(&dirs, json).map(|()| ExitCode::SUCCESS),
+        Cmd::Collect(a) => collect_cmd::run(&a),
         Cmd::Reconstruct(a) => reconstruct_cmd::run(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Compare(a) => compare_cmd::run(&a).map(|()| ExitCode::SUCCESS),
         Cmd::Report(a) => report_cmd::run(&a).map(|()| ExitCode::SUCCESS),

@@ -106,11 +106,19 @@ pub fn run(req: RunRequest) -> Result<i32> {
         None => detect_mpi(&req.command)?,
     };
     let lib = library_path(mpi)?;
-    let first_out = req
+    // With `%h` every rank writes to its own node's directory; the launcher can only prepare (and
+    // put meta.json into) the one of its own host. Readers need no meta.json: every rank file
+    // carries its rank's identity (`evenflush collect` puts node-local directories together).
+    let host = hostname();
+    let local_out: Vec<PathBuf> = req
         .out
+        .iter()
+        .map(|d| offload::config::expand_out(d, &host))
+        .collect();
+    let first_out = local_out
         .first()
         .context("--out needs at least one directory")?;
-    for dir in &req.out {
+    for dir in &local_out {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create output directory {}", dir.display()))?;
         let holds_trace = std::fs::read_dir(dir)?
@@ -125,6 +133,19 @@ pub fn run(req: RunRequest) -> Result<i32> {
     }
 
     let mut env: BTreeMap<String, String> = req.settings.clone();
+    // One name for this run on every rank (RankInfo.run_id), so that putting node-local
+    // directories back together can refuse files of another run.
+    let run_id = std::env::var("EVENFLUSH_RUN_ID")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            let ns = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            format!("{host}-{}-{ns}", std::process::id())
+        });
+    env.insert("EVENFLUSH_RUN_ID".into(), run_id);
     env.insert(
         "EVENFLUSH_OUT".into(),
         req.out
@@ -147,7 +168,7 @@ pub fn run(req: RunRequest) -> Result<i32> {
         mpi: mpi.name(),
         library: lib.display().to_string(),
         ranks_requested: line.as_ref().and_then(|l| l.ranks),
-        host: hostname(),
+        host: host.clone(),
         settings: &env,
         start_unix_s: unix_now(),
         end_unix_s: None,
@@ -205,7 +226,5 @@ fn write_meta(path: &Path, meta: &Meta) -> Result<()> {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    offload::config::hostname()
 }

@@ -64,6 +64,7 @@ fn dynamic_posix(mpi: Mpi) {
         ],
         10,
     );
+    assert_writer_used(&info, "posix");
     // The split decision suspends only to flush: every suspension wrote the trace.
     let s = &info["suspension"];
     assert_eq!(s["count"], s["flushes"], "{s}");
@@ -108,9 +109,8 @@ fn scratch_dir(mpi: Mpi, name: &str) -> std::path::PathBuf {
 /// The protocol's promise read from the raw suspension records with each rank's own clock (not
 /// from `evenflush info`): no rank resumes before its Z has passed, and the ranks of one
 /// suspension are paused for the same time (their pauses differ by less than 1 ms in the median
-/// suspension: both ranks share this machine, so only scheduling separates them).
-/// Every rank resumed no earlier than Z, and ranks paused alike, over at least `at_least`
-/// suspensions seen on both ranks.
+/// suspension: both ranks share this machine, so only scheduling separates them), over at least
+/// `at_least` suspensions seen on both ranks.
 fn equal_pauses(dir: &Path, at_least: u64) {
     let mut pauses: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
     for entry in format::open_dir(dir).unwrap() {
@@ -145,8 +145,41 @@ fn equal_pauses(dir: &Path, at_least: u64) {
     assert!(median < 1e6, "median pause difference {median} ns");
 }
 
+/// Every rank's trace says it was written by `want` (io_uring and MPI-IO both work on the test
+/// machines, so a fallback to posix is a failure, reported with the recorder's reason). MPI-IO's
+/// hand-over to posix at `MPI_Finalize` for the end of the trace is expected.
+fn assert_writer_used(info: &serde_json::Value, want: &str) {
+    let ranks = info["per_rank"].as_array().expect("per_rank");
+    assert_eq!(ranks.len() as u64, info["ranks"].as_u64().unwrap());
+    for r in ranks {
+        let rank = &r["rank"];
+        let writers = r["writers"].as_array().expect("writers");
+        assert!(!writers.is_empty(), "rank {rank}: no Writer record: {r}");
+        for w in writers {
+            assert_ne!(
+                w["change"], "fallback",
+                "rank {rank}: writer {} fell back to {}: {}",
+                w["requested"], w["used"], w["reason"]
+            );
+        }
+        let first = &writers[0];
+        assert_eq!(first["requested"], want, "rank {rank}: {writers:?}");
+        assert_eq!(first["used"], want, "rank {rank}: {writers:?}");
+        assert_eq!(first["change"], "opened", "rank {rank}: {writers:?}");
+        assert_eq!(first["part"], 0, "rank {rank}: {writers:?}");
+        for later in &writers[1..] {
+            assert_eq!(
+                (want, &later["change"], &later["used"]),
+                ("mpiio", &"finalize-handover".into(), &"posix".into()),
+                "rank {rank}: only MPI-IO hands over, to posix, at finalize: {writers:?}"
+            );
+        }
+    }
+    assert_eq!(info["writer_fallbacks"], serde_json::json!([]));
+}
+
 fn dynamic_uring(mpi: Mpi) {
-    offload_run(
+    let info = offload_run(
         mpi,
         "dynamic-uring",
         &[
@@ -159,10 +192,11 @@ fn dynamic_uring(mpi: Mpi) {
         ],
         10,
     );
+    assert_writer_used(&info, "uring");
 }
 
 fn dynamic_mpiio(mpi: Mpi) {
-    offload_run(
+    let info = offload_run(
         mpi,
         "dynamic-mpiio",
         &[
@@ -175,6 +209,7 @@ fn dynamic_mpiio(mpi: Mpi) {
         ],
         10,
     );
+    assert_writer_used(&info, "mpiio");
 }
 
 /// The scalable clock scheme of the scale study, adopted as a run setting.

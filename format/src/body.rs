@@ -14,6 +14,18 @@ pub(crate) const KIND_CLOCK: u8 = 8;
 pub(crate) const KIND_STRING_DEF: u8 = 9;
 pub(crate) const KIND_FUNCTION_DEF: u8 = 10;
 pub(crate) const KIND_MARKER: u8 = 11;
+pub(crate) const KIND_RANK_INFO: u8 = 12;
+pub(crate) const KIND_WRITER: u8 = 13;
+
+/// The highest event kind a chunk of `version` may hold (FORMAT.md "Event kinds"); `None` for a
+/// version this crate does not read.
+pub(crate) fn max_kind(version: u16) -> Option<u8> {
+    match version {
+        1 => Some(KIND_MARKER),
+        2 => Some(KIND_WRITER),
+        _ => None,
+    }
+}
 
 const MARKER_LOCAL_FLUSH: u8 = 1;
 const MARKER_RECORDING_STOPPED: u8 = 2;
@@ -24,7 +36,32 @@ const MARKER_FINALIZE_START: u8 = 6;
 const MARKER_STUCK: u8 = 7;
 
 pub(crate) fn is_misc_kind(kind: u8) -> bool {
-    (KIND_USER..=KIND_MARKER).contains(&kind)
+    (KIND_USER..=KIND_WRITER).contains(&kind)
+}
+
+/// Bytes of `s` a `RankInfo` body keeps: its length field is a `u16`, so a longer string is cut
+/// at the last character boundary that fits, and the body stays decodable.
+pub(crate) fn str16_len(s: &str) -> usize {
+    let mut end = s.len().min(u16::MAX as usize);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    end
+}
+
+fn put_str16(out: &mut Vec<u8>, s: &str) {
+    let end = str16_len(s);
+    out.extend_from_slice(&(end as u16).to_le_bytes());
+    out.extend_from_slice(&s.as_bytes()[..end]);
+}
+
+fn writer_id(v: u8) -> Option<WriterId> {
+    match v {
+        0 => Some(WriterId::Posix),
+        1 => Some(WriterId::Uring),
+        2 => Some(WriterId::MpiIo),
+        _ => None,
+    }
 }
 
 /// Appends the body of a misc event and returns its kind. Calls and completions have no misc body.
@@ -135,6 +172,23 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
                 }
             }
             KIND_MARKER
+        }
+        Event::RankInfo(r) => {
+            put32(out, r.rank);
+            put32(out, r.world_size);
+            put32(out, r.pid);
+            put_str16(out, &r.host);
+            put_str16(out, &r.mpi_library);
+            out.extend_from_slice(r.run_id.as_bytes());
+            KIND_RANK_INFO
+        }
+        Event::Writer(w) => {
+            out.push(w.requested as u8);
+            out.push(w.used as u8);
+            out.push(w.change as u8);
+            put32(out, w.part);
+            out.extend_from_slice(w.reason.as_bytes());
+            KIND_WRITER
         }
     }
 }
@@ -309,6 +363,52 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                     tag: c.u32().ok_or(short)? as i32,
                 },
                 _ => return Err("unknown marker kind"),
+            })
+        }
+        KIND_RANK_INFO => {
+            let rank = c.u32().ok_or(short)?;
+            let world_size = c.u32().ok_or(short)?;
+            let pid = c.u32().ok_or(short)?;
+            let mut text = |what| -> Result<String, &'static str> {
+                let len = c.u16().ok_or(short)?;
+                let bytes = c.take(len as usize).ok_or(short)?;
+                std::str::from_utf8(bytes)
+                    .map(str::to_owned)
+                    .map_err(|_| what)
+            };
+            let host = text("host name is not UTF-8")?;
+            let mpi_library = text("MPI library name is not UTF-8")?;
+            let run_id = std::str::from_utf8(c.rest())
+                .map_err(|_| "run id is not UTF-8")?
+                .to_owned();
+            Event::RankInfo(RankInfo {
+                rank,
+                world_size,
+                pid,
+                host,
+                mpi_library,
+                run_id,
+            })
+        }
+        KIND_WRITER => {
+            let requested = writer_id(c.u8().ok_or(short)?).ok_or("unknown writer")?;
+            let used = writer_id(c.u8().ok_or(short)?).ok_or("unknown writer")?;
+            let change = match c.u8().ok_or(short)? {
+                0 => WriterChange::Opened,
+                1 => WriterChange::Fallback,
+                2 => WriterChange::FinalizeHandover,
+                _ => return Err("unknown writer change"),
+            };
+            let part = c.u32().ok_or(short)?;
+            let reason = std::str::from_utf8(c.rest())
+                .map_err(|_| "writer reason is not UTF-8")?
+                .to_owned();
+            Event::Writer(WriterUsed {
+                requested,
+                used,
+                change,
+                part,
+                reason,
             })
         }
         _ => return Err("unknown event kind"),

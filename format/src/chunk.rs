@@ -7,17 +7,18 @@
 //! previous call's end), misc bodies in their own column, then zstd over the whole payload.
 //! FORMAT.md's "Design choices" section has the measurements this layout was chosen by.
 
-use crate::body::{
-    self, KIND_CALL, KIND_COMPLETION, KIND_COMPLETION_CANCELLED, KIND_MARKER, KIND_USER,
-};
+use crate::body::{self, KIND_CALL, KIND_COMPLETION, KIND_COMPLETION_CANCELLED, KIND_USER};
 use crate::model::*;
 use crate::raw::{RawBuf, RawRecord};
 use crate::varint::{encode_u64, get_u64, put_u64, unzigzag, zigzag};
 
 /// Magic at the start of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"EVFC";
-/// Version of the chunk header and payload layout this crate writes and reads.
-pub const CHUNK_VERSION: u16 = 1;
+/// Version of the chunk header and payload layout this crate writes. Version 2 added the event
+/// kinds `RankInfo` (12) and `Writer` (13) to version 1's layout.
+pub const CHUNK_VERSION: u16 = 2;
+/// The oldest chunk version this crate still reads (FORMAT.md "Versioning").
+pub const CHUNK_MIN_VERSION: u16 = 1;
 /// Bytes of a chunk header.
 pub const CHUNK_HEADER_LEN: usize = 72;
 /// Payload stored as is.
@@ -686,7 +687,8 @@ const fn field_bytes(col: usize) -> usize {
 ///
 /// The checks work on whole columns rather than event by event: kinds are counted in one pass,
 /// a field fits when the planes above its width are all zero, and only misc events are walked.
-pub(crate) fn split_columns(payload: &[u8], events: u64) -> Result<Columns, String> {
+pub(crate) fn split_columns(payload: &[u8], events: u64, version: u16) -> Result<Columns, String> {
+    let max_kind = body::max_kind(version).ok_or("unsupported chunk version")?;
     let count = *payload.first().ok_or("empty payload")? as usize;
     if count != NUM_COLUMNS {
         return Err("unexpected number of columns".into());
@@ -724,7 +726,7 @@ pub(crate) fn split_columns(payload: &[u8], events: u64) -> Result<Columns, Stri
         .count();
     let misc = kinds
         .iter()
-        .filter(|&&k| (KIND_USER..=KIND_MARKER).contains(&k))
+        .filter(|&&k| (KIND_USER..=max_kind).contains(&k))
         .count();
     if calls + completions + misc != kinds.len() {
         return Err("unknown event kind".into());

@@ -17,7 +17,7 @@ pub enum FormatError {
         what: &'static str,
         found: Vec<u8>,
     },
-    #[error("{}: byte {offset}: {what} version {version} is not supported (this reader reads {supported})", path.display())]
+    #[error("{}: byte {offset}: {what} version {version} is not supported (this reader reads versions up to {supported})", path.display())]
     UnsupportedVersion {
         path: PathBuf,
         offset: u64,

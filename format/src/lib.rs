@@ -6,6 +6,7 @@ pub mod chunk;
 pub mod error;
 pub mod funcs;
 pub mod model;
+pub mod naming;
 pub mod profile;
 pub mod raw;
 pub mod reader;

@@ -206,4 +206,87 @@ pub enum Event {
         name: String,
     },
     Marker(Marker),
+    /// Who this rank is and where it ran; written once per rank, at `MPI_Init`.
+    RankInfo(RankInfo),
+    /// Which writer backend writes this rank's trace from here on, and why (fallbacks included).
+    Writer(WriterUsed),
+}
+
+/// Identity of one rank's process, so a reader needs nothing beside the rank files to say where
+/// each rank ran (`meta.json` describes only the launcher's side).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RankInfo {
+    /// Rank in `MPI_COMM_WORLD` and its size, as the rank saw them (equal to the file header's).
+    pub rank: u32,
+    pub world_size: u32,
+    /// Process id on `host` (pids repeat across hosts and time namespaces do not change them).
+    pub pid: u32,
+    /// The node's host name (`gethostname`, i.e. the UTS namespace's name).
+    pub host: String,
+    /// First line of `MPI_Get_library_version` (e.g. `Open MPI v4.1.4, ...`, `MPICH Version: 4.0.2`).
+    pub mpi_library: String,
+    /// Identifies the run: the same string on every rank of one job (`evenflush run` sets it); empty
+    /// when the recorder was preloaded without the launcher. Lets a reader refuse to mix runs.
+    pub run_id: String,
+}
+
+/// A trace writer backend (`--writer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WriterId {
+    #[default]
+    Posix = 0,
+    Uring = 1,
+    MpiIo = 2,
+}
+
+impl WriterId {
+    pub fn name(self) -> &'static str {
+        match self {
+            WriterId::Posix => "posix",
+            WriterId::Uring => "uring",
+            WriterId::MpiIo => "mpiio",
+        }
+    }
+}
+
+/// Why a writer started writing a rank's trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WriterChange {
+    /// The requested writer, opened at the first write.
+    #[default]
+    Opened = 0,
+    /// The requested writer could not be used; `used` replaces it (the reason says why).
+    Fallback = 1,
+    /// MPI-IO cannot be used after `MPI_Finalize`: the rest of the trace goes to a further part
+    /// file through posix. Expected with `--writer mpiio`, not a failure.
+    FinalizeHandover = 2,
+}
+
+impl WriterChange {
+    pub fn name(self) -> &'static str {
+        match self {
+            WriterChange::Opened => "opened",
+            WriterChange::Fallback => "fallback",
+            WriterChange::FinalizeHandover => "finalize-handover",
+        }
+    }
+}
+
+/// The writer actually used, recorded whenever one starts: when the first write opens it, when it
+/// falls back to another, and when MPI-IO hands over to posix at `MPI_Finalize`. It is written
+/// through the writer it names, into the part file `part`, and holds for that part and every
+/// later part until the rank's next `Writer` event.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WriterUsed {
+    /// What the settings asked for.
+    pub requested: WriterId,
+    /// What writes the chunks from here on.
+    pub used: WriterId,
+    pub change: WriterChange,
+    /// The part file (`rank-NNNNN.pK.evf`, K = `part`) the writer starts in.
+    pub part: u32,
+    /// Why, in words, for `Fallback` and `FinalizeHandover`; empty for `Opened`.
+    pub reason: String,
 }

@@ -329,6 +329,10 @@ fn misc_body_len(e: &Event) -> usize {
             Marker::AbnormalEnd { .. } => 13,
             Marker::Stuck { .. } => 31,
         },
+        Event::RankInfo(r) => {
+            12 + 2 + body::str16_len(&r.host) + 2 + body::str16_len(&r.mpi_library) + r.run_id.len()
+        }
+        Event::Writer(w) => 7 + w.reason.len(),
     }
 }
 

@@ -5,8 +5,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::chunk::{
-    CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_VERSION, CODEC_NONE, CODEC_ZSTD, ChunkHeader,
-    ColumnCursor, Columns, ENCODING_COLUMNS_V1, MAX_RAW_LEN, MiscCursor, split_columns,
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_MIN_VERSION, CHUNK_VERSION, CODEC_NONE, CODEC_ZSTD,
+    ChunkHeader, ColumnCursor, Columns, ENCODING_COLUMNS_V1, MAX_RAW_LEN, MiscCursor,
+    split_columns,
 };
 use crate::error::FormatError;
 use crate::model::{ClockCalibration, Event};
@@ -405,7 +406,7 @@ impl<'a> ChunkReader<'a> {
         let found = rest.windows(CHUNK_HEADER_LEN).position(|w| {
             w[..4] == CHUNK_MAGIC
                 && u32::from_le_bytes([w[68], w[69], w[70], w[71]]) == crc32c::crc32c(&w[..68])
-                && u16::from_le_bytes([w[4], w[5]]) == CHUNK_VERSION
+                && (CHUNK_MIN_VERSION..=CHUNK_VERSION).contains(&u16::from_le_bytes([w[4], w[5]]))
         })?;
         if let Some(t) = self.tail.take() {
             self.skipped.push(t);
@@ -479,7 +480,7 @@ impl<'a> ChunkReader<'a> {
             });
         }
         let h = ChunkHeader::from_bytes(header_bytes);
-        if h.version != CHUNK_VERSION {
+        if !(CHUNK_MIN_VERSION..=CHUNK_VERSION).contains(&h.version) {
             return self.fail(FormatError::UnsupportedVersion {
                 path: path(),
                 offset,
@@ -570,7 +571,7 @@ impl<'a> ChunkReader<'a> {
         } else {
             stored_payload.to_vec()
         };
-        let columns = match split_columns(&payload, h.events) {
+        let columns = match split_columns(&payload, h.events, h.version) {
             Ok(c) => c,
             Err(reason) => return self.fail(bad_payload(reason)),
         };

@@ -7,6 +7,8 @@
 
 use std::fmt;
 use std::path::PathBuf;
+
+pub use format::naming::{check_out_pattern, expand_out, out_is_per_host};
 use std::time::Duration;
 
 /// How the recorder deals with a full buffer (architecture.md, "modes for comparison").
@@ -174,7 +176,8 @@ static SETTINGS: &[Setting] = &[
         flag: "out",
         env: "EVENFLUSH_OUT",
         default: "evenflush-trace",
-        help: "Output directories, comma-separated; ranks move on to the next one when a disk fills",
+        help: "Output directories, comma-separated; ranks move on to the next one when a disk fills. \
+               %h is replaced by each rank's host name (node-local output, see `evenflush collect`), %% by %",
         apply: |c, v| {
             let dirs: Vec<PathBuf> = v
                 .split(',')
@@ -184,6 +187,9 @@ static SETTINGS: &[Setting] = &[
                 .collect();
             if dirs.is_empty() {
                 return Err("at least one directory is needed".into());
+            }
+            for d in &dirs {
+                check_out_pattern(d)?;
             }
             c.out = dirs;
             Ok(())
@@ -521,10 +527,49 @@ pub fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
+/// This machine's host name as the kernel reports it for this process (its UTS namespace), the
+/// name `%h` stands for and a rank's `RankInfo` record carries.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn out_patterns_expand_the_host_and_reject_unknown_escapes() {
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(
+            expand_out(&p("/scratch/%h/trace"), "nodeB"),
+            p("/scratch/nodeB/trace")
+        );
+        assert_eq!(expand_out(&p("t-%h-%%-%h"), "a"), p("t-a-%-a"));
+        assert_eq!(expand_out(&p("/x/%h"), "evil/../up"), p("/x/evil_.._up"));
+        assert_eq!(expand_out(&p("/x/%h"), ".."), p("/x/unknown-host"));
+        assert_eq!(expand_out(&p("/plain"), "a"), p("/plain"));
+        assert!(out_is_per_host(&p("/a/%h")));
+        assert!(!out_is_per_host(&p("/a/%%h")));
+        assert!(check_out_pattern(&p("/a/%h/%%")).is_ok());
+        assert!(check_out_pattern(&p("/a/%H")).unwrap_err().contains("%H"));
+        assert!(
+            check_out_pattern(&p("/a/%"))
+                .unwrap_err()
+                .contains("lone %")
+        );
+        let err = Config::from_lookup(|k| (k == "EVENFLUSH_OUT").then(|| "/t/%r".to_string()))
+            .unwrap_err();
+        assert_eq!(err.env, "EVENFLUSH_OUT");
+        assert!(!hostname().is_empty());
+    }
 
     #[test]
     fn sizes_in_all_accepted_spellings() {

@@ -21,6 +21,27 @@ pub struct RankInfo {
     pub lost_events: u64,
     /// The trace was written by a signal handler or exit hook, not a clean finalize.
     pub abnormal_end: bool,
+    /// Where the rank ran, from its `RankInfo` record (`None` in traces older than that record).
+    pub host: Option<String>,
+    pub pid: Option<u32>,
+    /// First line of the MPI library's version string.
+    pub mpi_library: Option<String>,
+    /// Every writer that wrote this rank's files, in order (`Writer` records).
+    pub writers: Vec<WriterInfo>,
+}
+
+/// One `Writer` record of a rank: which backend wrote its files from part `part` on.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct WriterInfo {
+    /// `posix`, `uring` or `mpiio`.
+    pub requested: String,
+    pub used: String,
+    /// `opened` (the requested writer), `fallback` (the requested one was unavailable) or
+    /// `finalize-handover` (MPI-IO handing the end of the trace to posix at `MPI_Finalize`).
+    pub change: String,
+    pub part: u32,
+    /// Why, for a fallback or a handover.
+    pub reason: String,
 }
 
 #[derive(Debug, Default, Serialize, Clone, Copy, PartialEq)]
@@ -71,6 +92,12 @@ pub struct SuspensionInfo {
 pub struct Info {
     pub dir: String,
     pub ranks: u32,
+    /// The run every rank belongs to (`RankInfo.run_id`), when they carry one.
+    pub run_id: Option<String>,
+    /// Host name to the ranks that ran there, from the ranks' `RankInfo` records.
+    pub hosts: BTreeMap<String, Vec<u32>>,
+    /// Ranks whose writer fell back from the requested one (see `per_rank[].writers`).
+    pub writer_fallbacks: Vec<u32>,
     /// Records of every kind, all ranks.
     pub events_total: u64,
     pub mpi_calls_total: u64,
@@ -101,6 +128,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
     // Resume instants in rank 0's clock, per suspension sequence number.
     let mut resumes: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     let mut pauses: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    let mut run_ids = std::collections::BTreeSet::new();
 
     for files in &trace.ranks {
         let mut rank = RankInfo {
@@ -138,6 +166,21 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                     strings.insert(*id, text.clone());
                 }
                 Event::Suspension(s) => suspensions.push(s.clone()),
+                Event::RankInfo(r) => {
+                    rank.host = Some(r.host.clone());
+                    rank.pid = Some(r.pid);
+                    rank.mpi_library = Some(r.mpi_library.clone());
+                    if !r.run_id.is_empty() {
+                        run_ids.insert(r.run_id.clone());
+                    }
+                }
+                Event::Writer(w) => rank.writers.push(WriterInfo {
+                    requested: w.requested.name().into(),
+                    used: w.used.name().into(),
+                    change: w.change.name().into(),
+                    part: w.part,
+                    reason: w.reason.clone(),
+                }),
                 Event::Marker(m) => match *m {
                     Marker::InitDone { time } => init_done = Some(time),
                     Marker::FinalizeStart { time } => finalize_start = Some(time),
@@ -198,6 +241,12 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                 .or_default()
                 .push(ticks_to_s(&clock, s.end.saturating_sub(s.start)) * 1e9);
         }
+        if let Some(host) = &rank.host {
+            info.hosts.entry(host.clone()).or_default().push(files.rank);
+        }
+        if rank.writers.iter().any(|w| w.change == "fallback") {
+            info.writer_fallbacks.push(files.rank);
+        }
         info.events_total += rank.events;
         info.mpi_calls_total += rank.mpi_calls;
         info.lost_events += rank.lost_events;
@@ -206,6 +255,12 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         }
         info.per_rank.push(rank);
     }
+    // `collect` refuses to mix runs; a single directory holding two runs' files is reported here.
+    info.run_id = match run_ids.len() {
+        0 => None,
+        1 => run_ids.into_iter().next(),
+        _ => Some(run_ids.into_iter().collect::<Vec<_>>().join(" + ")),
+    };
     info.suspension.count = resumes.len() as u64;
     info.suspension.z_us = Quantiles::of(&mut z_us);
     info.suspension.overshoot_us = Quantiles::of(&mut overshoot_us);
@@ -240,12 +295,38 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
     Ok(info)
 }
 
+/// `uring`, `mpiio>posix@p1` (handover at part 1), `uring!posix` (fallback), `?` when unrecorded.
+fn writers_text(writers: &[WriterInfo]) -> String {
+    if writers.is_empty() {
+        return "?".into();
+    }
+    writers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let used = if w.change == "fallback" {
+                format!("{}!{}", w.requested, w.used)
+            } else {
+                w.used.clone()
+            };
+            match i {
+                0 if w.part == 0 => used,
+                _ => format!("{used}@p{}", w.part),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(">")
+}
+
 /// The human-readable form of [`Info`].
 pub fn render_table(info: &Info) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(s, "trace        {}", info.dir);
     let _ = writeln!(s, "ranks        {}", info.ranks);
+    if let Some(run) = &info.run_id {
+        let _ = writeln!(s, "run          {run}");
+    }
     let _ = writeln!(
         s,
         "events       {} ({} MPI calls)",
@@ -284,15 +365,42 @@ pub fn render_table(info: &Info) -> String {
     }
     let _ = writeln!(
         s,
-        "\n{:>6} {:>12} {:>10} {:>14} {:>14} {:>8}",
-        "rank", "events", "calls", "bytes raw", "bytes stored", "threads"
+        "\n{:>6} {:>12} {:>10} {:>14} {:>14} {:>8}  {:<16} {:>8}  writer",
+        "rank", "events", "calls", "bytes raw", "bytes stored", "threads", "host", "pid"
     );
     for r in &info.per_rank {
         let _ = writeln!(
             s,
-            "{:>6} {:>12} {:>10} {:>14} {:>14} {:>8}",
-            r.rank, r.events, r.mpi_calls, r.bytes_raw, r.bytes_stored, r.threads
+            "{:>6} {:>12} {:>10} {:>14} {:>14} {:>8}  {:<16} {:>8}  {}",
+            r.rank,
+            r.events,
+            r.mpi_calls,
+            r.bytes_raw,
+            r.bytes_stored,
+            r.threads,
+            r.host.as_deref().unwrap_or("?"),
+            r.pid.map_or("?".to_string(), |p| p.to_string()),
+            writers_text(&r.writers)
         );
+    }
+    if !info.hosts.is_empty() {
+        let _ = writeln!(s);
+        for (host, ranks) in &info.hosts {
+            let _ = writeln!(
+                s,
+                "host {host:<16} ranks {}",
+                crate::collect::rank_list(ranks)
+            );
+        }
+    }
+    for r in &info.per_rank {
+        for w in r.writers.iter().filter(|w| w.change == "fallback") {
+            let _ = writeln!(
+                s,
+                "WRITER FALLBACK rank {}: {} asked, {} used from part {}: {}",
+                r.rank, w.requested, w.used, w.part, w.reason
+            );
+        }
     }
     let sus = &info.suspension;
     let _ = writeln!(

@@ -3,6 +3,7 @@
 //! happened-before repair) and comparison of two runs.
 
 pub mod clock;
+pub mod collect;
 pub mod compare;
 pub mod distribution;
 pub mod export;

@@ -28,6 +28,8 @@ pub fn for_each_time(e: &mut Event, mut f: impl FnMut(&mut u64)) {
         Event::Completion(_)
         | Event::CommDef { .. }
         | Event::StringDef { .. }
-        | Event::FunctionDef { .. } => {}
+        | Event::FunctionDef { .. }
+        | Event::RankInfo(_)
+        | Event::Writer(_) => {}
     }
 }

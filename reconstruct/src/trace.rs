@@ -23,6 +23,33 @@ pub enum TraceError {
     WorldSizeMismatch { dir: PathBuf, a: u32, b: u32 },
     #[error("{}: {what}", path.display())]
     BadMeta { path: PathBuf, what: String },
+    #[error("no trace directory given")]
+    NoDirectories,
+    #[error("{}: holds no rank files (rank-NNNNN.evf) and no meta.json: not a trace directory", .0.display())]
+    NotATrace(PathBuf),
+    #[error("rank {rank} part {part} is in both {} and {}, and they differ: files of two runs, or an incomplete copy", a.display(), b.display())]
+    ConflictingCopies {
+        rank: u32,
+        part: u32,
+        a: PathBuf,
+        b: PathBuf,
+    },
+    #[error("{}: rank {rank_b} belongs to run {run_b:?}, rank {rank_a} to run {run_a:?}: these directories mix two runs", file_b.display())]
+    MixedRuns {
+        rank_a: u32,
+        run_a: String,
+        rank_b: u32,
+        run_b: String,
+        file_b: PathBuf,
+    },
+    #[error("{}: rank {rank} is outside the world of {world_size} ranks", file.display())]
+    RankBeyondWorld {
+        file: PathBuf,
+        rank: u32,
+        world_size: u32,
+    },
+    #[error("{}: {what}", path.display())]
+    Io { path: PathBuf, what: String },
     #[error(transparent)]
     Format(#[from] FormatError),
 }
@@ -66,28 +93,29 @@ impl Trace {
             .and_then(|m| m.pointer("/settings/EVENFLUSH_OUT"))
             .and_then(|v| v.as_str())
         {
+            // The launcher wrote meta.json into its own host's directory, so `%h` there means
+            // the launcher's host; other hosts' directories are brought in by `collect`.
+            let host = meta
+                .as_ref()
+                .and_then(|m| m.get("host"))
+                .and_then(|h| h.as_str())
+                .unwrap_or_default();
             for d in extra.split(',').map(PathBuf::from) {
+                let d = format::naming::expand_out(&d, host);
                 if d.is_dir() && !dirs.iter().any(|known| same_dir(known, &d)) {
                     dirs.push(d);
                 }
             }
         }
-        let mut by_rank: BTreeMap<u32, Vec<(u32, PathBuf)>> = BTreeMap::new();
-        for d in &dirs {
-            for entry in format::open_dir(d)? {
-                by_rank
-                    .entry(entry.rank)
-                    .or_default()
-                    .push((entry.part, entry.path));
-            }
-        }
-        if by_rank.is_empty() {
-            return Err(TraceError::Empty(dir));
-        }
+        let found = match crate::collect::find_rank_files(&dirs, false) {
+            Err(TraceError::Empty(_)) => return Err(TraceError::Empty(dir)),
+            other => other?,
+        };
+        let by_rank: BTreeMap<u32, Vec<PathBuf>> =
+            found.ranks.into_iter().map(|r| (r.rank, r.parts)).collect();
         let mut world_size = None;
         for parts in by_rank.values() {
-            let first =
-                RankFile::open(&parts.iter().min_by_key(|(p, _)| *p).expect("non-empty").1)?;
+            let first = RankFile::open(&parts[0])?;
             let ws = first.header().world_size;
             match world_size {
                 None => world_size = Some(ws),
@@ -111,13 +139,7 @@ impl Trace {
         }
         let ranks = by_rank
             .into_iter()
-            .map(|(rank, mut parts)| {
-                parts.sort();
-                RankFiles {
-                    rank,
-                    parts: parts.into_iter().map(|(_, p)| p).collect(),
-                }
-            })
+            .map(|(rank, parts)| RankFiles { rank, parts })
             .collect();
         Ok(Trace {
             dir,
@@ -135,7 +157,7 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn read_meta(dir: &Path) -> Result<Option<serde_json::Value>, TraceError> {
+pub(crate) fn read_meta(dir: &Path) -> Result<Option<serde_json::Value>, TraceError> {
     let path = dir.join("meta.json");
     match std::fs::read_to_string(&path) {
         Ok(text) => serde_json::from_str(&text)

@@ -44,6 +44,11 @@ void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     PMPI_Comm_group(MPI_COMM_WORLD, &evf_world_group);
     evf_resolve_fortran_constants();
+    /* Read here because only the C layer sees the MPI library; the rank's RankInfo record names it. */
+    static char evf_library[MPI_MAX_LIBRARY_VERSION_STRING];
+    int library_len = 0;
+    if (PMPI_Get_library_version(evf_library, &library_len) == MPI_SUCCESS)
+        evf_rust_set_library(evf_library, library_len);
     int recording = evf_rust_init(rank, size, provided);
     /* Every rank makes the private duplicate and takes part in the settings check, recording or
      * not: both are collective, and a rank that skipped them would leave the others waiting. The

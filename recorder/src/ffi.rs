@@ -39,6 +39,30 @@ pub extern "C" fn evf_rust_pre_init() -> c_int {
     (source == format::ClockSource::Tsc) as c_int
 }
 
+static LIBRARY: Mutex<Option<String>> = Mutex::new(None);
+
+/// Before [`evf_rust_init`]: the MPI library's `MPI_Get_library_version` text, whose first line
+/// names the library in this rank's `RankInfo` record.
+///
+/// # Safety
+/// `version` must be null or point to `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rust_set_library(version: *const std::ffi::c_char, len: c_int) {
+    if version.is_null() || len <= 0 {
+        return;
+    }
+    // SAFETY: the C layer passes its static buffer and the length MPI reported for it.
+    let bytes = unsafe { std::slice::from_raw_parts(version.cast::<u8>(), len as usize) };
+    let bytes = bytes.split(|&b| b == 0).next().unwrap_or_default();
+    let text = String::from_utf8_lossy(bytes);
+    // MPICH pads its first line with a tab ("MPICH Version:\t4.0.2"): one space between words.
+    let first = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .find(|l| !l.is_empty());
+    *LIBRARY.lock().unwrap_or_else(|e| e.into_inner()) = first;
+}
+
 /// After a successful `MPI_Init`: reads the settings, finishes the clock calibration and starts
 /// the session. Returns 0 if recording is disabled (bad settings): the library then stays inert.
 #[unsafe(no_mangle)]
@@ -47,7 +71,7 @@ pub extern "C" fn evf_rust_init(
     world_size: c_int,
     thread_level: c_int,
 ) -> c_int {
-    let config = match Config::from_env() {
+    let mut config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {
             if world_rank == 0 {
@@ -61,6 +85,14 @@ pub extern "C" fn evf_rust_init(
     let calibration = clock::finish_calibration(start, Duration::from_millis(20));
     let rank = world_rank.max(0) as u32;
     let size = world_size.max(1) as u32;
+    // `%h` makes each node write to its own directory (node-local disks); every rank expands it
+    // with its own host name, the name its RankInfo record carries.
+    let host = offload::config::hostname();
+    config.out = config
+        .out
+        .iter()
+        .map(|d| offload::config::expand_out(d, &host))
+        .collect();
     let mut dirs = config.out.clone();
     if dirs.is_empty() {
         dirs.push("evenflush-trace".into());
@@ -96,6 +128,19 @@ pub extern "C" fn evf_rust_init(
             name: (*name).to_string(),
         });
     }
+    let mpi_library = LIBRARY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_default();
+    core::record_event(&Event::RankInfo(format::RankInfo {
+        rank,
+        world_size: size,
+        pid: std::process::id(),
+        host,
+        mpi_library,
+        run_id: std::env::var("EVENFLUSH_RUN_ID").unwrap_or_default(),
+    }));
     crate::signals::install();
     1
 }

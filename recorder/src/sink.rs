@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use format::{ChunkEncoder, Event, FileHeader, Marker, RawBuf};
+use format::{ChunkEncoder, Event, FileHeader, Marker, RawBuf, WriterChange, WriterId, WriterUsed};
 use offload::writer::{OutputPlan, PosixWriter, WriteError, Writer, WriterKind, open_writer};
 
 use crate::buffers::Taken;
@@ -22,7 +22,14 @@ pub const PIECE_BYTES: usize = 4 << 20;
 
 struct Sink {
     plan: OutputPlan,
+    /// What the settings asked for, kept for the `Writer` records.
+    requested: WriterKind,
+    /// The writer to open next (posix once MPI-IO handed over at `MPI_Finalize`).
     kind: WriterKind,
+    /// The `Writer` record still to be written, as the first chunk through the writer it names.
+    note: Option<WriterUsed>,
+    /// Why the next writer opened is not simply the requested one.
+    next_change: Option<(WriterChange, String)>,
     writer: Option<Backend>,
     encoder: ChunkEncoder,
     seq: HashMap<u32, u64>,
@@ -73,7 +80,10 @@ pub fn configure(dirs: Vec<PathBuf>, header: FileHeader, zstd_level: i32, kind: 
     *guard = Some(Sink {
         reserve,
         plan: OutputPlan { dirs, header },
+        requested: kind,
         kind,
+        note: None,
+        next_change: None,
         writer: None,
         encoder: ChunkEncoder::new(zstd_level),
         seq: HashMap::new(),
@@ -113,28 +123,66 @@ pub fn path() -> Option<PathBuf> {
         .map(|s| s.plan.path_of(0, 0))
 }
 
+fn writer_id(kind: WriterKind) -> WriterId {
+    match kind {
+        WriterKind::Posix => WriterId::Posix,
+        WriterKind::Uring => WriterId::Uring,
+        WriterKind::MpiIo => WriterId::MpiIo,
+    }
+}
+
 impl Sink {
     fn writer(&mut self) -> Result<&mut dyn Writer, WriteError> {
         if self.writer.is_none() {
             let rank = self.plan.header.rank;
-            let backend = match (self.kind, crate::mpi_link::link()) {
+            let (mut change, mut reason) = self
+                .next_change
+                .take()
+                .unwrap_or((WriterChange::Opened, String::new()));
+            let unavailable = match (self.kind, crate::mpi_link::link()) {
                 (WriterKind::MpiIo, Some(link)) => {
-                    Backend::MpiIo(crate::mpiio::MpiIoWriter::new(link, self.plan.clone()))
+                    self.writer = Some(Backend::MpiIo(crate::mpiio::MpiIoWriter::new(
+                        link,
+                        self.plan.clone(),
+                    )));
+                    None
                 }
+                (WriterKind::MpiIo, None) => Some(
+                    "MPI-IO needs the recorder's private MPI communicator, which is not set up"
+                        .to_string(),
+                ),
                 (kind, _) => match open_writer(kind, self.plan.clone()) {
-                    Ok(w) => Backend::Generic(w),
-                    Err(WriteError::Unavailable(why)) => {
-                        if rank == 0 {
-                            eprintln!(
-                                "evenflush: writer {kind:?} unavailable ({why}); using posix"
-                            );
-                        }
-                        Backend::Generic(open_writer(WriterKind::Posix, self.plan.clone())?)
+                    Ok(w) => {
+                        self.writer = Some(Backend::Generic(w));
+                        None
                     }
+                    Err(WriteError::Unavailable(why)) => Some(why),
                     Err(e) => return Err(e),
                 },
             };
-            self.writer = Some(backend);
+            let mut used = self.kind;
+            if let Some(why) = unavailable {
+                // Loud on stderr for the user, and recorded in the trace so a reader (and the
+                // tests) can tell which writer really wrote each rank's files.
+                eprintln!(
+                    "evenflush: rank {rank}: writer {} unavailable ({why}); using posix",
+                    writer_id(self.kind).name()
+                );
+                self.writer = Some(Backend::Generic(open_writer(
+                    WriterKind::Posix,
+                    self.plan.clone(),
+                )?));
+                used = WriterKind::Posix;
+                change = WriterChange::Fallback;
+                reason = why;
+            }
+            self.note = Some(WriterUsed {
+                requested: writer_id(self.requested),
+                used: writer_id(used),
+                change,
+                part: 0,
+                reason,
+            });
         }
         Ok(self.writer.as_mut().expect("opened above").get())
     }
@@ -149,6 +197,7 @@ impl Sink {
             return;
         }
         let rank = self.plan.header.rank;
+        let mut events = events;
         let result = match self.writer() {
             Err(e) => Err(e),
             Ok(_) => {
@@ -156,8 +205,19 @@ impl Sink {
                     encoder,
                     seq,
                     writer,
+                    note,
                     ..
                 } = self;
+                // The writer's own record goes first, through that writer, into the part it names.
+                let note = note.take().map(|w| {
+                    let mut buf = RawBuf::new();
+                    buf.push_event(&Event::Writer(w));
+                    let n = seq.entry(0).or_insert(0);
+                    let chunk = encoder.encode(rank, 0, *n, &buf);
+                    *n += 1;
+                    chunk
+                });
+                events += note.as_ref().map_or(0, |c| c.events);
                 // Chunks are encoded as the writer pulls them, so a backend that overlaps
                 // compression with writing (io_uring) can; each piece's blocks are dropped right
                 // after it is encoded.
@@ -177,6 +237,7 @@ impl Sink {
                         return Some(chunk);
                     }
                 });
+                let mut chunks = note.into_iter().chain(&mut chunks);
                 writer
                     .as_mut()
                     .expect("opened above")
@@ -271,14 +332,30 @@ pub fn before_mpi_finalize(taken: Vec<Taken>) {
         return;
     }
     sink.write(taken);
-    if let Some(Backend::MpiIo(mut mpiio)) = sink.writer.take() {
-        let (dir, part) = mpiio.position();
-        mpiio.close();
-        sink.writer = Some(Backend::Generic(Box::new(PosixWriter::continuing(
-            sink.plan.clone(),
-            dir,
-            part,
-        ))));
+    let reason = "MPI-IO cannot be used after MPI_Finalize; the rest of the trace continues in a \
+                  further part file"
+        .to_string();
+    match sink.writer.take() {
+        Some(Backend::MpiIo(mut mpiio)) => {
+            let (dir, part) = mpiio.position();
+            mpiio.close();
+            sink.writer = Some(Backend::Generic(Box::new(PosixWriter::continuing(
+                sink.plan.clone(),
+                dir,
+                part,
+            ))));
+            sink.note = Some(WriterUsed {
+                requested: WriterId::MpiIo,
+                used: WriterId::Posix,
+                change: WriterChange::FinalizeHandover,
+                part,
+                reason,
+            });
+        }
+        // Nothing was written yet: the first writer opened will be posix, for the same reason.
+        None => sink.next_change = Some((WriterChange::FinalizeHandover, reason)),
+        // Already fell back to posix: nothing changes.
+        generic => sink.writer = generic,
     }
     sink.kind = WriterKind::Posix;
 }

@@ -181,7 +181,44 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         1 => (any::<u32>(), ".{0,40}").prop_map(|(id, text)| Event::StringDef { id, text }),
         1 => (any::<u16>(), "[A-Za-z_]{0,30}").prop_map(|(id, name)| Event::FunctionDef { id, name }),
         1 => arb_marker().prop_map(Event::Marker),
+        1 => arb_rank_info().prop_map(Event::RankInfo),
+        1 => arb_writer_used().prop_map(Event::Writer),
     ]
+}
+
+pub fn arb_rank_info() -> impl Strategy<Value = RankInfo> {
+    (
+        (any::<u32>(), any::<u32>(), any::<u32>()),
+        (".{0,40}", ".{0,60}", ".{0,40}"),
+    )
+        .prop_map(
+            |((rank, world_size, pid), (host, mpi_library, run_id))| RankInfo {
+                rank,
+                world_size,
+                pid,
+                host,
+                mpi_library,
+                run_id,
+            },
+        )
+}
+
+pub fn arb_writer_used() -> impl Strategy<Value = WriterUsed> {
+    let writers = [WriterId::Posix, WriterId::Uring, WriterId::MpiIo];
+    let changes = [
+        WriterChange::Opened,
+        WriterChange::Fallback,
+        WriterChange::FinalizeHandover,
+    ];
+    (0usize..3, 0usize..3, 0usize..3, any::<u32>(), ".{0,80}").prop_map(
+        move |(requested, used, change, part, reason)| WriterUsed {
+            requested: writers[requested],
+            used: writers[used],
+            change: changes[change],
+            part,
+            reason,
+        },
+    )
 }
 
 /// Every event of a file, with the tail and any error, without ever panicking.

@@ -1,0 +1,285 @@
+//! The per-rank identity records of chunk version 2 (`RankInfo`, `Writer`): their bytes as
+//! FORMAT.md specifies them, their round trip through buffers and files, and version-1 chunks
+//! (written before these records existed) still being read.
+
+mod common;
+
+use common::{header, raw_of, read_everything, write_file};
+use format::chunk::{CHUNK_HEADER_LEN, CHUNK_MIN_VERSION, CHUNK_VERSION, ChunkHeader};
+use format::*;
+
+fn rank_info() -> RankInfo {
+    RankInfo {
+        rank: 3,
+        world_size: 4,
+        pid: 4242,
+        host: "nodeB".into(),
+        mpi_library: "Open MPI v4.1.4, package: Debian OpenMPI".into(),
+        run_id: "vm-17-1700000000".into(),
+    }
+}
+
+fn fallback() -> WriterUsed {
+    WriterUsed {
+        requested: WriterId::Uring,
+        used: WriterId::Posix,
+        change: WriterChange::Fallback,
+        part: 0,
+        reason: "io_uring setup failed: Operation not permitted (os error 1)".into(),
+    }
+}
+
+/// The misc body of the one event of `raw` as laid out in a raw buffer: kind, `u64` length, body.
+fn raw_body(event: &Event) -> (u8, Vec<u8>) {
+    let buf = raw_of(std::slice::from_ref(event));
+    let block = buf.blocks().next().expect("one block").to_vec();
+    let len = u64::from_le_bytes(block[1..9].try_into().unwrap()) as usize;
+    assert_eq!(block.len(), 9 + len, "one record, nothing after it");
+    (block[0], block[9..].to_vec())
+}
+
+#[test]
+fn rank_info_body_is_the_documented_layout() {
+    let info = rank_info();
+    let (kind, body) = raw_body(&Event::RankInfo(info.clone()));
+    assert_eq!(kind, 12);
+    // Built by hand from FORMAT.md: rank, world_size, pid (u32 each), host and library with u16
+    // lengths, run id to the end.
+    let mut want = Vec::new();
+    want.extend_from_slice(&3u32.to_le_bytes());
+    want.extend_from_slice(&4u32.to_le_bytes());
+    want.extend_from_slice(&4242u32.to_le_bytes());
+    want.extend_from_slice(&5u16.to_le_bytes());
+    want.extend_from_slice(b"nodeB");
+    want.extend_from_slice(&(info.mpi_library.len() as u16).to_le_bytes());
+    want.extend_from_slice(info.mpi_library.as_bytes());
+    want.extend_from_slice(info.run_id.as_bytes());
+    assert_eq!(body, want);
+}
+
+#[test]
+fn writer_body_is_the_documented_layout() {
+    let w = fallback();
+    let (kind, body) = raw_body(&Event::Writer(w.clone()));
+    assert_eq!(kind, 13);
+    let mut want = vec![1u8, 0, 1];
+    want.extend_from_slice(&0u32.to_le_bytes());
+    want.extend_from_slice(w.reason.as_bytes());
+    assert_eq!(body, want);
+    let handover = WriterUsed {
+        requested: WriterId::MpiIo,
+        used: WriterId::Posix,
+        change: WriterChange::FinalizeHandover,
+        part: 7,
+        reason: String::new(),
+    };
+    let (_, body) = raw_body(&Event::Writer(handover));
+    assert_eq!(body, [2, 0, 2, 7, 0, 0, 0]);
+}
+
+#[test]
+fn identity_records_round_trip_through_buffer_and_file() {
+    let events = vec![
+        Event::FunctionDef {
+            id: 0,
+            name: "MPI_Init".into(),
+        },
+        Event::RankInfo(rank_info()),
+        // Empty strings and a host name outside ASCII are legal.
+        Event::RankInfo(RankInfo {
+            host: "nœud-ß".into(),
+            mpi_library: String::new(),
+            run_id: String::new(),
+            ..rank_info()
+        }),
+        Event::Writer(fallback()),
+        Event::Writer(WriterUsed {
+            requested: WriterId::MpiIo,
+            used: WriterId::MpiIo,
+            change: WriterChange::Opened,
+            part: 0,
+            reason: String::new(),
+        }),
+        Event::Marker(Marker::InitDone { time: 99 }),
+    ];
+    let raw = raw_of(&events);
+    assert_eq!(raw.iter().collect::<Vec<_>>(), events);
+    let mut typed = EventBuf::new();
+    for e in &events {
+        typed.push(e);
+    }
+    let a = ChunkEncoder::new(3).encode(1, 0, 0, &raw);
+    let b = ChunkEncoder::new(3).encode_events(1, 0, 0, &typed);
+    assert_eq!(a.bytes, b.bytes, "both encoders write the same chunk");
+    let (bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
+    let file = RankFile::from_bytes(bytes, "identity.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![events.clone()]);
+    // The misc-only path (used to find a rank's identity without decoding its calls) sees them.
+    let chunk = file.chunks().next().unwrap().unwrap();
+    assert_eq!(chunk.header.version, CHUNK_VERSION);
+    assert_eq!(chunk.misc_events().collect::<Vec<_>>(), events);
+    // Untimed, like definitions: only the marker gives the chunk its time range.
+    assert_eq!((chunk.header.first_ts, chunk.header.last_ts), (99, 99));
+}
+
+#[test]
+fn an_overlong_host_name_is_cut_at_a_character_boundary() {
+    let long = "é".repeat(40_000); // 80 000 bytes, more than a u16 length holds
+    let info = RankInfo {
+        host: long.clone(),
+        ..rank_info()
+    };
+    let back: Vec<Event> = raw_of(&[Event::RankInfo(info)]).iter().collect();
+    let Event::RankInfo(back) = &back[0] else {
+        panic!("{back:?}")
+    };
+    assert_eq!(
+        back.host.len(),
+        65_534,
+        "the longest whole-character prefix"
+    );
+    assert!(long.starts_with(&back.host));
+    assert_eq!(back.mpi_library, rank_info().mpi_library);
+}
+
+/// Re-labels the chunk at `at` as `version`, with a valid header checksum.
+fn relabel(bytes: &mut [u8], at: usize, version: u16) {
+    let h = &mut bytes[at..at + CHUNK_HEADER_LEN];
+    h[4..6].copy_from_slice(&version.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..68]);
+    h[68..72].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn first_chunk_offset() -> usize {
+    encode_file_header(&header(7)).len()
+}
+
+#[test]
+fn version_1_chunks_are_still_read() {
+    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 2));
+    // A version-1 chunk is a version-2 chunk without the new kinds: same layout otherwise.
+    let events = synthetic::events(&synthetic::HaloConfig {
+        iterations: 5,
+        ..Default::default()
+    });
+    let (mut bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
+    relabel(&mut bytes, first_chunk_offset(), 1);
+    let file = RankFile::from_bytes(bytes, "v1.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![events]);
+    assert_eq!(file.chunks().next().unwrap().unwrap().header.version, 1);
+}
+
+#[test]
+fn a_version_1_chunk_may_not_hold_the_new_kinds() {
+    let events = vec![Event::RankInfo(rank_info())];
+    let (mut bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
+    relabel(&mut bytes, first_chunk_offset(), 1);
+    let file = RankFile::from_bytes(bytes, "v1-new-kind.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(chunks.is_empty());
+    let err = err.expect("rejected");
+    assert!(err.to_string().contains("unknown event kind"), "{err}");
+}
+
+#[test]
+fn versions_beyond_the_known_ones_are_refused() {
+    let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
+    relabel(&mut bytes, first_chunk_offset(), 3);
+    let file = RankFile::from_bytes(bytes, "v3.evf").unwrap();
+    let (_, _, err) = read_everything(&file);
+    let err = err.expect("refused");
+    assert!(
+        matches!(
+            err,
+            FormatError::UnsupportedVersion {
+                version: 3,
+                supported: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// Builds an uncompressed chunk holding one misc event of `kind` with `body`, bypassing the
+/// encoder so that bodies it would never write can be tested.
+fn chunk_with_body(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut payload = vec![16u8];
+    let mut columns: Vec<Vec<u8>> = vec![vec![kind]];
+    columns.extend((1..15).map(|_| vec![0u8])); // numeric columns: width 0, no values
+    let mut misc = Vec::new();
+    misc.push(body.len() as u8); // a one-byte varint: the bodies below are short
+    misc.extend_from_slice(body);
+    columns.push(misc);
+    for c in &columns {
+        payload.push(c.len() as u8);
+    }
+    for c in &columns {
+        payload.extend_from_slice(c);
+    }
+    let h = ChunkHeader {
+        version: CHUNK_VERSION,
+        codec: format::chunk::CODEC_NONE,
+        encoding: format::chunk::ENCODING_COLUMNS_V1,
+        rank: 7,
+        stream: 0,
+        seq: 0,
+        raw_len: payload.len() as u64,
+        stored_len: payload.len() as u64,
+        events: 1,
+        first_ts: 0,
+        last_ts: 0,
+        payload_crc: crc32c::crc32c(&payload),
+    };
+    let mut bytes = encode_file_header(&header(7));
+    bytes.extend_from_slice(&h.to_bytes());
+    bytes.extend_from_slice(&payload);
+    bytes
+}
+
+#[test]
+fn damaged_identity_bodies_are_rejected() {
+    // The hand-built chunk itself is valid:
+    let good = chunk_with_body(13, &[0, 0, 0, 0, 0, 0, 0]);
+    let file = RankFile::from_bytes(good, "good.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(
+        chunks,
+        vec![vec![Event::Writer(WriterUsed {
+            requested: WriterId::Posix,
+            used: WriterId::Posix,
+            change: WriterChange::Opened,
+            part: 0,
+            reason: String::new(),
+        })]]
+    );
+    let cases: [(u8, Vec<u8>, &str); 5] = [
+        (13, vec![3, 0, 0, 0, 0, 0, 0], "unknown writer"),
+        (13, vec![0, 0, 9, 0, 0, 0, 0], "unknown writer change"),
+        (13, vec![0, 0, 0, 0, 0], "too short"),
+        // host length 10 with only 2 bytes of host
+        (
+            12,
+            [vec![0; 12], vec![10, 0, b'a', b'b']].concat(),
+            "too short",
+        ),
+        // host not UTF-8
+        (
+            12,
+            [vec![0; 12], vec![1, 0, 0xff, 0, 0]].concat(),
+            "not UTF-8",
+        ),
+    ];
+    for (kind, body, want) in cases {
+        let file = RankFile::from_bytes(chunk_with_body(kind, &body), "bad.evf").unwrap();
+        let (chunks, _, err) = read_everything(&file);
+        assert!(chunks.is_empty(), "{body:?}");
+        let err = err.unwrap_or_else(|| panic!("{body:?} accepted"));
+        assert!(err.to_string().contains(want), "{body:?}: {err}");
+    }
+}
