@@ -283,7 +283,7 @@ fn disk_full(mpi: Mpi) {
     let _guard = mpi_lock();
     let out = scratch(&format!("offload-enospc-{}", mpi.name()));
     let mount = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=32k", "tmpfs"])
         .arg(&out)
         .status();
     if !matches!(mount, Ok(s) if s.success()) {
@@ -296,7 +296,8 @@ fn disk_full(mpi: Mpi) {
         );
         return;
     }
-    // A decision at every barrier, so that flushes come often enough to fill the small disk.
+    // A decision at every barrier and a small S, so that flushes come often enough to fill the
+    // small disk (the records compress to little).
     let output = run_iterative(
         mpi,
         &out,
@@ -304,7 +305,7 @@ fn disk_full(mpi: Mpi) {
             "--mode",
             "dynamic",
             "--threshold",
-            "256KiB",
+            "64KiB",
             "--decision-interval",
             "0",
         ],
