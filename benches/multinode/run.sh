@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The 2-node job of tests/multinode.rs (2 emulated nodes x 2 ranks, scripts/emunode), untraced (A)
 # and traced (B), interleaved A B A B so slow drifts of a shared machine hit both alike. Prints,
-# per MPI, the medians of the program's own total_s, the untraced spread, and traced/untraced.
+# per MPI, the medians of the program's own total_s, the untraced spread, and traced/untraced; and
+# for the traced runs the reconstructed time T(G) (DP' and DP removed; span from the end of MPI_Init
+# to MPI_Finalize, against the program's own total_s, which starts after its first barrier: the
+# few collectives before it are in T(G) only) and the resume spread of flushing suspensions.
 #
 #   benches/multinode/run.sh [--reps K] [--mpi openmpi|mpich|both] [--iterations N]
 #                            [--threshold SIZE] [--work-units U] [--keep DIR]
@@ -48,6 +51,9 @@ launch() {  # the 2x2 launch line of tests/multinode.rs
 }
 
 total_of() { sed -n 's/^total_s=//p' "$1" | tail -1; }
+json() { /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: d=d[k]
+print(d)' "$@"; }
 
 # median, min, max of the numbers on stdin
 stats() { sort -g | awk '{v[NR]=$1} END {
@@ -59,7 +65,7 @@ for mpi in $mpis; do
   bash "$root/experiments/apps/build.sh" "$mpi" "$apps" >/dev/null
   prog=("$apps/iterative" --iterations "$iterations" --work-units "$units" --mem 0
         --record-bytes 65536 --records 4)
-  : > "$work/$mpi.A"; : > "$work/$mpi.B"
+  : > "$work/$mpi.A"; : > "$work/$mpi.B"; : > "$work/$mpi.G"; : > "$work/$mpi.S"
   for rep in $(seq 1 "$reps"); do
     # A: untraced
     timeout 600 $(launch "$mpi") "${prog[@]}" > "$work/out" 2>&1 \
@@ -72,9 +78,15 @@ for mpi in $mpis; do
       $(launch "$mpi") "${prog[@]}" > "$work/out" 2>&1 \
       || { echo "$mpi rep $rep: traced run failed:" >&2; tail -20 "$work/out" >&2; exit 1; }
     b=$(total_of "$work/out"); echo "$b" >> "$work/$mpi.B"
-    flushes=$("$evenflush" info --json "$trace" | sed -n 's/^    "flushes": \([0-9]*\),*/\1/p' | head -1)
+    "$evenflush" info --json "$trace" > "$work/info.json"
+    flushes=$(json "$work/info.json" suspension flushes)
+    spread=$(json "$work/info.json" suspension spread_us p99)
+    rm -rf "$work/rebuilt"
+    "$evenflush" reconstruct --remove both --json --out "$work/rebuilt" "$trace" > "$work/rec.json"
+    g=$(json "$work/rec.json" reconstructed_s)
+    echo "$g" >> "$work/$mpi.G"; echo "$spread" >> "$work/$mpi.S"
     [ -n "$keep" ] || rm -rf "$trace"
-    echo "$mpi rep $rep: untraced ${a}s traced ${b}s (${flushes:-?} flushes)"
+    echo "$mpi rep $rep: untraced ${a}s traced ${b}s (${flushes} flushes) T(G) ${g}s resume spread p99 ${spread} us"
   done
   read -r am amin amax < <(stats < "$work/$mpi.A")
   read -r bm bmin bmax < <(stats < "$work/$mpi.B")
@@ -83,4 +95,10 @@ for mpi in $mpis; do
     printf "%s (%d reps): untraced median %.3f s (spread %.3f-%.3f, %.1f %% of the median); " \
            "traced median %.3f s (%.3f-%.3f); traced/untraced %.2f\n",
            mpi, k, am, amin, amax, 100 * (amax - amin) / am, bm, bmin, bmax, bm / am }'
+  read -r gm gmin gmax < <(stats < "$work/$mpi.G")
+  read -r sm smin smax < <(stats < "$work/$mpi.S")
+  awk -v mpi="$mpi" -v am="$am" -v gm="$gm" -v gmin="$gmin" -v gmax="$gmax" -v sm="$sm" -v smax="$smax" 'BEGIN {
+    printf "%s: reconstructed T(G) median %.3f s (%.3f-%.3f), %+.1f %% against the untraced median; " \
+           "resume spread p99 per run: median %.1f us, max %.1f us\n",
+           mpi, gm, gmin, gmax, 100 * (gm - am) / am, sm, smax }'
 done

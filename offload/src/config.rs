@@ -340,7 +340,7 @@ static SETTINGS: &[Setting] = &[
         flag: "clock-samples",
         env: "EVENFLUSH_CLOCK_SAMPLES",
         default: "10",
-        help: "Ping-pong exchanges per clock-offset measurement k (the fastest is kept)",
+        help: "Ping-pong exchanges per clock-offset measurement k (the fastest is kept) at init and finalize; at most 3 inside a suspension, where every exchange lengthens the pause",
         apply: |c, v| {
             let k: u32 = v
                 .trim()
