@@ -273,7 +273,10 @@ fn total_s(stdout: &str) -> f64 {
 /// One traced 2×2 job with `--out out_pattern`; returns the program's stdout.
 fn traced_job(mpi: Mpi, out_pattern: &str, what: &str) -> String {
     let mut cmd = Command::new(evenflush_bin());
-    cmd.args(["run", "--out", out_pattern, "--threshold", THRESHOLD, "--"]);
+    // The job is short (about 0.3 s): decision points 10 ms apart, not the default 100 ms, so
+    // that it flushes at least 5 times.
+    cmd.args(["run", "--out", out_pattern, "--threshold", THRESHOLD])
+        .args(["--decision-interval", "10ms", "--"]);
     cmd.args(launch_two_nodes(mpi)).args(program_args(mpi));
     let out = run_with_timeout(mpi_env(&mut cmd), what, JOB_TIMEOUT);
     String::from_utf8(succeed(out, what).stdout).expect("UTF-8 output")

@@ -31,7 +31,13 @@ fn assert_all_records_present(dir: &Path) {
 fn offload_run(mpi: Mpi, name: &str, flags: &[&str], min_flushes: u64) -> serde_json::Value {
     let _guard = mpi_lock();
     let out = scratch(&format!("offload-{name}-{}", mpi.name()));
-    let output = run_iterative(mpi, &out, flags);
+    // Decision points about every barrier pair (the run is short; the default interval is for
+    // long runs), so that the run flushes often.
+    let mut flags = flags.to_vec();
+    if !flags.contains(&"--decision-interval") {
+        flags.extend(["--decision-interval", "2ms"]);
+    }
+    let output = run_iterative(mpi, &out, &flags);
     assert!(
         output.status.success(),
         "{name} ({}): {}",

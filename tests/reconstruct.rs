@@ -61,7 +61,17 @@ fn reference_and_offload(mpi: Mpi) {
     for (dir, flags) in [
         (&warm_up, &["--mode", "off"][..]),
         (&reference, &["--mode", "off"][..]),
-        (&offload, &["--mode", "dynamic", "--threshold", "1MiB"][..]),
+        (
+            &offload,
+            &[
+                "--mode",
+                "dynamic",
+                "--threshold",
+                "1MiB",
+                "--decision-interval",
+                "2ms",
+            ][..],
+        ),
     ] {
         let out = run_iterative_work(mpi, dir, flags, WORK_UNITS);
         let in_barriers = program_seconds(&out, "barrier_s");

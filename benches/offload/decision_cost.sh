@@ -3,7 +3,7 @@
 # MPI_Barrier with no work and nothing to write, traced with the protocol (--mode dynamic, S far
 # above what is recorded) and without it (--mode off: the same recorder, no protocol), interleaved.
 # The difference of the program's own time (total_s) per barrier is the protocol's cost per
-# collective: the counter at most collectives, and at decision points (every ~10 ms) one MPI_Wait
+# collective: the counter at most collectives, and at decision points (every ~100 ms) one MPI_Wait
 # and one MPI_Iallreduce. Run with `blocking` as the third argument for the paper's decision.
 #
 # Usage: benches/offload/decision_cost.sh [openmpi|mpich] [pairs] [split|blocking]

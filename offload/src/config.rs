@@ -381,8 +381,8 @@ static SETTINGS: &[Setting] = &[
     Setting {
         flag: "decision-interval",
         env: "EVENFLUSH_DECISION_INTERVAL",
-        default: "10ms",
-        help: "Split decision: time aimed for between decision points (rank 0 sets how many collectives apart they are); a flush starts at most about two intervals after a buffer passed the threshold. 0 = every eligible collective",
+        default: "100ms",
+        help: "Split decision: time aimed for between decision points (rank 0 sets how many collectives apart they are); a flush starts at most about two intervals after a buffer passed the threshold. 0 = every eligible collective. Nonblocking reductions progress only inside MPI calls, so on a slow network (ms per message) a short interval makes decision points wait for them",
         apply: |c, v| {
             c.decision_interval = parse_duration(v)?;
             Ok(())

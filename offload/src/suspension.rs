@@ -159,7 +159,7 @@ impl Default for Settings {
             remedy: Remedy::default(),
             clock_scheme: ClockScheme::Tree,
             decision: Decision::Split,
-            decision_interval_ns: 10_000_000,
+            decision_interval_ns: 100_000_000,
         }
     }
 }
