@@ -323,6 +323,24 @@ impl Suspender {
         self.disable_requested = true;
     }
 
+    /// Whether the next [`Suspender::suspend`] call may do more than count: lets the caller time
+    /// only the calls that can cost something (reading a clock twice at every collective would
+    /// double the recorder's cost of a cheap collective).
+    pub fn next_call_may_act(&self) -> bool {
+        if self.disabled || matches!(self.settings.mode, Mode::Off | Mode::Profile) {
+            return false;
+        }
+        if !(self.eligible + 1).is_multiple_of(self.settings.every) {
+            return false;
+        }
+        match (self.settings.mode, self.settings.decision) {
+            (Mode::Dynamic | Mode::Static | Mode::NoRemeasure, Decision::Split) => {
+                self.considered + 1 >= self.next_decision_at
+            }
+            _ => true,
+        }
+    }
+
     /// The stride agreed for the current decision interval (split decision).
     pub fn stride(&self) -> u64 {
         self.stride

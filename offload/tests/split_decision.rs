@@ -35,6 +35,8 @@ struct Seen {
     /// Longest time a collective without a suspension spent in the protocol, true ns.
     worst_unsuspended_ns: u64,
     strides: Vec<u64>,
+    /// Calls that `next_call_may_act` announced as possibly doing more than counting.
+    announced: usize,
 }
 
 /// Runs `collectives` protocol calls per rank; `bytes(rank, k, flushes so far)` is what the rank
@@ -54,6 +56,9 @@ fn drive(
         let deadline = rank.now() + gap_ns;
         rank.wait_until(deadline);
         let before = rank.true_now();
+        let may_act = suspender.next_call_may_act();
+        seen.announced += usize::from(may_act);
+        let stride_before = suspender.stride();
         let mut flushed = false;
         let mut flush = || {
             flushed = true;
@@ -67,6 +72,14 @@ fn drive(
             .expect("transport works");
         if flushed {
             seen.flushed_at.push(k);
+        }
+        // A call that was not announced did nothing but count: no suspension, no new decision.
+        if !may_act {
+            assert!(
+                !flushed && done.is_none(),
+                "collective {k}: unannounced work"
+            );
+            assert_eq!(suspender.stride(), stride_before, "collective {k}");
         }
         match done {
             Some(done) => {
@@ -186,6 +199,12 @@ fn stride_is_agreed_and_grows_when_collectives_are_frequent() {
     }
     let largest = *results[0].strides.iter().max().unwrap();
     assert!(largest >= 8, "strides {:?}", results[0].strides);
+    // Only decision points are announced, so the caller times few of the 400 calls.
+    assert!(
+        results[0].announced < 100,
+        "{} announced",
+        results[0].announced
+    );
     // Growth is at most twofold per decision.
     for w in results[0].strides.windows(2) {
         assert!(w[1] <= 2 * w[0], "{w:?}");

@@ -165,11 +165,12 @@ pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
     if !eligible || (p.suspend_at == SuspendAt::Barrier && Some(func) != p.barrier_id) {
         return;
     }
-    let entered = crate::clock::now();
+    // Most collectives only advance a counter: no clock reads for them.
+    let entered = p.suspender.next_call_may_act().then(crate::clock::now);
     let result = p
         .suspender
         .suspend(&mut p.transport, buffers::used_bytes(), &mut flush_all);
-    if matches!(result, Ok(None)) {
+    if let (Some(entered), Ok(None)) = (entered, &result) {
         // A decision point without a suspension (or just the counter) is recorder time like any
         // other: charged to this thread's next event as DP, so reconstruct removes it. A
         // suspension's time is in its own record (DP') instead.
