@@ -19,7 +19,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{Mpi, evenflush_bin, mpi_env, mpi_lock, repo_root, scratch};
+use common::{Mpi, check, evenflush_bin, mpi_env, mpi_lock, repo_root, scratch};
 use format::Event;
 use serde_json::{Value, json};
 
@@ -241,17 +241,6 @@ fn kill_tree(root: u32) {
     let _ = Command::new("kill").arg("-KILL").args(&pids).status();
 }
 
-fn succeed(out: Output, what: &str) -> Output {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 /// `evenflush ARGS`, which must succeed; its stdout.
 fn evenflush(args: &[&str], what: &str) -> String {
     let out = run_with_timeout(
@@ -259,7 +248,7 @@ fn evenflush(args: &[&str], what: &str) -> String {
         what,
         Duration::from_secs(300),
     );
-    String::from_utf8(succeed(out, what).stdout).expect("UTF-8 output")
+    String::from_utf8(check(out, what).stdout).expect("UTF-8 output")
 }
 
 fn total_s(stdout: &str) -> f64 {
@@ -279,7 +268,7 @@ fn traced_job(mpi: Mpi, out_pattern: &str, what: &str) -> String {
         .args(["--decision-interval", "10ms", "--"]);
     cmd.args(launch_two_nodes(mpi)).args(program_args(mpi));
     let out = run_with_timeout(mpi_env(&mut cmd), what, JOB_TIMEOUT);
-    String::from_utf8(succeed(out, what).stdout).expect("UTF-8 output")
+    String::from_utf8(check(out, what).stdout).expect("UTF-8 output")
 }
 
 /// Each kind of run once per MPI per test binary: later tests reuse (or copy) the directory. The
@@ -303,7 +292,7 @@ fn shared_dir_run(mpi: Mpi) -> PathBuf {
             cmd.args(&argv[1..]);
             let what = format!("untraced 2-node job ({})", mpi.name());
             let o = run_with_timeout(mpi_env(&mut cmd), &what, JOB_TIMEOUT);
-            total_s(&String::from_utf8_lossy(&succeed(o, &what).stdout))
+            total_s(&String::from_utf8_lossy(&check(o, &what).stdout))
         };
         let traced = total_s(&traced_job(
             mpi,
@@ -549,7 +538,7 @@ fn node_local_output(mpi: Mpi) {
         launcher.display()
     );
     let c = collect(&[&a, &b, &launcher], &["--json"]);
-    let c: Value = serde_json::from_slice(&succeed(c, &what).stdout).unwrap();
+    let c: Value = serde_json::from_slice(&check(c, &what).stdout).unwrap();
     assert_eq!(c["world_size"], RANKS, "{what}: {c}");
     assert_eq!(c["missing"], json!([]), "{what}");
     assert_eq!(c["hosts"], expected_hosts(), "{what}");
@@ -569,7 +558,7 @@ fn node_local_output(mpi: Mpi) {
         std::fs::copy(&e.path, copy.join(e.path.file_name().unwrap())).unwrap();
     }
     let c = collect(&[&a, &b, &a, &copy], &["--json"]);
-    let c: Value = serde_json::from_slice(&succeed(c, &what).stdout).unwrap();
+    let c: Value = serde_json::from_slice(&check(c, &what).stdout).unwrap();
     let ignored: Vec<(&str, &str)> = c["ignored"]
         .as_array()
         .unwrap()
@@ -600,7 +589,7 @@ fn node_local_output(mpi: Mpi) {
         &[&a, &b, &launcher],
         &["--into", &merged.display().to_string()],
     );
-    let text = String::from_utf8(succeed(out, &what).stdout).unwrap();
+    let text = String::from_utf8(check(out, &what).stdout).unwrap();
     assert!(text.contains("host nodeA"), "{what}: {text}");
     assert!(text.contains("gathered 4 rank(s)"), "{what}: {text}");
     assert!(merged.join("collect.json").is_file() && merged.join("meta.json").is_file());

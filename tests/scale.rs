@@ -2,8 +2,8 @@
 //! lost, no hang, and reconstruct, report and export work on the result), a world barrier made
 //! from a worker thread under `MPI_THREAD_MULTIPLE`, and ranks started with different settings.
 //!
-//! Every job runs under `timeout`: a protocol that leaves a rank waiting fails the test instead of
-//! hanging the suite. Oversubscribed runs are a stress test of the protocol's messages, not a model
+//! Every job runs with a time limit (`common::output_with_timeout` kills it whole): a protocol that
+//! leaves a rank waiting fails the test instead of hanging the suite. Oversubscribed runs are a stress test of the protocol's messages, not a model
 //! of a cluster, so no timing is asserted beyond generous sanity bounds.
 
 #[macro_use]
@@ -14,28 +14,24 @@ use std::process::{Command, Output};
 
 use common::*;
 
-/// Runs `evenflush run --out OUT FLAGS -- <launch…> PROGRAM ARGS` under `timeout`.
-fn traced(out: &Path, flags: &[&str], launch: &[String], limit_s: u32) -> Output {
-    let mut cmd = Command::new("timeout");
-    cmd.args(["-k", "10", &limit_s.to_string()])
-        .arg(evenflush_bin())
-        .arg("run")
+/// Runs `evenflush run --out OUT FLAGS -- <launch…> PROGRAM ARGS`, killed whole past `limit_s`.
+fn traced(out: &Path, flags: &[&str], launch: &[String], limit_s: u64) -> Output {
+    let mut cmd = Command::new(evenflush_bin());
+    cmd.arg("run")
         .arg("--out")
         .arg(out)
         .args(flags)
         .arg("--")
         .args(launch);
-    mpi_env(&mut cmd).output().expect("run timeout")
-}
-
-fn assert_finished(out: &Output, what: &str) {
-    assert!(
-        out.status.success(),
-        "{what}: {} (124 = timed out: a rank waited forever)\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let what = format!("evenflush run {flags:?} -- {launch:?}");
+    check(
+        output_with_timeout(
+            mpi_env(&mut cmd),
+            std::time::Duration::from_secs(limit_s),
+            &what,
+        ),
+        &what,
+    )
 }
 
 fn evenflush_ok(args: &[&str], dir: &Path) -> String {
@@ -76,13 +72,12 @@ fn many_ranks(mpi: Mpi, ranks: u32, iterations: u32, min_flushes: u64) {
     );
     // A decision at every barrier: the run is short, and the test is about the protocol's
     // messages at this P, not about the interval.
-    let run = traced(
+    traced(
         &out,
         &["--threshold", "256KiB", "--decision-interval", "0"],
         &launch,
         600,
     );
-    assert_finished(&run, &format!("{ranks} ranks ({})", mpi.name()));
     let info = info_json(&out);
     assert_eq!(info["ranks"], ranks, "{info}");
     assert_eq!(info["lost_events"], 0);
@@ -135,7 +130,6 @@ fn barrier_from_a_worker_thread(mpi: Mpi) {
     launch.push(programs(mpi).join("worker_barrier").display().to_string());
     launch.extend(["--iterations".to_string(), iterations.to_string()]);
     let run = traced(&out, &["--threshold", "1MiB"], &launch, 180);
-    assert_finished(&run, "worker_barrier");
     assert!(
         String::from_utf8_lossy(&run.stdout).contains(&format!("sum={}", 4 * iterations)),
         "{}",
@@ -189,7 +183,6 @@ fn different_settings_are_refused(mpi: Mpi) {
         .to_vec(),
     };
     let run = traced(&out, &[], &launch, 120);
-    assert_finished(&run, "mismatched settings");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         stderr.contains("different evenflush settings"),

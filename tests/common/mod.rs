@@ -122,7 +122,8 @@ pub fn mpi_env(cmd: &mut Command) -> &mut Command {
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 }
 
-fn check(out: Output, what: &str) -> Output {
+/// `out` of a command that must have succeeded; otherwise panics with everything it printed.
+pub fn check(out: Output, what: &str) -> Output {
     assert!(
         out.status.success(),
         "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
