@@ -40,12 +40,7 @@ pub fn compare(reference: &Path, run: &Path, json: bool) -> Result<()> {
         print!("{}", compare::render_table(&report));
     }
     for k in &report.skipped {
-        eprintln!(
-            "evenflush: warning: {}: byte {}: {}",
-            k.file.display(),
-            k.offset,
-            k.what
-        );
+        eprintln!("evenflush: warning: {k}");
     }
     Ok(())
 }

@@ -65,12 +65,7 @@ pub fn dump(dir: &Path, only_rank: Option<u32>) -> Result<()> {
             return Err(e.into());
         }
         for s in skipped {
-            eprintln!(
-                "evenflush: warning: {}: byte {}: {}",
-                s.file.display(),
-                s.offset,
-                s.what
-            );
+            eprintln!("evenflush: warning: {s}");
         }
     }
     Ok(())

@@ -17,12 +17,7 @@ pub fn info(dirs: &[PathBuf], json: bool) -> Result<()> {
         print!("{}", info::render_table(&summary));
     }
     for skipped in &summary.skipped {
-        eprintln!(
-            "evenflush: warning: {}: byte {}: {}",
-            skipped.file.display(),
-            skipped.offset,
-            skipped.what
-        );
+        eprintln!("evenflush: warning: {skipped}");
     }
     Ok(())
 }

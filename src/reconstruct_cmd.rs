@@ -104,12 +104,7 @@ pub fn reconstruct(
         eprintln!("evenflush: warning: {w}");
     }
     for k in &summary.skipped {
-        eprintln!(
-            "evenflush: warning: {}: byte {}: {}",
-            k.file.display(),
-            k.offset,
-            k.what
-        );
+        eprintln!("evenflush: warning: {k}");
     }
     Ok(())
 }

@@ -48,12 +48,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         bar.finish();
         let (profiles, skipped) = result.map_err(ReportError::from)?;
         for k in &skipped {
-            eprintln!(
-                "evenflush: warning: {}: byte {}: {}",
-                k.file.display(),
-                k.offset,
-                k.what
-            );
+            eprintln!("evenflush: warning: {k}");
         }
         (profiles, args.dir.display().to_string())
     };

@@ -99,4 +99,17 @@ impl FormatError {
             | FormatError::BadPayload { path, .. } => path,
         }
     }
+
+    /// What is wrong, without the file and offset the full message starts with: for reports
+    /// that name the place themselves.
+    pub fn reason(&self) -> String {
+        let full = self.to_string();
+        let mut prefix = format!("{}: ", self.path().display());
+        if let Some(offset) = self.offset() {
+            prefix.push_str(&format!("byte {offset}: "));
+        }
+        full.strip_prefix(&prefix)
+            .map(str::to_owned)
+            .unwrap_or(full)
+    }
 }

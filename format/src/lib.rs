@@ -5,20 +5,26 @@ mod body;
 pub mod chunk;
 pub mod error;
 pub mod funcs;
+pub mod group;
 pub mod model;
 pub mod naming;
+pub mod parts;
 pub mod profile;
 pub mod raw;
 pub mod reader;
 pub mod synthetic;
 mod varint;
+pub mod walk;
 pub mod writer;
 
 pub use chunk::{ChunkEncoder, EncodedChunk, EventBuf};
 pub use error::FormatError;
+pub use group::{GroupHeader, GroupIndex, GroupMember, group_file_name};
 pub use model::*;
+pub use parts::{DirListing, GroupFile, RankPart, list_dir};
 pub use raw::RawBuf;
 pub use reader::{
     Chunk, ChunkReader, MiscEvents, RankFile, RankFileEntry, TailKind, Truncation, open_dir,
 };
+pub use walk::{ChunkWalk, WalkIssue};
 pub use writer::{FileHeader, RankFileWriter, encode_file_header, rank_file_name};

@@ -2,6 +2,7 @@
 //! reports where and why it stopped instead of panicking or guessing.
 
 use std::io::Read;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use crate::chunk::{
@@ -42,6 +43,8 @@ pub enum TailKind {
 
 enum Data {
     Map(memmap2::Mmap),
+    /// A group file's map, shared by the members read from it.
+    Shared(std::sync::Arc<memmap2::Mmap>),
     Owned(Vec<u8>),
 }
 
@@ -49,17 +52,21 @@ impl Data {
     fn bytes(&self) -> &[u8] {
         match self {
             Data::Map(m) => m,
+            Data::Shared(m) => m,
             Data::Owned(v) => v,
         }
     }
 }
 
-/// One rank file, memory-mapped.
+/// One rank file, memory-mapped; or one rank's share of a group file (see [`crate::group`]),
+/// read through the same interface.
 pub struct RankFile {
     path: PathBuf,
     data: Data,
     header: FileHeader,
     header_len: usize,
+    /// For a group member: where its chunks are in the group file.
+    segments: Option<Vec<Range<u64>>>,
 }
 
 impl std::fmt::Debug for RankFile {
@@ -104,7 +111,23 @@ impl RankFile {
             data,
             header,
             header_len,
+            segments: None,
         })
+    }
+
+    /// One member of a group file whose map is `map`, as indexed by [`crate::group::scan_group`].
+    pub fn group_member(
+        path: impl Into<PathBuf>,
+        map: std::sync::Arc<memmap2::Mmap>,
+        member: &crate::group::GroupMember,
+    ) -> RankFile {
+        RankFile {
+            path: path.into(),
+            data: Data::Shared(map),
+            header: member.header.clone(),
+            header_len: 0,
+            segments: Some(member.segments.clone()),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -127,11 +150,14 @@ impl RankFile {
     /// The chunks in file order, each verified and decompressed when reached.
     pub fn chunks(&self) -> ChunkReader<'_> {
         let bytes = self.data.bytes();
-        ChunkReader::new(
-            &bytes[self.header_len..],
-            self.header_len as u64,
-            &self.path,
-        )
+        match &self.segments {
+            Some(segments) => ChunkReader::over_segments(bytes, segments, &self.path),
+            None => ChunkReader::new(
+                &bytes[self.header_len..],
+                self.header_len as u64,
+                &self.path,
+            ),
+        }
     }
 
     /// Every event of every chunk, in file order.
@@ -362,6 +388,10 @@ pub struct ChunkReader<'a> {
     bytes: &'a [u8],
     base: u64,
     pos: usize,
+    /// End of the bytes read now: the end of `bytes`, or of the current segment.
+    end: usize,
+    /// Further byte ranges to read after this one (a group member's later flushes).
+    segments: &'a [Range<u64>],
     path: &'a Path,
     done: bool,
     tail: Option<Truncation>,
@@ -375,11 +405,48 @@ impl<'a> ChunkReader<'a> {
             bytes,
             base,
             pos: 0,
+            end: bytes.len(),
+            segments: &[],
             path,
             done: false,
             tail: None,
             skipped: Vec::new(),
         }
+    }
+
+    /// Reads the chunks in `segments` of `file` (a whole file's bytes), one range after the
+    /// other, as if they were one sequence. A stop inside a range is resumed from by
+    /// [`ChunkReader::resync`], which also moves on to the next range.
+    pub fn over_segments(file: &'a [u8], segments: &'a [Range<u64>], path: &'a Path) -> Self {
+        let mut reader = ChunkReader {
+            bytes: file,
+            base: 0,
+            pos: 0,
+            end: 0,
+            segments,
+            path,
+            done: false,
+            tail: None,
+            skipped: Vec::new(),
+        };
+        reader.next_segment();
+        reader
+    }
+
+    /// Moves to the next segment; false when there is none.
+    fn next_segment(&mut self) -> bool {
+        let Some((first, rest)) = self.segments.split_first() else {
+            return false;
+        };
+        self.segments = rest;
+        let clamp = |v: u64| {
+            usize::try_from(v)
+                .unwrap_or(usize::MAX)
+                .min(self.bytes.len())
+        };
+        self.pos = clamp(first.start);
+        self.end = clamp(first.end).max(self.pos);
+        true
     }
 
     /// Set once iteration ended somewhere other than exactly at the end of the bytes.
@@ -402,16 +469,22 @@ impl<'a> ChunkReader<'a> {
         let from = usize::try_from(stop.offset - self.base)
             .ok()?
             .checked_add(1)?;
-        let rest = self.bytes.get(from..)?;
-        let found = rest.windows(CHUNK_HEADER_LEN).position(|w| {
-            w[..4] == CHUNK_MAGIC
-                && u32::from_le_bytes([w[68], w[69], w[70], w[71]]) == crc32c::crc32c(&w[..68])
-                && (CHUNK_MIN_VERSION..=CHUNK_VERSION).contains(&u16::from_le_bytes([w[4], w[5]]))
-        })?;
+        let found = self.bytes.get(from..self.end).and_then(|rest| {
+            rest.windows(CHUNK_HEADER_LEN).position(|w| {
+                w[..4] == CHUNK_MAGIC
+                    && u32::from_le_bytes([w[68], w[69], w[70], w[71]]) == crc32c::crc32c(&w[..68])
+                    && (CHUNK_MIN_VERSION..=CHUNK_VERSION)
+                        .contains(&u16::from_le_bytes([w[4], w[5]]))
+            })
+        });
+        match found {
+            Some(found) => self.pos = from + found,
+            None if self.next_segment() => {}
+            None => return None,
+        }
         if let Some(t) = self.tail.take() {
             self.skipped.push(t);
         }
-        self.pos = from + found;
         self.done = false;
         Some(self.offset())
     }
@@ -431,16 +504,18 @@ impl<'a> ChunkReader<'a> {
     }
 
     fn fail(&mut self, e: FormatError) -> Option<Result<Chunk, FormatError>> {
-        self.stop(TailKind::Damaged, e.to_string());
+        self.stop(TailKind::Damaged, e.reason());
         Some(Err(e))
     }
 
     fn read_next(&mut self) -> Option<Result<Chunk, FormatError>> {
-        let rest = &self.bytes[self.pos..];
-        if rest.is_empty() {
-            self.done = true;
-            return None;
+        while self.pos >= self.end {
+            if !self.next_segment() {
+                self.done = true;
+                return None;
+            }
         }
+        let rest = &self.bytes[self.pos..self.end];
         let offset = self.offset();
         let path = || self.path.to_path_buf();
         if rest.iter().all(|&b| b == 0) {

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use format::{Event, RankFile};
+use format::{Event, RankFile, RankPart};
 use serde::Serialize;
 
 use crate::trace::{RankFiles, Trace, TraceError};
@@ -38,8 +38,10 @@ pub struct RankOrigin {
     pub host: Option<String>,
     pub pid: Option<u32>,
     pub mpi_library: Option<String>,
-    /// The rank's files, in part order.
+    /// The rank's files, in part order (a group file for a rank written in the aggregated layout).
     pub files: Vec<PathBuf>,
+    #[serde(skip)]
+    pub parts: Vec<RankPart>,
 }
 
 /// A rank file that was not read because the same data is read from another path.
@@ -84,7 +86,7 @@ pub fn collect(dirs: &[PathBuf]) -> Result<Collection, TraceError> {
     let mut ranks = Vec::new();
     let mut hosts: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for files in &found.ranks {
-        let first = RankFile::open(&files.parts[0])?;
+        let first = files.parts[0].open()?;
         let header_ws = first.header().world_size;
         let info = rank_info(&first);
         let ws = info.as_ref().map_or(header_ws, |i| i.world_size);
@@ -92,7 +94,7 @@ pub fn collect(dirs: &[PathBuf]) -> Result<Collection, TraceError> {
             None => world_size = Some((ws, files.rank)),
             Some((a, _)) if a != ws => {
                 return Err(TraceError::WorldSizeMismatch {
-                    dir: files.parts[0].clone(),
+                    dir: files.first_path(),
                     a,
                     b: ws,
                 });
@@ -110,7 +112,7 @@ pub fn collect(dirs: &[PathBuf]) -> Result<Collection, TraceError> {
                         run_a: id.clone(),
                         rank_b: files.rank,
                         run_b: info.run_id.clone(),
-                        file_b: files.parts[0].clone(),
+                        file_b: files.first_path(),
                     });
                 }
                 _ => {}
@@ -124,7 +126,8 @@ pub fn collect(dirs: &[PathBuf]) -> Result<Collection, TraceError> {
             host: info.as_ref().map(|i| i.host.clone()),
             pid: info.as_ref().map(|i| i.pid),
             mpi_library: info.as_ref().map(|i| i.mpi_library.clone()),
-            files: files.parts.clone(),
+            files: files.parts.iter().map(|p| p.path().to_path_buf()).collect(),
+            parts: files.parts.clone(),
         });
     }
     let world_size = world_size.map_or(0, |(ws, _)| ws);
@@ -169,7 +172,7 @@ impl Collection {
                 .iter()
                 .map(|r| RankFiles {
                     rank: r.rank,
-                    parts: r.files.clone(),
+                    parts: r.parts.clone(),
                 })
                 .collect(),
             meta: self.meta.clone(),
@@ -197,18 +200,19 @@ impl Collection {
                 what: "is not empty: collect needs a new or empty directory".into(),
             });
         }
-        let mut gathered = self.clone();
-        for rank in &mut gathered.ranks {
-            for file in &mut rank.files {
-                let name = file.file_name().ok_or_else(|| TraceError::Io {
-                    path: file.clone(),
-                    what: "has no file name".into(),
-                })?;
-                let target = into.join(name);
-                if std::fs::hard_link(&*file, &target).is_err() {
-                    std::fs::copy(&*file, &target).map_err(|e| io(&target, e))?;
-                }
-                *file = target;
+        // A group file holds many ranks: each file is brought over once.
+        let mut brought: std::collections::BTreeSet<PathBuf> = Default::default();
+        for file in self.ranks.iter().flat_map(|r| &r.files) {
+            if !brought.insert(file.clone()) {
+                continue;
+            }
+            let name = file.file_name().ok_or_else(|| TraceError::Io {
+                path: file.clone(),
+                what: "has no file name".into(),
+            })?;
+            let target = into.join(name);
+            if std::fs::hard_link(file, &target).is_err() {
+                std::fs::copy(file, &target).map_err(|e| io(&target, e))?;
             }
         }
         let report = serde_json::to_string_pretty(self).map_err(|e| TraceError::Io {
@@ -229,13 +233,7 @@ impl Collection {
             std::fs::write(into.join("meta.json"), text + "\n")
                 .map_err(|e| io(&into.join("meta.json"), e))?;
         }
-        gathered.dirs = vec![DirSummary {
-            dir: into.to_path_buf(),
-            rank_files: gathered.ranks.iter().map(|r| r.files.len()).sum(),
-            ranks: gathered.ranks.iter().map(|r| r.rank).collect(),
-            meta: self.meta.is_some(),
-        }];
-        gathered.trace()
+        Trace::open(into)
     }
 }
 
@@ -267,51 +265,87 @@ pub(crate) struct Found {
 /// byte-identical copy, and an error otherwise.
 pub(crate) fn find_rank_files(dirs: &[PathBuf], strict: bool) -> Result<Found, TraceError> {
     let mut summaries: Vec<DirSummary> = Vec::new();
-    let mut by_key: BTreeMap<(u32, u32), (PathBuf, usize)> = BTreeMap::new();
+    let mut by_key: BTreeMap<(u32, u32), (RankPart, usize)> = BTreeMap::new();
+    let mut groups_seen: BTreeMap<std::ffi::OsString, PathBuf> = BTreeMap::new();
     let mut ignored = Vec::new();
     let mut meta = None;
+    let same = |kept: &Path, other: &Path| {
+        same_data(kept, other).map_err(|e| TraceError::Io {
+            path: other.to_path_buf(),
+            what: e.to_string(),
+        })
+    };
     for dir in dirs {
         if !dir.is_dir() {
             return Err(TraceError::NoDirectory(dir.clone()));
         }
-        let entries = format::open_dir(dir)?;
+        let listing = format::list_dir(dir)?;
         let has_meta = dir.join("meta.json").is_file();
         if has_meta && meta.is_none() {
             meta = crate::trace::read_meta(dir)?;
         }
-        if strict && entries.is_empty() && !has_meta {
+        if strict && listing.is_empty() && !has_meta {
             return Err(TraceError::NotATrace(dir.clone()));
         }
         let index = summaries.len();
         summaries.push(DirSummary {
             dir: dir.clone(),
-            rank_files: entries.len(),
+            rank_files: listing.files.len() + listing.groups.len(),
             ranks: Vec::new(),
             meta: has_meta,
         });
-        for entry in entries {
-            let key = (entry.rank, entry.part);
+        // A group file seen under the same name in an earlier directory: the same file or an
+        // identical copy is read once; a different one falls through to the per-rank check.
+        let mut copies = std::collections::HashSet::new();
+        for group in &listing.groups {
+            let name = group.path().file_name().unwrap_or_default().to_os_string();
+            match groups_seen.get(&name) {
+                None => {
+                    groups_seen.insert(name, group.path().to_path_buf());
+                }
+                Some(kept) => {
+                    if let Some(why) = same(kept, group.path())? {
+                        ignored.push(Ignored {
+                            file: group.path().to_path_buf(),
+                            same_as: kept.clone(),
+                            why,
+                        });
+                        copies.insert(group.path().to_path_buf());
+                    }
+                }
+            }
+        }
+        for part in listing.parts() {
+            if copies.contains(part.path()) {
+                continue;
+            }
+            let key = (part.rank(), part.part());
             match by_key.get(&key) {
                 None => {
-                    by_key.insert(key, (entry.path, index));
+                    by_key.insert(key, (part, index));
                 }
                 Some((kept, _)) => {
-                    let why = same_data(kept, &entry.path).map_err(|e| TraceError::Io {
-                        path: entry.path.clone(),
-                        what: e.to_string(),
-                    })?;
+                    let kept_path = kept.path().to_path_buf();
+                    let why = match (kept, &part) {
+                        (RankPart::File { .. }, RankPart::File { .. }) => {
+                            same(&kept_path, part.path())?
+                        }
+                        // A rank in a group file and in a file of its own: two runs, or two
+                        // layouts mixed.
+                        _ => None,
+                    };
                     match why {
                         Some(why) => ignored.push(Ignored {
-                            file: entry.path,
-                            same_as: kept.clone(),
+                            file: part.path().to_path_buf(),
+                            same_as: kept_path,
                             why,
                         }),
                         None => {
                             return Err(TraceError::ConflictingCopies {
-                                rank: entry.rank,
-                                part: entry.part,
-                                a: kept.clone(),
-                                b: entry.path,
+                                rank: key.0,
+                                part: key.1,
+                                a: kept_path,
+                                b: part.path().to_path_buf(),
                             });
                         }
                     }
@@ -323,16 +357,16 @@ pub(crate) fn find_rank_files(dirs: &[PathBuf], strict: bool) -> Result<Found, T
         return Err(TraceError::Empty(dirs[0].clone()));
     }
     let mut ranks: Vec<RankFiles> = Vec::new();
-    for ((rank, _part), (path, dir_index)) in by_key {
+    for ((rank, _part), (part, dir_index)) in by_key {
         let ranks_here = &mut summaries[dir_index].ranks;
         if ranks_here.last() != Some(&rank) {
             ranks_here.push(rank);
         }
         match ranks.last_mut() {
-            Some(r) if r.rank == rank => r.parts.push(path),
+            Some(r) if r.rank == rank => r.parts.push(part),
             _ => ranks.push(RankFiles {
                 rank,
-                parts: vec![path],
+                parts: vec![part],
             }),
         }
     }
@@ -661,7 +695,12 @@ mod tests {
         let into = root.join("merged");
         let trace = c.gather_into(&into).unwrap();
         assert_eq!(trace.ranks.len(), 4);
-        assert!(trace.ranks.iter().all(|r| r.parts[0].starts_with(&into)));
+        assert!(
+            trace
+                .ranks
+                .iter()
+                .all(|r| r.parts[0].path().starts_with(&into))
+        );
         let reopened = Trace::open(&into).unwrap();
         assert_eq!(reopened.ranks.len(), 4);
         let meta: serde_json::Value =

@@ -307,14 +307,6 @@ pub fn render_table(r: &CompareReport) -> String {
         pct(r.within_1ms.duration),
         pct(r.within_1ms.start)
     );
-    for k in &r.skipped {
-        let _ = writeln!(
-            o,
-            "warning: {}: byte {}: {}",
-            k.file.display(),
-            k.offset,
-            k.what
-        );
-    }
+    // Skipped data is reported once, on stderr, by the command.
     o
 }

@@ -438,15 +438,7 @@ pub fn render_table(info: &Info) -> String {
             sus.flush_raw_mb_per_s, sus.flush_stored_mb_per_s
         );
     }
-    for k in &info.skipped {
-        let _ = writeln!(
-            s,
-            "warning: {}: byte {}: {}",
-            k.file.display(),
-            k.offset,
-            k.what
-        );
-    }
+    // Skipped data is reported once, on stderr, by the command (see `Skipped`'s Display).
     s
 }
 

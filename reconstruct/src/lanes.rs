@@ -1,11 +1,11 @@
 //! A lane is one stream (thread) of one rank: the unit in which events are ordered. A
 //! [`LaneReader`] streams one lane's events out of the rank's files, holding one decoded chunk.
 //!
-//! Damage is not reported here: the first pass ([`crate::clock::scan_rank`]) reads the same files
-//! and reports it once per file; a lane simply ends where the readable chunks end.
+//! Damage is not reported here: the first pass ([`crate::clock::scan_rank`]) walks the same chunks
+//! and reports it once; a lane just skips what that pass skipped.
 
-use format::reader::{ChunkIntoEvents, ChunkReader};
-use format::{Event, RankFile};
+use format::reader::ChunkIntoEvents;
+use format::{ChunkWalk, Event, RankFile};
 
 use crate::trace::{RankFiles, TraceError};
 
@@ -24,11 +24,7 @@ pub struct OpenRank {
 
 impl OpenRank {
     pub fn open(files: &RankFiles) -> Result<OpenRank, TraceError> {
-        let files = files
-            .parts
-            .iter()
-            .map(RankFile::open)
-            .collect::<Result<Vec<_>, _>>()?;
+        let files = files.open()?;
         Ok(OpenRank {
             rank: files.first().map_or(0, |f| f.header().rank),
             files,
@@ -36,21 +32,17 @@ impl OpenRank {
     }
 }
 
+/// One lane's events. The chunk walk is the same as the first pass's, so both see the same
+/// chunks (resumed after damage, each read once).
 pub struct LaneReader<'a> {
-    files: &'a [RankFile],
-    stream: u32,
-    part: usize,
-    chunks: Option<ChunkReader<'a>>,
+    chunks: ChunkWalk<'a>,
     current: Option<ChunkIntoEvents>,
 }
 
 impl<'a> LaneReader<'a> {
     pub fn new(rank: &'a OpenRank, stream: u32) -> Self {
         LaneReader {
-            files: &rank.files,
-            stream,
-            part: 0,
-            chunks: None,
+            chunks: ChunkWalk::stream(&rank.files, stream),
             current: None,
         }
     }
@@ -80,20 +72,7 @@ impl LaneReader<'_> {
             if let Some(e) = self.current.as_mut().and_then(Iterator::next) {
                 return Some(e);
             }
-            self.current = None;
-            if self.chunks.is_none() {
-                let file = self.files.get(self.part)?;
-                self.part += 1;
-                self.chunks = Some(file.chunks());
-            }
-            match self.chunks.as_mut().and_then(Iterator::next) {
-                Some(Ok(chunk)) if chunk.stream() == self.stream => {
-                    self.current = Some(chunk.into_events())
-                }
-                Some(Ok(_)) => {}
-                // Damage ends this file (already reported by the first pass); go on with the next.
-                Some(Err(_)) | None => self.chunks = None,
-            }
+            self.current = Some(self.chunks.next()?.into_events());
         }
     }
 }

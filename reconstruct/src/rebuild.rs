@@ -16,9 +16,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use format::{
-    ChunkEncoder, Event, EventBuf, FileHeader, Marker, RankFile, RankFileWriter, rank_file_name,
-};
+use format::{ChunkEncoder, Event, EventBuf, FileHeader, Marker, RankFileWriter, rank_file_name};
 use serde::Serialize;
 
 use crate::clock::{MapCursor, RankMeta, TimeMap, scan_rank};
@@ -355,7 +353,7 @@ pub fn reconstruct(
 
     let mut writers = Vec::with_capacity(trace.ranks.len());
     for files in &trace.ranks {
-        let first = RankFile::open(&files.parts[0]).map_err(TraceError::from)?;
+        let first = files.parts[0].open().map_err(TraceError::from)?;
         let original = first.header();
         let header = FileHeader {
             part: 0,
@@ -715,14 +713,6 @@ pub fn render_table(s: &Summary) -> String {
     for w in &s.warnings {
         let _ = writeln!(o, "warning: {w}");
     }
-    for k in &s.skipped {
-        let _ = writeln!(
-            o,
-            "warning: {}: byte {}: {}",
-            k.file.display(),
-            k.offset,
-            k.what
-        );
-    }
+    // Skipped data is reported once, on stderr, by the command (see `Skipped`'s Display).
     o
 }

@@ -71,7 +71,7 @@ pub fn profile_trace(
     let mut skipped_all = Vec::new();
     let mut done = 0u64;
     for files in &trace.ranks {
-        let first = format::RankFile::open(&files.parts[0])?;
+        let first = files.parts[0].open()?;
         let npt = crate::clock::ns_per_tick(&first.header().clock);
         drop(first);
         let mut p = ProfileStats::new(files.rank, trace.world_size, npt);

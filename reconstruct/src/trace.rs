@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use format::{ClockCalibration, Event, FormatError, RankFile, TailKind};
+use format::{ChunkWalk, ClockCalibration, Event, FormatError, RankPart};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -50,6 +50,13 @@ pub enum TraceError {
     },
     #[error("{}: {what}", path.display())]
     Io { path: PathBuf, what: String },
+    #[error("{}: rank(s) {missing:?} of {world_size} missing; the run's meta.json names further output directories that are not where they should be relative to this one: {}", dir.display(), not_found.iter().map(|(r, l)| format!("{} (looked for {})", r.display(), l.display())).collect::<Vec<_>>().join(", "))]
+    RecordedDirsNotFound {
+        dir: PathBuf,
+        missing: Vec<u32>,
+        world_size: u32,
+        not_found: Vec<(PathBuf, PathBuf)>,
+    },
     #[error(transparent)]
     Format(#[from] FormatError),
 }
@@ -62,11 +69,41 @@ pub struct Skipped {
     pub what: String,
 }
 
-/// One rank's files, in part order.
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: byte {}: {}",
+            self.file.display(),
+            self.offset,
+            self.what
+        )
+    }
+}
+
+/// One rank's files, in part order (part 0 may be its share of a group file).
 #[derive(Clone, Debug)]
 pub struct RankFiles {
     pub rank: u32,
-    pub parts: Vec<PathBuf>,
+    pub parts: Vec<RankPart>,
+}
+
+impl RankFiles {
+    /// Opens every part (maps the files).
+    pub fn open(&self) -> Result<Vec<format::RankFile>, TraceError> {
+        self.parts
+            .iter()
+            .map(|p| p.open().map_err(TraceError::from))
+            .collect()
+    }
+
+    /// The file holding the first part.
+    pub fn first_path(&self) -> PathBuf {
+        self.parts
+            .first()
+            .map(|p| p.path().to_path_buf())
+            .unwrap_or_default()
+    }
 }
 
 /// An opened trace: every rank present, with its files.
@@ -87,36 +124,16 @@ impl Trace {
             return Err(TraceError::NoDirectory(dir));
         }
         let meta = read_meta(&dir)?;
-        let mut dirs = vec![dir.clone()];
-        if let Some(extra) = meta
-            .as_ref()
-            .and_then(|m| m.pointer("/settings/EVENFLUSH_OUT"))
-            .and_then(|v| v.as_str())
-        {
-            // The launcher wrote meta.json into its own host's directory, so `%h` there means
-            // the launcher's host; other hosts' directories are brought in by `collect`.
-            let host = meta
-                .as_ref()
-                .and_then(|m| m.get("host"))
-                .and_then(|h| h.as_str())
-                .unwrap_or_default();
-            for d in extra.split(',').map(PathBuf::from) {
-                let d = format::naming::expand_out(&d, host);
-                if d.is_dir() && !dirs.iter().any(|known| same_dir(known, &d)) {
-                    dirs.push(d);
-                }
-            }
-        }
+        let (dirs, not_found) = recorded_dirs(&dir, meta.as_ref());
         let found = match crate::collect::find_rank_files(&dirs, false) {
             Err(TraceError::Empty(_)) => return Err(TraceError::Empty(dir)),
             other => other?,
         };
-        let by_rank: BTreeMap<u32, Vec<PathBuf>> =
+        let by_rank: BTreeMap<u32, Vec<RankPart>> =
             found.ranks.into_iter().map(|r| (r.rank, r.parts)).collect();
         let mut world_size = None;
         for parts in by_rank.values() {
-            let first = RankFile::open(&parts[0])?;
-            let ws = first.header().world_size;
+            let ws = parts[0].open()?.header().world_size;
             match world_size {
                 None => world_size = Some(ws),
                 Some(a) if a != ws => {
@@ -130,6 +147,14 @@ impl Trace {
             .filter(|r| !by_rank.contains_key(r))
             .collect();
         if !missing.is_empty() {
+            if !not_found.is_empty() {
+                return Err(TraceError::RecordedDirsNotFound {
+                    dir,
+                    missing,
+                    world_size,
+                    not_found,
+                });
+            }
             return Err(TraceError::MissingRanks {
                 dir,
                 missing,
@@ -148,6 +173,69 @@ impl Trace {
             meta,
         })
     }
+}
+
+/// The directories a trace read from `dir` consists of: `dir` itself, and the further output
+/// directories its `meta.json` names (a full disk moved the recorder on), resolved relative to
+/// `dir`: a copied or moved trace must never reach back into the directories it was copied from.
+/// Returns the directories found and, as `(recorded, looked at)`, those that were not.
+fn recorded_dirs(
+    dir: &Path,
+    meta: Option<&serde_json::Value>,
+) -> (Vec<PathBuf>, Vec<(PathBuf, PathBuf)>) {
+    let mut dirs = vec![dir.to_path_buf()];
+    let mut not_found = Vec::new();
+    let Some(listed) = meta
+        .and_then(|m| m.pointer("/settings/EVENFLUSH_OUT"))
+        .and_then(|v| v.as_str())
+    else {
+        return (dirs, not_found);
+    };
+    // The launcher wrote meta.json into its own host's directory, so `%h` there means the
+    // launcher's host; other hosts' directories are brought in by `collect`.
+    let host = meta
+        .and_then(|m| m.get("host"))
+        .and_then(|h| h.as_str())
+        .unwrap_or_default();
+    let listed: Vec<PathBuf> = listed
+        .split(',')
+        .map(|d| format::naming::expand_out(Path::new(d), host))
+        .collect();
+    let Some(first) = listed.first() else {
+        return (dirs, not_found);
+    };
+    for recorded in &listed[1..] {
+        let Some(resolved) = relative_to(first, recorded).map(|rel| dir.join(rel)) else {
+            continue;
+        };
+        if resolved.is_dir() {
+            if !dirs.iter().any(|known| same_dir(known, &resolved)) {
+                dirs.push(resolved);
+            }
+        } else {
+            not_found.push((recorded.clone(), resolved));
+        }
+    }
+    (dirs, not_found)
+}
+
+/// `target` as a path relative to `base` (both as recorded, absolute), e.g. `../disk2/trace`.
+fn relative_to(base: &Path, target: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let base: Vec<Component> = base.components().collect();
+    let target: Vec<Component> = target.components().collect();
+    let common = base.iter().zip(&target).take_while(|(a, b)| a == b).count();
+    if common == 0 {
+        return None;
+    }
+    let mut rel = PathBuf::new();
+    for _ in common..base.len() {
+        rel.push("..");
+    }
+    for c in &target[common..] {
+        rel.push(c.as_os_str());
+    }
+    Some(rel)
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
@@ -210,55 +298,37 @@ fn walk_events(
     mut on_chunk: impl FnMut(&ChunkStats),
     mut on_event: impl FnMut(u32, &Event),
 ) -> Result<(ClockCalibration, Vec<Skipped>), TraceError> {
-    let mut skipped = Vec::new();
-    let mut clock = None;
-    for path in &files.parts {
-        let file = RankFile::open(path)?;
-        if clock.is_none() {
-            clock = Some(file.header().clock);
-        }
-        let mut chunks = file.chunks();
-        for chunk in chunks.by_ref() {
-            match chunk {
-                Ok(chunk) => {
-                    let stats = ChunkStats {
-                        stream: chunk.stream(),
-                        events: chunk.event_count(),
-                        raw_len: chunk.header.raw_len,
-                        stored_len: chunk.header.stored_len,
-                    };
-                    on_chunk(&stats);
-                    if misc_only {
-                        for e in chunk.misc_events() {
-                            on_event(stats.stream, &e);
-                        }
-                    } else {
-                        for e in chunk.events() {
-                            on_event(stats.stream, &e);
-                        }
-                    }
-                }
-                Err(e) => {
-                    skipped.push(Skipped {
-                        file: path.clone(),
-                        offset: e.offset().unwrap_or(0),
-                        what: format!("{e}; the rest of this file was not read"),
-                    });
-                    break;
-                }
+    let opened = files.open()?;
+    let clock = opened.first().map(|f| f.header().clock).unwrap_or_default();
+    let mut walk = ChunkWalk::new(&opened);
+    for chunk in walk.by_ref() {
+        let stats = ChunkStats {
+            stream: chunk.stream(),
+            events: chunk.event_count(),
+            raw_len: chunk.header.raw_len,
+            stored_len: chunk.header.stored_len,
+        };
+        on_chunk(&stats);
+        if misc_only {
+            for e in chunk.misc_events() {
+                on_event(stats.stream, &e);
+            }
+        } else {
+            for e in chunk.events() {
+                on_event(stats.stream, &e);
             }
         }
-        if let Some(tail) = chunks.tail()
-            && tail.kind != TailKind::Damaged
-        {
-            skipped.push(Skipped {
-                file: path.clone(),
-                offset: tail.offset,
-                what: format!("{} (every complete chunk before it was read)", tail.reason),
-            });
-        }
     }
-    Ok((clock.unwrap_or_default(), skipped))
+    let skipped = walk
+        .into_issues()
+        .into_iter()
+        .map(|i| Skipped {
+            file: i.file,
+            offset: i.offset,
+            what: format!("rank {}: {}", files.rank, i.what),
+        })
+        .collect();
+    Ok((clock, skipped))
 }
 
 /// Converts a tick count of a rank's clock into seconds.

@@ -1,0 +1,154 @@
+//! Walking one rank's chunks across all its parts, the way every reader should: resuming at the
+//! next intact chunk after damage, reading each `(stream, seq)` once, and saying exactly what was
+//! lost or skipped. Readers that need different passes over a rank (the metadata pre-pass, one
+//! pass per thread stream) all walk through here, so they agree on which chunks exist.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::reader::{Chunk, ChunkReader, RankFile, TailKind};
+
+/// Something the walk could not read or chose not to read, with where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalkIssue {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub what: String,
+}
+
+/// The valid chunks of one rank, in order, over all its parts (see the module docs).
+pub struct ChunkWalk<'a> {
+    files: &'a [RankFile],
+    next_file: usize,
+    current: Option<(ChunkReader<'a>, &'a RankFile)>,
+    /// Only chunks of this stream are handed out (others are still checked for order).
+    stream: Option<u32>,
+    next_seq: HashMap<u32, u64>,
+    issues: Vec<WalkIssue>,
+}
+
+impl<'a> ChunkWalk<'a> {
+    /// Every stream's chunks.
+    pub fn new(files: &'a [RankFile]) -> Self {
+        ChunkWalk {
+            files,
+            next_file: 0,
+            current: None,
+            stream: None,
+            next_seq: HashMap::new(),
+            issues: Vec::new(),
+        }
+    }
+
+    /// Only `stream`'s chunks.
+    pub fn stream(files: &'a [RankFile], stream: u32) -> Self {
+        ChunkWalk {
+            stream: Some(stream),
+            ..ChunkWalk::new(files)
+        }
+    }
+
+    /// What was skipped so far, in the order met.
+    pub fn issues(&self) -> &[WalkIssue] {
+        &self.issues
+    }
+
+    pub fn into_issues(self) -> Vec<WalkIssue> {
+        self.issues
+    }
+
+    fn issue(&mut self, file: &RankFile, offset: u64, what: String) {
+        self.issues.push(WalkIssue {
+            file: file.path().to_path_buf(),
+            offset,
+            what,
+        });
+    }
+
+    /// Checks a chunk's place in its stream's sequence: false for a chunk already read (a second
+    /// copy); a gap before it is reported.
+    fn in_order(&mut self, file: &RankFile, chunk: &Chunk) -> bool {
+        let (stream, seq) = (chunk.stream(), chunk.seq());
+        let expected = self.next_seq.get(&stream).copied().unwrap_or(0);
+        if seq < expected {
+            if self.stream.is_none_or(|s| s == stream) {
+                self.issue(
+                    file,
+                    chunk.offset,
+                    format!(
+                        "chunk {seq} of thread stream {stream} was already read (a second copy); \
+                         read once"
+                    ),
+                );
+            }
+            return false;
+        }
+        if seq > expected && self.stream.is_none_or(|s| s == stream) {
+            let missing = if seq == expected + 1 {
+                format!("chunk {expected}")
+            } else {
+                format!("chunks {expected}..={}", seq - 1)
+            };
+            self.issue(
+                file,
+                chunk.offset,
+                format!("{missing} of thread stream {stream} missing before this chunk"),
+            );
+        }
+        self.next_seq.insert(stream, seq + 1);
+        true
+    }
+}
+
+impl Iterator for ChunkWalk<'_> {
+    type Item = Chunk;
+
+    fn next(&mut self) -> Option<Chunk> {
+        loop {
+            if self.current.is_none() {
+                let file = self.files.get(self.next_file)?;
+                self.next_file += 1;
+                self.current = Some((file.chunks(), file));
+            }
+            let (reader, file) = self.current.as_mut().expect("set above");
+            let file: &RankFile = file;
+            match reader.next() {
+                Some(Ok(chunk)) => {
+                    if self.in_order(file, &chunk)
+                        && self.stream.is_none_or(|s| s == chunk.stream())
+                    {
+                        return Some(chunk);
+                    }
+                }
+                // The reader stopped; its tail says why (the error repeats it).
+                Some(Err(_)) => {}
+                None => {
+                    let Some(tail) = reader.tail().cloned() else {
+                        self.current = None;
+                        continue;
+                    };
+                    let resumed = reader.resync();
+                    if self.stream.is_none() {
+                        let what = match (tail.kind, resumed) {
+                            (TailKind::Damaged, Some(at)) => format!(
+                                "{}; bytes {}..{at} skipped, reading resumed at the next intact chunk",
+                                tail.reason, tail.offset
+                            ),
+                            (TailKind::Damaged, None) => format!(
+                                "{}; the rest of this rank's share of the file ({} on) was not read",
+                                tail.reason, tail.offset
+                            ),
+                            (_, _) => {
+                                format!("{} (every complete chunk before it was read)", tail.reason)
+                            }
+                        };
+                        self.issue(file, tail.offset, what);
+                    }
+                    if resumed.is_none() {
+                        self.current = None;
+                    }
+                }
+            }
+        }
+    }
+}
