@@ -60,6 +60,7 @@ fn writer_id(v: u8) -> Option<WriterId> {
         0 => Some(WriterId::Posix),
         1 => Some(WriterId::Uring),
         2 => Some(WriterId::MpiIo),
+        3 => Some(WriterId::Group),
         _ => None,
     }
 }

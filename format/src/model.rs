@@ -238,6 +238,8 @@ pub enum WriterId {
     Posix = 0,
     Uring = 1,
     MpiIo = 2,
+    /// Collective MPI-IO into a group file (the aggregated layout).
+    Group = 3,
 }
 
 impl WriterId {
@@ -246,6 +248,7 @@ impl WriterId {
             WriterId::Posix => "posix",
             WriterId::Uring => "uring",
             WriterId::MpiIo => "mpiio",
+            WriterId::Group => "group",
         }
     }
 }

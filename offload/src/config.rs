@@ -86,6 +86,28 @@ pub enum Writer {
     MpiIo,
 }
 
+/// How a run's trace is spread over files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// A file per rank (`rank-NNNNN.evf`): simplest, and what small runs want.
+    Rank,
+    /// A file per node (`group-NNNNN.evf`), written collectively by the node's ranks.
+    Node,
+    /// One file for the whole job, written collectively by every rank (needs an output
+    /// directory that every node sees).
+    Shared,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Rank => "rank",
+            Layout::Node => "node",
+            Layout::Shared => "shared",
+        }
+    }
+}
+
 /// Every setting, parsed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -102,6 +124,7 @@ pub struct Config {
     pub static_short: Duration,
     pub static_long: Duration,
     pub writer: Writer,
+    pub layout: Layout,
     pub zstd_level: i32,
     /// A call running longer than this is reported stuck; zero disables the watchdog.
     pub watchdog: Duration,
@@ -300,6 +323,23 @@ static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        flag: "layout",
+        env: "EVENFLUSH_LAYOUT",
+        default: "rank",
+        help: "Trace files: rank (one per rank) | node (one per node) | shared (one for the job); \
+               node and shared are written with collective MPI-IO at each flush, for thousands \
+               of ranks on a parallel file system",
+        apply: |c, v| {
+            c.layout = match v.trim().to_ascii_lowercase().as_str() {
+                "rank" => Layout::Rank,
+                "node" => Layout::Node,
+                "shared" => Layout::Shared,
+                _ => return Err("expected rank, node or shared".into()),
+            };
+            Ok(())
+        },
+    },
+    Setting {
         flag: "zstd-level",
         env: "EVENFLUSH_ZSTD_LEVEL",
         default: "3",
@@ -420,6 +460,7 @@ impl Config {
             static_short: Duration::ZERO,
             static_long: Duration::ZERO,
             writer: Writer::Posix,
+            layout: Layout::Rank,
             zstd_level: 3,
             watchdog: Duration::ZERO,
             watchdog_abort: false,
@@ -441,6 +482,27 @@ impl Config {
                     "the hard limit must not be below the threshold ({} bytes)",
                     config.threshold
                 ),
+            });
+        }
+        if config.layout != Layout::Rank && config.mode == Mode::Local {
+            return Err(ConfigError {
+                setting: "layout",
+                env: "EVENFLUSH_LAYOUT",
+                value: config.layout.name().into(),
+                reason: "mode local flushes each rank alone, but a node or shared file is written \
+                         by its ranks together; use --layout rank with --mode local"
+                    .into(),
+            });
+        }
+        if config.layout == Layout::Shared && config.out.iter().any(|d| out_is_per_host(d)) {
+            return Err(ConfigError {
+                setting: "layout",
+                env: "EVENFLUSH_LAYOUT",
+                value: "shared".into(),
+                reason: "one file for the whole job needs one directory that every node sees, \
+                         but the output directory names the host (%h); use --layout node for \
+                         node-local directories"
+                    .into(),
             });
         }
         Ok(config)

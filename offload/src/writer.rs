@@ -37,7 +37,7 @@ pub struct WriteStats {
 }
 
 impl WriteStats {
-    fn add_chunk(&mut self, chunk: &EncodedChunk) {
+    pub fn add_chunk(&mut self, chunk: &EncodedChunk) {
         self.chunks += 1;
         self.events += chunk.events;
         self.bytes_raw += chunk.raw_len;

@@ -472,10 +472,106 @@ static int evf_file_close(void)
     return evf_error_class(PMPI_File_close(&evf_trace_file));
 }
 
+/* ---------------- Group files (aggregated layout) ---------------- */
+
+static MPI_Comm evf_group_comm = MPI_COMM_NULL;
+static MPI_File evf_group_file = MPI_FILE_NULL;
+
+/* The worst error class any member saw: every member then takes the same branch. */
+static int evf_group_agree(int cls)
+{
+    int worst = cls;
+    if (PMPI_Allreduce(&cls, &worst, 1, MPI_INT, MPI_MAX, evf_group_comm) != MPI_SUCCESS) return MPI_ERR_OTHER;
+    return worst;
+}
+
+static int evf_group_setup(int per_node, int *group_rank, int *group_size, int *leader_world_rank)
+{
+    if (evf_tr_comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+    int rc = per_node ? PMPI_Comm_split_type(evf_tr_comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &evf_group_comm)
+                      : PMPI_Comm_dup(evf_tr_comm, &evf_group_comm);
+    /* Every rank must know if any failed, or some would go on to open the file collectively
+     * while others never do. */
+    int cls = evf_error_class(rc), worst = cls;
+    if (PMPI_Allreduce(&cls, &worst, 1, MPI_INT, MPI_MAX, evf_tr_comm) != MPI_SUCCESS) worst = MPI_ERR_OTHER;
+    if (worst != MPI_SUCCESS) {
+        if (evf_group_comm != MPI_COMM_NULL) PMPI_Comm_free(&evf_group_comm);
+        return worst;
+    }
+    PMPI_Comm_set_errhandler(evf_group_comm, MPI_ERRORS_RETURN);
+    PMPI_Comm_rank(evf_group_comm, group_rank);
+    PMPI_Comm_size(evf_group_comm, group_size);
+    int world_rank = 0;
+    PMPI_Comm_rank(evf_tr_comm, &world_rank);
+    /* Split keeps the parent's order, so member 0 has the lowest world rank: it names the file. */
+    *leader_world_rank = world_rank;
+    return evf_error_class(PMPI_Bcast(leader_world_rank, 1, MPI_INT, 0, evf_group_comm));
+}
+
+static int evf_group_open(const char *path)
+{
+    int rc = PMPI_File_open(evf_group_comm, path, MPI_MODE_WRONLY | MPI_MODE_CREATE, MPI_INFO_NULL,
+                            &evf_group_file);
+    if (rc == MPI_SUCCESS) {
+        /* A full disk must come back as an error class, never abort the application. */
+        PMPI_File_set_errhandler(evf_group_file, MPI_ERRORS_RETURN);
+        /* A file left by an earlier run under the same name must not keep a stale tail. */
+        rc = PMPI_File_set_size(evf_group_file, 0);
+    }
+    return evf_group_agree(evf_error_class(rc));
+}
+
+static int evf_group_write(uint64_t base, const void *data, uint64_t len, uint64_t *offset, uint64_t *total)
+{
+    uint64_t before = 0, lens[2] = {len, len}, sums[2] = {0, 0};
+    /* Where this member's bytes go: after the earlier members' (an exclusive prefix sum); and
+     * how far the file grows, so the next flush starts there on every member. */
+    int rc = PMPI_Exscan(&len, &before, 1, MPI_UINT64_T, MPI_SUM, evf_group_comm);
+    int me = 0;
+    PMPI_Comm_rank(evf_group_comm, &me);
+    if (me == 0) before = 0; /* Exscan leaves rank 0's result undefined */
+    if (rc == MPI_SUCCESS) rc = PMPI_Allreduce(&lens[0], &sums[0], 1, MPI_UINT64_T, MPI_SUM, evf_group_comm);
+    if (rc == MPI_SUCCESS) rc = PMPI_Allreduce(&lens[1], &sums[1], 1, MPI_UINT64_T, MPI_MAX, evf_group_comm);
+    if (rc != MPI_SUCCESS) return evf_group_agree(evf_error_class(rc));
+    *offset = before;
+    *total = sums[0];
+    /* MPI counts are int: the collective is repeated in rounds of at most 1 GiB, the same number
+     * of rounds on every member (the largest contribution decides). */
+    const uint64_t round = 1u << 30;
+    uint64_t rounds = (sums[1] + round - 1) / round;
+    int cls = MPI_SUCCESS;
+    for (uint64_t i = 0; i < rounds; i++) {
+        uint64_t from = i * round;
+        int n = from >= len ? 0 : (int)(len - from < round ? len - from : round);
+        MPI_Status st;
+        int wrc = PMPI_File_write_at_all(evf_group_file, (MPI_Offset)(base + before + from),
+                                         (const char *)data + (n ? from : 0), n, MPI_BYTE, &st);
+        if (wrc != MPI_SUCCESS && cls == MPI_SUCCESS) cls = evf_error_class(wrc);
+        if (wrc == MPI_SUCCESS && n > 0) {
+            int written = 0;
+            PMPI_Get_count(&st, MPI_BYTE, &written);
+            if (written != n && cls == MPI_SUCCESS) cls = MPI_ERR_IO;
+        }
+    }
+    /* Durable before the program resumes, like the per-rank writers' fdatasync. */
+    int src = PMPI_File_sync(evf_group_file);
+    if (src != MPI_SUCCESS && cls == MPI_SUCCESS) cls = evf_error_class(src);
+    return evf_group_agree(cls);
+}
+
+static int evf_group_close(void)
+{
+    int rc = MPI_SUCCESS;
+    if (evf_group_file != MPI_FILE_NULL) rc = evf_error_class(PMPI_File_close(&evf_group_file));
+    if (evf_group_comm != MPI_COMM_NULL) PMPI_Comm_free(&evf_group_comm);
+    return rc;
+}
+
 static const evf_transport_t evf_transport_template = {
     0, 1, evf_tr_barrier, evf_tr_allreduce_or, evf_tr_reduce_f64, evf_tr_decision_start, evf_tr_decision_finish, evf_tr_bcast_f64, evf_tr_bcast_u64,
     evf_tr_send_f64, evf_tr_recv_f64, evf_tr_send_u64, evf_tr_recv_u64,
     evf_file_open, evf_file_write_at, evf_file_set_size, evf_file_sync, evf_file_close,
     MPI_ERR_NO_SPACE, MPI_ERR_QUOTA,
     evf_set_watching, evf_watchdog_abort,
+    evf_group_setup, evf_group_open, evf_group_write, evf_group_close,
 };

@@ -77,6 +77,13 @@ typedef struct {
     /* The watchdog's switches (see recorder/src/watchdog.rs). */
     void (*set_watching)(int on);
     void (*watchdog_abort)(int code);
+    /* The aggregated layout: one file per group of ranks (a node, or the whole job), written by
+     * collective MPI-IO on a sub-communicator of the private one. All four are collective over
+     * the group, and return the MPI error class agreed by every member (0 = success). */
+    int (*group_setup)(int per_node, int *group_rank, int *group_size, int *leader_world_rank);
+    int (*group_open)(const char *path);
+    int (*group_write)(uint64_t base, const void *data, uint64_t len, uint64_t *offset, uint64_t *total);
+    int (*group_close)(void);
 } evf_transport_t;
 
 /* ---- Rust core hooks (recorder::ffi) ---- */

@@ -110,6 +110,7 @@ pub extern "C" fn evf_rust_init(
         core::file_header(rank, size, calibration),
         config.zstd_level,
         config.writer,
+        config.layout,
     );
     let session = Session {
         rank,

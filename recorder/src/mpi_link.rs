@@ -30,6 +30,20 @@ pub struct RawTransport {
     pub err_quota: c_int,
     pub set_watching: unsafe extern "C" fn(c_int),
     pub watchdog_abort: unsafe extern "C" fn(c_int),
+    pub group_setup: unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
+    pub group_open: unsafe extern "C" fn(*const std::ffi::c_char) -> c_int,
+    pub group_write:
+        unsafe extern "C" fn(u64, *const std::ffi::c_void, u64, *mut u64, *mut u64) -> c_int,
+    pub group_close: unsafe extern "C" fn() -> c_int,
+}
+
+/// This rank's place in its group (aggregated layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupPlace {
+    pub rank: u32,
+    pub size: u32,
+    /// World rank of the group's member 0 (its lowest), which names the group file.
+    pub leader: u32,
 }
 
 static TRANSPORT: AtomicPtr<RawTransport> = AtomicPtr::new(std::ptr::null_mut());
@@ -162,6 +176,49 @@ impl Link {
     pub fn file_close(&self) -> Result<(), LinkError> {
         // SAFETY: no arguments; closes the C layer's one open file, if any.
         check(unsafe { (self.0.file_close)() })
+    }
+    /// Makes the group communicator: the ranks of this node (`per_node`) or all ranks. Collective
+    /// over all ranks.
+    pub fn group_setup(&self, per_node: bool) -> Result<GroupPlace, LinkError> {
+        let (mut rank, mut size, mut leader) = (0, 0, 0);
+        // SAFETY: the three out-pointers are valid locals for the duration of the call.
+        check(unsafe {
+            (self.0.group_setup)(c_int::from(per_node), &mut rank, &mut size, &mut leader)
+        })?;
+        Ok(GroupPlace {
+            rank: rank.max(0) as u32,
+            size: size.max(0) as u32,
+            leader: leader.max(0) as u32,
+        })
+    }
+    /// Opens the group file, collectively over the group; the outcome is the same on every member.
+    pub fn group_open(&self, path: &std::path::Path) -> Result<(), LinkError> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| LinkError(-1))?;
+        // SAFETY: `c` is a NUL-terminated string that outlives the call.
+        check(unsafe { (self.0.group_open)(c.as_ptr()) })
+    }
+    /// Writes `data` into the group file after `base`, after the lower members' data; returns
+    /// (this member's offset from `base`, the bytes all members wrote). Collective over the
+    /// group, durable on return; an error is the worst any member saw, the same on every member.
+    pub fn group_write(&self, base: u64, data: &[u8]) -> Result<(u64, u64), LinkError> {
+        let (mut offset, mut total) = (0u64, 0u64);
+        // SAFETY: `data` is valid for `len` bytes and only read; the out-pointers are locals.
+        check(unsafe {
+            (self.0.group_write)(
+                base,
+                data.as_ptr().cast(),
+                data.len() as u64,
+                &mut offset,
+                &mut total,
+            )
+        })?;
+        Ok((offset, total))
+    }
+    /// Closes the group file and frees the group communicator. Collective over the group.
+    pub fn group_close(&self) -> Result<(), LinkError> {
+        // SAFETY: no arguments.
+        check(unsafe { (self.0.group_close)() })
     }
     /// Tells the C wrappers to report each call to the watchdog.
     pub fn set_watching(&self, on: bool) {

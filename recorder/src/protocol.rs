@@ -64,7 +64,7 @@ fn rank() -> u32 {
 /// and how, may not.
 pub fn settings_fingerprint(config: &Config) -> u64 {
     let shared = format!(
-        "{}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}",
+        "{}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{}",
         config.mode.name(),
         config.suspend_at,
         config.suspend_every,
@@ -74,6 +74,8 @@ pub fn settings_fingerprint(config: &Config) -> u64 {
         config.clock_scheme.name(),
         config.decision.name(),
         config.decision_interval,
+        // The group file's writes are collective: every rank must use the same layout.
+        config.layout.name(),
     );
     // FNV-1a: stable across processes and builds, unlike the std hasher's random keys.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -138,11 +140,17 @@ pub fn on_init_done() {
     RUNNING.store(true, Ordering::Release);
 }
 
-/// Writes everything held now; the suspension's flush.
+/// Writes everything held now; the suspension's flush. Every rank flushes at the same collective
+/// (except in mode `local`), so the write may be collective (the aggregated layout's group file).
 fn flush_all() -> FlushReport {
     let before = sink::stats();
     let taken = core::take_all_buffers();
-    let after = sink::write(taken);
+    let together = core::session().is_some_and(|s| s.config.mode != Mode::Local);
+    let after = if together {
+        sink::write_collective(taken)
+    } else {
+        sink::write(taken)
+    };
     FlushReport {
         bytes_raw: after.bytes_raw - before.bytes_raw,
         bytes_stored: after.bytes_stored - before.bytes_stored,
@@ -249,12 +257,21 @@ pub fn after_buffer_growth() {
 /// the last clock-offset sample, so the global clock is interpolated up to the end of the run;
 /// and the MPI-IO writer's last write.
 pub fn on_finalize_start() {
-    if core::session().is_some_and(|s| s.config.writer == offload::config::Writer::MpiIo) {
+    RUNNING.store(false, Ordering::Release);
+    {
+        let mut guard = PROTOCOL.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = guard.as_mut() {
+            finish_protocol(p);
+        }
+        *guard = None;
+    }
+    // After the last clock sample, so that it is written with the rest.
+    if sink::needs_finalize_write() {
         sink::before_mpi_finalize(core::take_all_buffers());
     }
-    RUNNING.store(false, Ordering::Release);
-    let mut guard = PROTOCOL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(p) = guard.as_mut() else { return };
+}
+
+fn finish_protocol(p: &mut Protocol) {
     if let Err(e) = p.suspender.close(&mut p.transport) {
         eprintln!(
             "evenflush: rank {}: completing the last decision failed: {e}",
@@ -273,5 +290,4 @@ pub fn on_finalize_start() {
             rank()
         ),
     }
-    *guard = None;
 }

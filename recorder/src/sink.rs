@@ -8,10 +8,15 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use format::{ChunkEncoder, Event, FileHeader, Marker, RawBuf, WriterChange, WriterId, WriterUsed};
+use format::{
+    ChunkEncoder, EncodedChunk, Event, FileHeader, Marker, RawBuf, WriterChange, WriterId,
+    WriterUsed,
+};
+use offload::config::Layout;
 use offload::writer::{OutputPlan, PosixWriter, WriteError, Writer, WriterKind, open_writer};
 
 use crate::buffers::Taken;
+use crate::group_file::{GroupFile, GroupOutcome};
 
 /// Raw bytes of one buffer encoded into one chunk. Encoding a whole flush at once would hold the
 /// column payload and the compressed copy of the entire buffer beside it (about three times the
@@ -38,6 +43,14 @@ struct Sink {
     /// A few preallocated kilobytes on the last output disk, given back when every disk is full so
     /// the marker saying where recording stopped still fits.
     reserve: Option<PathBuf>,
+    /// The aggregated layout's group file (`None` with a file per rank).
+    group: Option<GroupFile>,
+    /// With a group file: this rank's own part files (from part 1 on) take its data from now on,
+    /// after a write that could not be collective or a failed collective one. The rank still
+    /// takes part in the group's collective writes, with nothing.
+    diverted: bool,
+    /// Where this rank's own part files start: the next directory once a disk filled.
+    own_dir: usize,
     stats: SinkStats,
 }
 
@@ -71,23 +84,44 @@ impl Backend {
 }
 
 /// Where the trace goes; nothing is opened before the first write.
-pub fn configure(dirs: Vec<PathBuf>, header: FileHeader, zstd_level: i32, kind: WriterKind) {
+pub fn configure(
+    dirs: Vec<PathBuf>,
+    header: FileHeader,
+    zstd_level: i32,
+    kind: WriterKind,
+    layout: Layout,
+) {
+    // A reserve file per rank is one more create per rank at start-up: exactly what the
+    // aggregated layout avoids. Its ranks have none (a stop marker may then not fit).
     let reserve = dirs
         .last()
+        .filter(|_| layout == Layout::Rank)
         .map(|d| d.join(format!(".rank-{:05}.reserve", header.rank)))
         .filter(|p| make_reserve(p).is_ok());
+    let group = match layout {
+        Layout::Rank => None,
+        Layout::Node => Some(GroupFile::new(true)),
+        Layout::Shared => Some(GroupFile::new(false)),
+    };
     let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
     *guard = Some(Sink {
         reserve,
         plan: OutputPlan { dirs, header },
         requested: kind,
-        kind,
+        kind: if group.is_some() {
+            WriterKind::Posix
+        } else {
+            kind
+        },
         note: None,
         next_change: None,
         writer: None,
         encoder: ChunkEncoder::new(zstd_level),
         seq: HashMap::new(),
         stopped: None,
+        group,
+        diverted: false,
+        own_dir: 0,
         stats: SinkStats::default(),
     });
 }
@@ -124,6 +158,7 @@ pub fn path() -> Option<PathBuf> {
 }
 
 fn writer_id(kind: WriterKind) -> WriterId {
+    // With a group file, `kind` is only what writes this rank's own part files.
     match kind {
         WriterKind::Posix => WriterId::Posix,
         WriterKind::Uring => WriterId::Uring,
@@ -151,6 +186,15 @@ impl Sink {
                     "MPI-IO needs the recorder's private MPI communicator, which is not set up"
                         .to_string(),
                 ),
+                // Beside a group file (part 0), a rank's own files start at part 1.
+                (WriterKind::Posix, _) if self.group.is_some() => {
+                    self.writer = Some(Backend::Generic(Box::new(PosixWriter::continuing(
+                        self.plan.clone(),
+                        self.own_dir,
+                        1,
+                    ))));
+                    None
+                }
                 (kind, _) => match open_writer(kind, self.plan.clone()) {
                     Ok(w) => {
                         self.writer = Some(Backend::Generic(w));
@@ -177,17 +221,168 @@ impl Sink {
                 reason = why;
             }
             self.note = Some(WriterUsed {
-                requested: writer_id(self.requested),
+                requested: self.requested_id(),
                 used: writer_id(used),
                 change,
-                part: 0,
+                part: if self.group.is_some() { 1 } else { 0 },
                 reason,
             });
         }
         Ok(self.writer.as_mut().expect("opened above").get())
     }
 
-    fn write(&mut self, mut taken: Vec<Taken>) {
+    fn requested_id(&self) -> WriterId {
+        if self.group.is_some() {
+            WriterId::Group
+        } else {
+            writer_id(self.requested)
+        }
+    }
+
+    /// Encodes every taken buffer, piece by piece (see [`PIECE_BYTES`]), freeing each piece's raw
+    /// blocks as it goes.
+    fn encode_all(&mut self, mut taken: Vec<Taken>) -> Vec<EncodedChunk> {
+        let rank = self.plan.header.rank;
+        let mut out = Vec::new();
+        for t in &mut taken {
+            while !t.buf.is_empty() {
+                let piece = t.buf.split_front(PIECE_BYTES);
+                let n = self.seq.entry(t.stream).or_insert(0);
+                out.push(self.encoder.encode(rank, t.stream, *n, &piece));
+                *n += 1;
+            }
+        }
+        out
+    }
+
+    fn encode_note(&mut self, note: WriterUsed) -> EncodedChunk {
+        let mut buf = RawBuf::new();
+        buf.push_event(&Event::Writer(note));
+        let n = self.seq.entry(0).or_insert(0);
+        let chunk = self.encoder.encode(self.plan.header.rank, 0, *n, &buf);
+        *n += 1;
+        chunk
+    }
+
+    /// A flush made by every rank together (a suspension, or the start of `MPI_Finalize`): with a
+    /// group file, one collective write of every member's chunks; otherwise as [`Sink::write`].
+    fn write_collective(&mut self, taken: Vec<Taken>) {
+        let Some(group) = self.group.as_mut() else {
+            return self.write(taken);
+        };
+        if !group.is_collective() {
+            return self.write(taken);
+        }
+        let own_data = self.stopped.is_none() && !self.diverted;
+        let chunks = if own_data {
+            let mut chunks = Vec::new();
+            if let Some(group) = &self.group
+                && !group.noted()
+            {
+                let note = WriterUsed {
+                    requested: WriterId::Group,
+                    used: WriterId::Group,
+                    change: WriterChange::Opened,
+                    part: 0,
+                    reason: String::new(),
+                };
+                chunks.push(self.encode_note(note));
+            }
+            chunks.extend(self.encode_all(taken));
+            chunks
+        } else {
+            // Taking part with nothing; the data goes to this rank's own files (or is counted).
+            self.write(taken);
+            Vec::new()
+        };
+        let group = self.group.as_mut().expect("checked above");
+        match group.write_round(&self.plan, &chunks) {
+            GroupOutcome::Written => {
+                let mut w = offload::writer::WriteStats::default();
+                for c in &chunks {
+                    w.add_chunk(c);
+                }
+                self.account(&w);
+            }
+            GroupOutcome::Failed { reason, out_of_space } => {
+                eprintln!(
+                    "evenflush: rank {}: writing the group file failed ({reason}); every rank \
+                     writes files of its own from here on",
+                    self.plan.header.rank
+                );
+                if out_of_space {
+                    self.own_dir = 1;
+                }
+                self.diverted = true;
+                self.next_change = Some((WriterChange::Fallback, reason));
+                if !chunks.is_empty() {
+                    self.write_encoded(chunks);
+                }
+            }
+        }
+    }
+
+    /// Writes chunks encoded earlier (a failed group write's) through this rank's own writer. The
+    /// writer's record follows them here: its sequence number is newer than theirs.
+    fn write_encoded(&mut self, chunks: Vec<EncodedChunk>) {
+        let events: u64 = chunks.iter().map(|c| c.events).sum();
+        if self.stopped.is_some() {
+            self.stats.events_lost += events;
+            return;
+        }
+        let result = self.writer().map(|_| ()).and_then(|()| {
+            let note = self.note.take().map(|n| self.encode_note(n));
+            let mut all = chunks.into_iter().chain(note);
+            self.writer
+                .as_mut()
+                .expect("opened above")
+                .get()
+                .write_chunks(&mut all)
+        });
+        self.settle(result, events);
+    }
+
+    /// A write made by this rank alone (a local flush, an abnormal end, after `MPI_Finalize`).
+    fn write(&mut self, taken: Vec<Taken>) {
+        if let Some(group) = self.group.as_mut()
+            && !self.diverted
+            && self.stopped.is_none()
+        {
+            // After MPI_Finalize, the slot kept in the group file takes a small remainder.
+            if group.has_tail_slot() {
+                let chunks = self.encode_all(taken);
+                let group = self.group.as_mut().expect("checked above");
+                match group.write_tail(&chunks) {
+                    Ok(()) => {
+                        let mut w = offload::writer::WriteStats::default();
+                        for c in &chunks {
+                            w.add_chunk(c);
+                        }
+                        self.account(&w);
+                        return;
+                    }
+                    Err(why) => {
+                        self.diverted = true;
+                        self.next_change = Some((WriterChange::FinalizeHandover, why));
+                        self.write_encoded(chunks);
+                        return;
+                    }
+                }
+            }
+            if taken.iter().any(|t| !t.buf.is_empty()) {
+                self.diverted = true;
+                self.next_change = Some((
+                    WriterChange::Fallback,
+                    "a flush this rank made alone cannot go into the group file, which its \
+                     ranks write together"
+                        .into(),
+                ));
+            }
+        }
+        self.write_taken(taken);
+    }
+
+    fn write_taken(&mut self, mut taken: Vec<Taken>) {
         let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
         if events == 0 {
             return;
@@ -245,6 +440,14 @@ impl Sink {
                     .write_chunks(&mut chunks)
             }
         };
+        self.settle(result, events);
+    }
+
+    fn settle(
+        &mut self,
+        result: Result<offload::writer::WriteStats, WriteError>,
+        events: u64,
+    ) {
         match result {
             Ok(w) => self.account(&w),
             Err(WriteError::OutOfSpace { last_dir, written }) => {
@@ -326,6 +529,15 @@ impl Sink {
 pub fn before_mpi_finalize(taken: Vec<Taken>) {
     let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
     let Some(sink) = guard.as_mut() else { return };
+    if sink.group.is_some() {
+        // Every rank is here: the last collective write, then the collective close, keeping a
+        // slot for what is recorded after MPI_Finalize.
+        sink.write_collective(taken);
+        if let Some(group) = sink.group.as_mut() {
+            group.close();
+        }
+        return;
+    }
     if sink.kind != WriterKind::MpiIo {
         drop(guard);
         write(taken);
@@ -372,6 +584,28 @@ pub fn write(taken: Vec<Taken>) -> SinkStats {
     };
     sink.write(taken);
     sink.stats
+}
+
+/// Like [`write`], for a flush that every rank makes at the same point (a suspension): with the
+/// aggregated layout, this is one collective write of the group file.
+pub fn write_collective(taken: Vec<Taken>) -> SinkStats {
+    let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sink) = guard.as_mut() else {
+        return SinkStats {
+            events_lost: taken.iter().map(|t| t.buf.events()).sum(),
+            ..SinkStats::default()
+        };
+    };
+    sink.write_collective(taken);
+    sink.stats
+}
+
+/// Whether flushes must go through [`before_mpi_finalize`] at the start of `MPI_Finalize`.
+pub fn needs_finalize_write() -> bool {
+    SINK.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|s| s.group.is_some() || s.kind == WriterKind::MpiIo)
 }
 
 /// Totals so far.
