@@ -352,7 +352,173 @@ fn disk_full(mpi: Mpi) {
     );
 }
 
+/// The trace directory's file names, sorted.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Each rank's trace ends with its `MPI_Finalize` call, which is recorded after collective I/O
+/// is over: in the aggregated layout it is in the rank's slot of the group file.
+fn assert_finalize_recorded(dir: &Path) {
+    let ranks = common::read_trace(dir);
+    assert_eq!(ranks.len(), 2);
+    for r in &ranks {
+        assert_eq!(r.calls("MPI_Finalize").len(), 1, "rank {}", r.rank);
+    }
+}
+
+/// The aggregated layout: one file for the job, written by both ranks together at every flush;
+/// nothing else is created (no file per rank, no reserve file per rank), and nothing is lost.
+fn group_shared(mpi: Mpi) {
+    let info = offload_run(
+        mpi,
+        "group-shared",
+        &["--layout", "shared", "--threshold", "1MiB"],
+        10,
+    );
+    assert_writer_used(&info, "group");
+    let dir = scratch_dir(mpi, "group-shared");
+    assert_eq!(names_in(&dir), ["group-00000.evf", "meta.json"]);
+    assert_finalize_recorded(&dir);
+    let group = format::GroupFile::open(dir.join("group-00000.evf")).unwrap();
+    assert_eq!(group.index.header.group_size, 2);
+    assert!(group.index.damage.is_empty(), "{:?}", group.index.damage);
+    // Every flush added a region per rank: the index found each rank's chunks in as many places.
+    for m in &group.index.members {
+        assert!(
+            m.segments.len() >= 10,
+            "rank {}: {:?}",
+            m.header.rank,
+            m.segments
+        );
+    }
+}
+
+/// One file per node; both ranks share this machine's node.
+fn group_node(mpi: Mpi) {
+    let info = offload_run(
+        mpi,
+        "group-node",
+        &["--layout", "node", "--threshold", "1MiB"],
+        10,
+    );
+    assert_writer_used(&info, "group");
+    let dir = scratch_dir(mpi, "group-node");
+    assert_eq!(names_in(&dir), ["group-00000.evf", "meta.json"]);
+    assert_finalize_recorded(&dir);
+}
+
+/// A rank that must flush alone (the hard memory limit, reached between decision points) cannot
+/// write the group file, which is written collectively: it goes on in part files of its own, and
+/// the trace stays complete.
+fn group_local_flush(mpi: Mpi) {
+    let info = offload_run(
+        mpi,
+        "group-local",
+        &[
+            "--layout",
+            "shared",
+            "--threshold",
+            "256KiB",
+            "--limit",
+            "300KiB",
+            "--decision-interval",
+            "50ms",
+        ],
+        1,
+    );
+    let dir = scratch_dir(mpi, "group-local");
+    let names = names_in(&dir);
+    assert!(names.contains(&"group-00000.evf".to_string()), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.ends_with(".p1.evf")),
+        "a rank's own part file: {names:?}"
+    );
+    let fallbacks = info["writer_fallbacks"].as_array().unwrap();
+    assert!(!fallbacks.is_empty(), "the switch is recorded: {info}");
+}
+
+/// A full disk under the group file: the collective write fails on every rank together, and each
+/// rank continues in files of its own in the next output directory. Nothing is lost.
+fn group_disk_full(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let out = scratch(&format!("offload-group-enospc-{}", mpi.name()));
+    let more = scratch(&format!("offload-group-enospc-more-{}", mpi.name()));
+    let mount = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=32k", "tmpfs"])
+        .arg(&out)
+        .status();
+    if !matches!(mount, Ok(s) if s.success()) {
+        common::skip_or_fail(
+            "tmpfs",
+            &format!(
+                "group_disk_full ({}): cannot mount a tmpfs here",
+                mpi.name()
+            ),
+        );
+        return;
+    }
+    let dirs = format!("{},{}", out.display(), more.display());
+    let output = run_iterative(
+        mpi,
+        &out,
+        &[
+            "--out",
+            &dirs,
+            "--layout",
+            "shared",
+            "--threshold",
+            "256KiB",
+            "--decision-interval",
+            "0",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    let info = Command::new(common::evenflush_bin())
+        .args(["info", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let group_bytes = std::fs::metadata(out.join("group-00000.evf")).map(|m| m.len());
+    let in_more = names_in(&more);
+    let _ = Command::new("umount").arg(&out).status();
+    assert!(
+        output.status.success(),
+        "the application must finish: {stderr}"
+    );
+    assert!(
+        stderr.contains("writing the group file failed"),
+        "a loud warning: {stderr}"
+    );
+    assert!(group_bytes.unwrap_or(0) > 0, "the first flushes fitted");
+    assert!(
+        in_more.iter().filter(|n| n.ends_with(".p1.evf")).count() == 2,
+        "both ranks went on in the next directory: {in_more:?}"
+    );
+    assert!(
+        info.status.success(),
+        "{}",
+        String::from_utf8_lossy(&info.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["lost_events"], 0, "{info}");
+    assert_eq!(
+        info["user_events"]["iteration-data"].as_u64(),
+        Some(u64::from(ITERATIONS * RECORDS * 2)),
+        "every record of both ranks: {info}"
+    );
+}
+
 for_both_mpis!(
+    group_shared,
+    group_node,
+    group_local_flush,
+    group_disk_full,
     dynamic_posix,
     dynamic_blocking,
     dynamic_uring,

@@ -37,7 +37,10 @@ enum State {
 pub enum GroupOutcome {
     Written,
     /// The same on every member of the group.
-    Failed { reason: String, out_of_space: bool },
+    Failed {
+        reason: String,
+        out_of_space: bool,
+    },
 }
 
 pub struct GroupFile {

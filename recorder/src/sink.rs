@@ -304,7 +304,10 @@ impl Sink {
                 }
                 self.account(&w);
             }
-            GroupOutcome::Failed { reason, out_of_space } => {
+            GroupOutcome::Failed {
+                reason,
+                out_of_space,
+            } => {
                 eprintln!(
                     "evenflush: rank {}: writing the group file failed ({reason}); every rank \
                      writes files of its own from here on",
@@ -443,11 +446,7 @@ impl Sink {
         self.settle(result, events);
     }
 
-    fn settle(
-        &mut self,
-        result: Result<offload::writer::WriteStats, WriteError>,
-        events: u64,
-    ) {
+    fn settle(&mut self, result: Result<offload::writer::WriteStats, WriteError>, events: u64) {
         match result {
             Ok(w) => self.account(&w),
             Err(WriteError::OutOfSpace { last_dir, written }) => {

@@ -209,7 +209,12 @@ pub fn run_traced_output(
     flags: &[&str],
 ) -> Output {
     let mut cmd = Command::new(evenflush_bin());
-    cmd.arg("run").arg("--out").arg(out).args(flags).arg("--");
+    cmd.arg("run");
+    // Flags naming several output directories replace the single one.
+    if !flags.contains(&"--out") {
+        cmd.arg("--out").arg(out);
+    }
+    cmd.args(flags).arg("--");
     cmd.args(mpi.launch(ranks));
     cmd.arg(programs(mpi).join(program));
     cmd.args(args);
@@ -306,24 +311,26 @@ impl RankEvents {
     }
 }
 
-/// Reads every rank of a trace directory (all part files of a rank, in part order), asserting that
-/// nothing in it is damaged or cut.
+/// Reads every rank of a trace directory (all parts of a rank, in part order: its rank files, or
+/// its share of a group file and its own part files), asserting that nothing in it is damaged,
+/// cut, missing or duplicated.
 pub fn read_trace(dir: &Path) -> Vec<RankEvents> {
-    let mut ranks: Vec<RankEvents> = Vec::new();
-    for entry in format::open_dir(dir).unwrap() {
-        if ranks.last().is_none_or(|r| r.rank != entry.rank) {
-            ranks.push(RankEvents {
-                rank: entry.rank,
-                streams: BTreeMap::new(),
-                functions: BTreeMap::new(),
-                comms: BTreeMap::new(),
-            });
-        }
-        let r = ranks.last_mut().expect("pushed above");
-        let file = RankFile::open(&entry.path).unwrap();
-        let mut chunks = file.chunks();
-        for chunk in chunks.by_ref() {
-            let chunk = chunk.unwrap();
+    let mut by_rank: BTreeMap<u32, Vec<format::RankPart>> = BTreeMap::new();
+    for part in format::list_dir(dir).unwrap().parts() {
+        by_rank.entry(part.rank()).or_default().push(part);
+    }
+    let mut ranks = Vec::new();
+    for (rank, mut parts) in by_rank {
+        parts.sort_by_key(|p| p.part());
+        let mut r = RankEvents {
+            rank,
+            streams: BTreeMap::new(),
+            functions: BTreeMap::new(),
+            comms: BTreeMap::new(),
+        };
+        let files: Vec<RankFile> = parts.iter().map(|p| p.open().unwrap()).collect();
+        let mut walk = format::ChunkWalk::new(&files);
+        for chunk in walk.by_ref() {
             let stream = chunk.stream();
             for e in chunk.events() {
                 match &e {
@@ -339,11 +346,12 @@ pub fn read_trace(dir: &Path) -> Vec<RankEvents> {
             }
         }
         assert!(
-            chunks.tail().is_none(),
-            "{}: {:?}",
-            entry.path.display(),
-            chunks.tail()
+            walk.issues().is_empty(),
+            "{}: rank {rank}: {:?}",
+            dir.display(),
+            walk.issues()
         );
+        ranks.push(r);
     }
     ranks
 }
@@ -390,7 +398,12 @@ pub fn run_iterative_work(
     work_units: u64,
 ) -> std::process::Output {
     let mut cmd = Command::new(evenflush_bin());
-    cmd.arg("run").arg("--out").arg(out).args(flags).arg("--");
+    cmd.arg("run");
+    // Flags naming several output directories replace the single one.
+    if !flags.contains(&"--out") {
+        cmd.arg("--out").arg(out);
+    }
+    cmd.args(flags).arg("--");
     cmd.args(mpi.launch(2)).arg(apps(mpi).join("iterative"));
     cmd.args([
         "--iterations",
