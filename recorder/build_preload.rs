@@ -175,7 +175,7 @@ fn main() {
     }
     println!("cargo:rustc-cdylib-link-arg=-Wl,--as-needed");
     let map = out_dir.join("exports.map");
-    std::fs::write(&map, "{ global: MPI_*; mpi_*; evenflush_*; };\n")
+    std::fs::write(&map, "{ global: MPI_*; MPIX_*; mpi_*; mpix_*; evenflush_*; };\n")
         .expect("write version script");
     println!(
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
