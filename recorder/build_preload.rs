@@ -175,8 +175,11 @@ fn main() {
     }
     println!("cargo:rustc-cdylib-link-arg=-Wl,--as-needed");
     let map = out_dir.join("exports.map");
-    std::fs::write(&map, "{ global: MPI_*; MPIX_*; mpi_*; mpix_*; evenflush_*; };\n")
-        .expect("write version script");
+    std::fs::write(
+        &map,
+        "{ global: MPI_*; MPIX_*; mpi_*; mpix_*; evenflush_*; };\n",
+    )
+    .expect("write version script");
     println!(
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
         map.display()

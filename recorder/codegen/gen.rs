@@ -504,7 +504,10 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
     if let Some(m) = f.role("msg") {
         // MPI resets the handle to MPI_MESSAGE_NULL, so the probe's communicator is looked up now.
         let h = handle_of(lang, f.param(m), "Message");
-        w(out, &format!("evf_r.comm = evf_msg_take({h}, &evf_r.peer);"));
+        w(
+            out,
+            &format!("evf_r.comm = evf_msg_take({h}, &evf_r.peer);"),
+        );
     }
     let completion = f.role("complete");
     if completion.is_some() {

@@ -106,7 +106,10 @@ fn libraries(cc: &str) -> Option<Vec<PathBuf>> {
                 .find(|p| p.exists())
         })
         .collect();
-    assert!(!libs.is_empty(), "`{cc} -show` names no library found on disk: {text}");
+    assert!(
+        !libs.is_empty(),
+        "`{cc} -show` names no library found on disk: {text}"
+    );
     Some(libs)
 }
 
@@ -172,7 +175,10 @@ fn every_exported_mpi_function_is_wrapped_or_excluded() {
         let Some(libs) = libraries(mpi.cc) else {
             skip::skip_or_fail(
                 mpi.flavour,
-                &format!("{} not found: {}'s exports are not checked", mpi.cc, mpi.flavour),
+                &format!(
+                    "{} not found: {}'s exports are not checked",
+                    mpi.cc, mpi.flavour
+                ),
             );
             continue;
         };
