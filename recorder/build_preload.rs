@@ -47,6 +47,40 @@ fn mpi_flags(cc: &str) -> Result<Flags, String> {
     Ok(flags)
 }
 
+fn out_dir_path() -> PathBuf {
+    PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"))
+}
+
+/// `mpi.h` (and, for Open MPI, `mpi-ext.h`, which declares its `MPIX_` functions) after the
+/// preprocessor: the prototypes this MPI really has.
+fn preprocessed_headers(cc: &str, marker: &str) -> Result<String, String> {
+    use std::io::Write as _;
+    let mut source = String::from("#include <mpi.h>\n");
+    if marker == "OPEN_MPI" {
+        source.push_str("#include <mpi-ext.h>\n");
+    }
+    let mut child = Command::new(cc)
+        .args(["-E", "-x", "c", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run `{cc} -E`: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(source.as_bytes())
+        .map_err(|e| format!("`{cc} -E`: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("`{cc} -E`: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("`{cc} -E` cannot preprocess mpi.h"));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 fn main() {
     let pkg = std::env::var("CARGO_PKG_NAME").unwrap_or_default();
     let (flavour, cc_var, default_cc, marker) = if pkg.ends_with("openmpi") {
@@ -84,12 +118,30 @@ fn main() {
     let tsv = std::fs::read_to_string(recorder_dir.join("mpi_functions.tsv"))
         .expect("read mpi_functions.tsv");
     let funcs = generator::parse(&tsv).unwrap_or_else(|e| panic!("mpi_functions.tsv: {e}"));
+    // The table spans MPI-4; each MPI gets the rows its headers declare.
+    let declared = match preprocessed_headers(&cc, marker) {
+        Ok(text) => text,
+        Err(e) => {
+            println!(
+                "cargo:warning=evenflush {flavour}: {e}; building an inert library (no MPI wrappers)"
+            );
+            return;
+        }
+    };
+    let available = |f: &generator::Func| generator::declared_in(&declared, f);
+    let skipped: Vec<&str> = funcs
+        .iter()
+        .filter(|f| !available(f))
+        .map(|f| f.name.as_str())
+        .collect();
+    std::fs::write(out_dir_path().join("not_declared.txt"), skipped.join("\n"))
+        .expect("write list of rows the MPI lacks");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let generated = out_dir.join("evf_wrappers.c");
     let mut c = format!(
         "#include <mpi.h>\n#ifndef {marker}\n#error \"{cc} does not give {flavour}'s mpi.h\"\n#endif\n"
     );
-    c.push_str(&generator::c_layer(&funcs));
+    c.push_str(&generator::c_layer(&funcs, &available));
     std::fs::write(&generated, c).expect("write generated C layer");
 
     let mut build = cc::Build::new();
@@ -123,8 +175,11 @@ fn main() {
     }
     println!("cargo:rustc-cdylib-link-arg=-Wl,--as-needed");
     let map = out_dir.join("exports.map");
-    std::fs::write(&map, "{ global: MPI_*; mpi_*; evenflush_*; };\n")
-        .expect("write version script");
+    std::fs::write(
+        &map,
+        "{ global: MPI_*; MPIX_*; mpi_*; mpix_*; evenflush_*; };\n",
+    )
+    .expect("write version script");
     println!(
         "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
         map.display()

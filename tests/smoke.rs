@@ -25,6 +25,8 @@ struct Counts {
     markers: BTreeMap<&'static str, u64>,
     /// Member lists (world ranks) of every communicator definition, in trace order.
     comms: Vec<Vec<u32>>,
+    /// `WinDef`s: (window id, communicator id).
+    windows: Vec<(u32, u32)>,
     /// User records plus region begins and ends.
     user: u64,
     streams: usize,
@@ -74,6 +76,7 @@ fn counts(dir: &Path) -> Vec<Counts> {
                 }
                 Event::Marker(m) => *c.markers.entry(marker_name(m)).or_default() += 1,
                 Event::CommDef { members, .. } => c.comms.push(members.clone()),
+                Event::WinDef { id, comm } => c.windows.push((*id, *comm)),
                 Event::User(_) | Event::Region(_) => c.user += 1,
                 _ => {}
             }
@@ -258,10 +261,16 @@ fn coverage(mpi: Mpi) {
         assert_eq!(counts.call("MPI_Put"), (1, 8), "{label}");
         assert_eq!(counts.call("MPI_Get"), (1, 8), "{label}");
         assert_eq!(counts.call("MPI_File_write_at_all"), (1, 64), "{label}");
-        // WORLD, SELF and the Cartesian communicator (not reordered: world order).
+        // WORLD, SELF, the Cartesian communicator (not reordered: world order) and the RMA
+        // window over MPI_COMM_WORLD, whose id its WinDef names.
+        assert_eq!(counts.windows.len(), 1, "{label}: rank {r} WinDef");
+        assert_eq!(
+            counts.windows[0].1, 0,
+            "{label}: window over MPI_COMM_WORLD"
+        );
         let mut comms = counts.comms.clone();
         comms.sort();
-        let mut want = vec![vec![0, 1], vec![0, 1], vec![r as u32]];
+        let mut want = vec![vec![0, 1], vec![0, 1], vec![0, 1], vec![r as u32]];
         want.sort();
         assert_eq!(comms, want, "{label}: rank {r}");
     }
@@ -417,9 +426,208 @@ fn inert_outside_mpi(mpi: Mpi) {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
 
+/// The calls of `name` in `rank`'s trace.
+fn calls_of(rank: &common::RankEvents, name: &str) -> Vec<format::MpiCall> {
+    rank.calls(name)
+}
+
+/// The one call of `name` in `rank`'s trace.
+fn one(rank: &common::RankEvents, name: &str) -> format::MpiCall {
+    let calls = calls_of(rank, name);
+    assert_eq!(calls.len(), 1, "rank {}: calls of {name}", rank.rank);
+    calls[0]
+}
+
+/// The members of communicator (or window) `id` and where its definition is in the event order.
+fn comm_def(rank: &common::RankEvents, id: u32) -> (usize, Vec<u32>) {
+    rank.all()
+        .enumerate()
+        .find_map(|(i, e)| match e {
+            Event::CommDef { id: d, members } if *d == id => Some((i, members.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("rank {}: no CommDef for id {id}", rank.rank))
+}
+
+/// mpi4.c on 2 ranks: one representative of each class the MPI-4 coverage added, where the MPI
+/// has it (MPICH 4.0: all; Open MPI 4.1: the MPIX_ persistent collective). Figures from mpi4.c.
+fn mpi4(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(mpi, 2, "mpi4", &[], "mpi4", &["--mode", "off"]);
+    succeeded(&output, "mpi4");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("mpi4 ok"));
+    let trace = read_trace(&dir);
+    assert_eq!(trace.len(), 2);
+    let label = mpi.name();
+    for (r, rank) in trace.iter().enumerate() {
+        let other = 1 - r as i32;
+        if mpi == Mpi::Mpich {
+            let c = one(rank, "MPI_Isendrecv");
+            assert_eq!(
+                (c.comm, c.peer, c.tag, c.bytes),
+                (0, other, 1, 16),
+                "{label} rank {r}"
+            );
+            assert_ne!(c.request, format::NO_REQUEST);
+            let c = one(rank, "MPI_Isendrecv_replace");
+            assert_eq!((c.comm, c.peer, c.bytes), (0, other, 8), "{label} rank {r}");
+            let (name, peer) = if r == 0 {
+                ("MPI_Send_c", 1)
+            } else {
+                ("MPI_Recv_c", 0)
+            };
+            let c = one(rank, name);
+            assert_eq!(
+                (c.comm, c.peer, c.bytes),
+                (0, peer, 32),
+                "{label} rank {r} {name}"
+            );
+            let c = one(rank, "MPI_Allreduce_c");
+            assert_eq!((c.comm, c.bytes), (0, 16), "{label} rank {r}");
+            // Partitioned: 2 partitions x 4 ints, started once, two Pready on the sender.
+            let (name, peer) = if r == 0 {
+                ("MPI_Psend_init", 1)
+            } else {
+                ("MPI_Precv_init", 0)
+            };
+            let c = one(rank, name);
+            assert_eq!(
+                (c.comm, c.peer, c.tag, c.bytes),
+                (0, peer, 5, 32),
+                "{label} rank {r}"
+            );
+            assert_ne!(c.request, format::NO_REQUEST);
+            if r == 0 {
+                assert_eq!(calls_of(rank, "MPI_Pready").len(), 2, "{label}");
+            } else {
+                assert!(!calls_of(rank, "MPI_Parrived").is_empty(), "{label}");
+            }
+        } else {
+            assert!(calls_of(rank, "MPI_Isendrecv").is_empty());
+        }
+        // The persistent collective, started twice: the two Starts name its request.
+        let init = if mpi == Mpi::Mpich {
+            "MPI_Allreduce_init"
+        } else {
+            "MPIX_Allreduce_init"
+        };
+        let c = one(rank, init);
+        assert_eq!((c.comm, c.bytes), (0, 4), "{label} rank {r} {init}");
+        let starts = calls_of(rank, "MPI_Start")
+            .iter()
+            .filter(|s| s.request == c.request)
+            .count();
+        assert_eq!(starts, 2, "{label} rank {r}: Starts of {init}");
+
+        // Mrecv gets the Mprobe's communicator, the duplicate.
+        if r == 1 {
+            let probe = one(rank, "MPI_Mprobe");
+            let recv = one(rank, "MPI_Mrecv");
+            assert!(probe.comm > 1 && probe.comm != format::NO_COMM, "{label}");
+            assert_eq!(recv.comm, probe.comm, "{label}: Mrecv's communicator");
+            assert_eq!(recv.bytes, 12, "{label}");
+        }
+        // Comm_idup's communicator is defined at the call, before its request completes.
+        let barrier = one(rank, "MPI_Barrier");
+        let (def_at, members) = comm_def(rank, barrier.comm);
+        assert_eq!(members, vec![0, 1], "{label}");
+        let idup_at = rank
+            .all()
+            .position(|e| matches!(e, Event::Call(c) if rank.name(c.func) == "MPI_Comm_idup"))
+            .expect("MPI_Comm_idup recorded");
+        assert!(
+            def_at < idup_at,
+            "{label} rank {r}: CommDef after MPI_Comm_idup"
+        );
+        // The intercommunicator: local group this rank, remote group the other.
+        let p2p = calls_of(rank, if r == 0 { "MPI_Send" } else { "MPI_Recv" })
+            .into_iter()
+            .find(|c| c.tag == 8)
+            .expect("Send/Recv on the intercommunicator");
+        assert_eq!(p2p.peer, 0, "{label}: rank 0 of the remote group");
+        assert_eq!(comm_def(rank, p2p.comm).1, vec![r as u32], "{label}");
+        let remote: Vec<Vec<u32>> = rank
+            .all()
+            .filter_map(|e| match e {
+                Event::RemoteGroup { id, members } if *id == p2p.comm => Some(members.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            remote,
+            vec![vec![other as u32]],
+            "{label} rank {r}: RemoteGroup"
+        );
+        // One-sided calls name their window, whose group translates the target rank.
+        let windows: Vec<(u32, u32)> = rank
+            .all()
+            .filter_map(|e| match e {
+                Event::WinDef { id, comm } => Some((*id, *comm)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            windows.len(),
+            3,
+            "{label}: allocate, allocate_shared, create_dynamic"
+        );
+        assert!(windows.iter().all(|&(_, comm)| comm == 0), "{label}");
+        for name in ["MPI_Raccumulate", "MPI_Rget_accumulate"] {
+            let c = one(rank, name);
+            assert_eq!(c.comm, windows[0].0, "{label} rank {r} {name}: window id");
+            assert_eq!((c.peer, c.bytes), (other, 8), "{label} rank {r} {name}");
+            assert_ne!(c.request, format::NO_REQUEST);
+        }
+        assert_eq!(comm_def(rank, windows[0].0).1, vec![0, 1], "{label}");
+        assert_eq!(one(rank, "MPI_Win_flush_local_all").comm, windows[0].0);
+        assert_eq!(one(rank, "MPI_Win_fence").comm, windows[1].0);
+        // Nonblocking and split-collective MPI-IO.
+        let c = one(rank, "MPI_File_iwrite_at_all");
+        assert_eq!(c.bytes, 16, "{label}");
+        assert_ne!(c.request, format::NO_REQUEST);
+        assert_eq!(
+            one(rank, "MPI_File_write_at_all_begin").bytes,
+            16,
+            "{label}"
+        );
+        one(rank, "MPI_File_write_at_all_end");
+        assert_eq!(calls_of(rank, "MPI_File_delete").len(), usize::from(r == 0));
+        assert_eq!(one(rank, "MPI_Pcontrol").tag, 2, "{label}: Pcontrol level");
+    }
+}
+
+/// sessions.c: a program that never calls MPI_Init is traced from its MPI_Session_init to its
+/// MPI_Session_finalize (MPICH 4.0; Open MPI 4.1 has no sessions, and the program says so).
+fn sessions(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(mpi, 2, "sessions", &[], "sessions", &["--mode", "off"]);
+    succeeded(&output, "sessions");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if mpi == Mpi::OpenMpi {
+        assert!(stdout.contains("no sessions"), "{stdout}");
+        return;
+    }
+    assert!(stdout.contains("sessions ok 2"), "{stdout}");
+    let trace = read_trace(&dir);
+    assert_eq!(trace.len(), 2, "a rank file per process");
+    let counts = counts(&dir);
+    for (r, rank) in trace.iter().enumerate() {
+        one(rank, "MPI_Session_init");
+        one(rank, "MPI_Session_finalize");
+        one(rank, "MPI_Comm_create_from_group");
+        let c = one(rank, "MPI_Allreduce");
+        assert_eq!(c.bytes, 4, "rank {r}");
+        assert_eq!(comm_def(rank, c.comm).1, vec![0, 1], "rank {r}");
+        assert_eq!(counts[r].marker("InitDone"), 1, "rank {r}");
+        assert_eq!(counts[r].marker("FinalizeStart"), 1, "rank {r}");
+    }
+}
+
 for_both_mpis!(
     smoke,
     coverage,
+    mpi4,
+    sessions,
     fortran_use_mpi,
     fortran_use_mpi_f08,
     abnormal_abort,

@@ -16,6 +16,8 @@ pub(crate) const KIND_FUNCTION_DEF: u8 = 10;
 pub(crate) const KIND_MARKER: u8 = 11;
 pub(crate) const KIND_RANK_INFO: u8 = 12;
 pub(crate) const KIND_WRITER: u8 = 13;
+pub(crate) const KIND_REMOTE_GROUP: u8 = 14;
+pub(crate) const KIND_WIN_DEF: u8 = 15;
 
 /// The highest event kind a chunk of `version` may hold (FORMAT.md "Event kinds"); `None` for a
 /// version this crate does not read.
@@ -23,6 +25,7 @@ pub(crate) fn max_kind(version: u16) -> Option<u8> {
     match version {
         1 => Some(KIND_MARKER),
         2 => Some(KIND_WRITER),
+        3 => Some(KIND_WIN_DEF),
         _ => None,
     }
 }
@@ -36,7 +39,7 @@ const MARKER_FINALIZE_START: u8 = 6;
 const MARKER_STUCK: u8 = 7;
 
 pub(crate) fn is_misc_kind(kind: u8) -> bool {
-    (KIND_USER..=KIND_WRITER).contains(&kind)
+    (KIND_USER..=KIND_WIN_DEF).contains(&kind)
 }
 
 /// Bytes of `s` a `RankInfo` body keeps: its length field is a `u16`, so a longer string is cut
@@ -108,6 +111,18 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
                 put32(out, *m);
             }
             KIND_COMM_DEF
+        }
+        Event::RemoteGroup { id, members } => {
+            put32(out, *id);
+            for m in members {
+                put32(out, *m);
+            }
+            KIND_REMOTE_GROUP
+        }
+        Event::WinDef { id, comm } => {
+            put32(out, *id);
+            put32(out, *comm);
+            KIND_WIN_DEF
         }
         Event::Clock(c) => {
             put64(out, c.local);
@@ -298,7 +313,7 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                 offset_ns: c.f64().ok_or(short)?,
             })
         }
-        KIND_COMM_DEF => {
+        KIND_COMM_DEF | KIND_REMOTE_GROUP => {
             let id = c.u32().ok_or(short)?;
             let words = c.rest().chunks_exact(4);
             if !words.remainder().is_empty() {
@@ -307,8 +322,16 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
             let members = words
                 .map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]))
                 .collect();
-            Event::CommDef { id, members }
+            if kind == KIND_COMM_DEF {
+                Event::CommDef { id, members }
+            } else {
+                Event::RemoteGroup { id, members }
+            }
         }
+        KIND_WIN_DEF => Event::WinDef {
+            id: c.u32().ok_or(short)?,
+            comm: c.u32().ok_or(short)?,
+        },
         KIND_CLOCK => Event::Clock(ClockSample {
             local: c.u64().ok_or(short)?,
             offset_ns: c.f64().ok_or(short)?,

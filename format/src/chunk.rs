@@ -15,8 +15,9 @@ use crate::varint::{encode_u64, get_u64, put_u64, unzigzag, zigzag};
 /// Magic at the start of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"EVFC";
 /// Version of the chunk header and payload layout this crate writes. Version 2 added the event
-/// kinds `RankInfo` (12) and `Writer` (13) to version 1's layout.
-pub const CHUNK_VERSION: u16 = 2;
+/// kinds `RankInfo` (12) and `Writer` (13) to version 1's layout, version 3 `RemoteGroup` (14) and
+/// `WinDef` (15).
+pub const CHUNK_VERSION: u16 = 3;
 /// The oldest chunk version this crate still reads (FORMAT.md "Versioning").
 pub const CHUNK_MIN_VERSION: u16 = 1;
 /// Bytes of a chunk header.

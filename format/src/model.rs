@@ -10,8 +10,12 @@
 pub type FunctionId = u16;
 
 /// A recorder-assigned communicator id, unique within one rank's trace. 0 is `MPI_COMM_WORLD`,
-/// 1 is `MPI_COMM_SELF`; others are defined by [`Event::CommDef`] before first use.
+/// 1 is `MPI_COMM_SELF`; others are defined by [`Event::CommDef`] before first use. RMA windows
+/// take ids from the same space (an [`Event::WinDef`] follows their `CommDef`).
 pub type CommId = u32;
+
+/// `comm` value when the call names no communicator (or window).
+pub const NO_COMM: CommId = u32::MAX;
 
 /// An id into the trace's string table ([`Event::StringDef`]).
 pub type StringId = u32;
@@ -210,7 +214,25 @@ pub enum Event {
     RankInfo(RankInfo),
     /// Which writer backend writes this rank's trace from here on, and why (fallbacks included).
     Writer(WriterUsed),
+    /// The remote group of intercommunicator `id` (whose `CommDef` lists its local group), as
+    /// world ranks in remote rank order: the peers of its point-to-point calls and its roots are
+    /// ranks of this group. [`NOT_IN_WORLD`] for processes outside `MPI_COMM_WORLD` (spawned or
+    /// connected ones).
+    RemoteGroup {
+        id: CommId,
+        members: Vec<u32>,
+    },
+    /// `id` names an RMA window (its group is given by the `CommDef` of the same id, so target
+    /// ranks translate like peers), created over communicator `comm` ([`NO_COMM`] if the window
+    /// predates recording).
+    WinDef {
+        id: CommId,
+        comm: CommId,
+    },
 }
+
+/// A member of a `CommDef` or `RemoteGroup` that is not a process of this `MPI_COMM_WORLD`.
+pub const NOT_IN_WORLD: u32 = u32::MAX;
 
 /// Identity of one rank's process, so a reader needs nothing beside the rank files to say where
 /// each rank ran (`meta.json` describes only the launcher's side).

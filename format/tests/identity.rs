@@ -158,8 +158,8 @@ fn first_chunk_offset() -> usize {
 
 #[test]
 fn version_1_chunks_are_still_read() {
-    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 2));
-    // A version-1 chunk is a version-2 chunk without the new kinds: same layout otherwise.
+    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 3));
+    // A version-1 chunk is a version-3 chunk without the newer kinds: same layout otherwise.
     let events = synthetic::events(&synthetic::HaloConfig {
         iterations: 5,
         ..Default::default()
@@ -185,19 +185,55 @@ fn a_version_1_chunk_may_not_hold_the_new_kinds() {
     assert!(err.to_string().contains("unknown event kind"), "{err}");
 }
 
+/// Version 3 added the definitions of intercommunicator remote groups and RMA windows; they
+/// round-trip, and a version-2 chunk may not hold them.
+#[test]
+fn remote_groups_and_windows_are_version_3_kinds() {
+    let events = vec![
+        Event::CommDef {
+            id: 5,
+            members: vec![1],
+        },
+        Event::RemoteGroup {
+            id: 5,
+            members: vec![0, format::NOT_IN_WORLD],
+        },
+        Event::CommDef {
+            id: 6,
+            members: vec![0, 1],
+        },
+        Event::WinDef { id: 6, comm: 0 },
+    ];
+    let (bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
+    let file = RankFile::from_bytes(bytes.clone(), "v3.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![events]);
+    let mut bytes = bytes;
+    relabel(&mut bytes, first_chunk_offset(), 2);
+    let file = RankFile::from_bytes(bytes, "v2-new-kind.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(chunks.is_empty());
+    assert!(
+        err.expect("rejected")
+            .to_string()
+            .contains("unknown event kind")
+    );
+}
+
 #[test]
 fn versions_beyond_the_known_ones_are_refused() {
     let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
-    relabel(&mut bytes, first_chunk_offset(), 3);
-    let file = RankFile::from_bytes(bytes, "v3.evf").unwrap();
+    relabel(&mut bytes, first_chunk_offset(), 4);
+    let file = RankFile::from_bytes(bytes, "v4.evf").unwrap();
     let (_, _, err) = read_everything(&file);
     let err = err.expect("refused");
     assert!(
         matches!(
             err,
             FormatError::UnsupportedVersion {
-                version: 3,
-                supported: 2,
+                version: 4,
+                supported: 3,
                 ..
             }
         ),

@@ -30,6 +30,8 @@ pub fn for_each_time(e: &mut Event, mut f: impl FnMut(&mut u64)) {
         | Event::StringDef { .. }
         | Event::FunctionDef { .. }
         | Event::RankInfo(_)
-        | Event::Writer(_) => {}
+        | Event::Writer(_)
+        | Event::RemoteGroup { .. }
+        | Event::WinDef { .. } => {}
     }
 }

@@ -12,7 +12,19 @@
 //! - `complete`: a Wait/Test family call; with `wreq` or `wreqs`+`n`, `status`/`statuses`, `flag`,
 //!   `index`, `outcount`+`indices`. Each completed request becomes a `Completion` record.
 //! - `recvstatus`: a blocking receive; its status becomes a `Completion` without request.
-//! - `newcomm`: the call creates a communicator (defined right away); `freecomm`: frees one.
+//! - `newcomm`: the call creates a communicator (defined right away); `freecomm`: frees one;
+//!   `dupcomm`: the call returns a communicator with the group of `comm` that may not be used
+//!   before a request completes (`MPI_Comm_idup`): it is defined from `comm`'s group at once.
+//! - `win`: the call works on a window; the window's id goes into the record's `comm` field.
+//!   `newwin` (with `comm`): the call creates a window over `comm`; `freewin`: frees one.
+//! - `newmsg` (+ `comm`, optionally `flag`): a matched probe returns a message handle, remembered
+//!   with its communicator; `msg`: `Mrecv`/`Imrecv` take it, and the record gets that communicator.
+//! - `partitions`: bytes are multiplied by the number of partitions (partitioned communication).
+//! - `level`: `MPI_Pcontrol`'s level, stored in the record's `tag` field.
+//! - `fortran=noierr`: the Fortran binding has no IERROR argument (`MPI_PCONTROL`).
+//!
+//! A row whose C function the MPI's headers do not declare is left out of that MPI's build (see
+//! `declared_in`), so one table serves MPIs of different standard levels.
 
 #![allow(dead_code)]
 
@@ -34,9 +46,16 @@ pub enum Kind {
     AintPtr,
     Offset,
     Status,
+    /// `MPI_Count` by value, and pointer to (or array of) `MPI_Count`.
+    Count,
+    CountPtr,
     Str,
+    /// `char *x[]`, `char **x[]`: arrays of strings (spawn commands and their arguments).
+    StrArray,
     Argc,
     Argv,
+    /// The `...` of `MPI_Pcontrol`: declared, never forwarded.
+    VarArgs,
 }
 
 #[derive(Clone, Debug)]
@@ -93,6 +112,15 @@ pub const CATEGORIES: &[&str] = &[
     "rma-window",
     "rma-comm",
     "rma-sync",
+    "persistent-collective",
+    "partitioned",
+    "session-init",
+    "session-finalize",
+    "session",
+    "io-split",
+    "dynamic",
+    "fault-tolerance",
+    "profiling",
 ];
 
 const ROLE_KEYS: &[&str] = &[
@@ -123,10 +151,26 @@ const ROLE_KEYS: &[&str] = &[
     "recvstatus",
     "newcomm",
     "freecomm",
+    "dupcomm",
+    "win",
+    "newwin",
+    "freewin",
+    "newmsg",
+    "msg",
+    "partitions",
+    "level",
+    "fortran",
 ];
 
 fn classify(decl: &str) -> Result<Param, String> {
     let decl = decl.trim().to_string();
+    if decl == "..." {
+        return Ok(Param {
+            decl,
+            name: String::new(),
+            kind: Kind::VarArgs,
+        });
+    }
     let (base, array) = match decl.find('[') {
         Some(i) => (decl[..i].trim(), true),
         None => (decl.as_str(), false),
@@ -144,6 +188,10 @@ fn classify(decl: &str) -> Result<Param, String> {
         "MPI_Aint" => Kind::Aint,
         "MPI_Aint*" => Kind::AintPtr,
         "MPI_Offset" => Kind::Offset,
+        "MPI_Count" => Kind::Count,
+        "MPI_Count*" => Kind::CountPtr,
+        "char**" => Kind::StrArray,
+        "char***" if name != "argv" => Kind::StrArray,
         "MPI_Status*" => Kind::Status,
         "char*" => Kind::Str,
         "char***" => Kind::Argv,
@@ -207,7 +255,7 @@ pub fn parse(tsv: &str) -> Result<Vec<Func>, String> {
             roles,
         };
         for (k, v) in &f.roles {
-            if !matches!(k.as_str(), "complete" | "reqkind")
+            if !matches!(k.as_str(), "complete" | "reqkind" | "fortran")
                 && !f.params.iter().any(|p| &p.name == v)
             {
                 return Err(format!("{}: role {k} names unknown parameter {v}", f.name));
@@ -242,8 +290,26 @@ pub fn functions_md(funcs: &[Func]) -> String {
     );
     s.push_str("stored in traces. Every function is wrapped under its C name and under the Fortran names\n");
     s.push_str(
-        "`mpi_xxx_` (mpif.h / `use mpi`), `mpi_xxx_f08_` and `mpi_xxx_f08ts_` (`use mpi_f08`).\n\n",
+        "`mpi_xxx_` (mpif.h / `use mpi`), `mpi_xxx_f08_` and `mpi_xxx_f08ts_` (`use mpi_f08`); the\n",
     );
+    s.push_str(
+        "MPI-4 large-count variants `MPI_xxx_c` exist in Fortran only in `use mpi_f08`, as\n",
+    );
+    s.push_str("`mpi_xxx_f08ts_large_` / `mpi_xxx_f08_large_`.\n\n");
+    s.push_str(
+        "The table spans MPI-4 and the MPIX_ extensions of both MPIs: each preload library wraps\n",
+    );
+    s.push_str(
+        "the rows whose C function its MPI's `mpi.h` (Open MPI: and `mpi-ext.h`) declares, so\n",
+    );
+    s.push_str("Open MPI 4.1 gets no `_c`, sessions or partitioned wrappers, and MPICH no `MPIX_*_init`.\n");
+    s.push_str(
+        "Every function an installed MPI exports that is not here is listed, with the reason, in\n",
+    );
+    s.push_str(
+        "`recorder/mpi_excluded.tsv`; `recorder/tests/exports.rs` checks both lists against\n",
+    );
+    s.push_str("`nm -D` of each libmpi.\n\n");
     let _ = writeln!(s, "{} functions.\n", funcs.len());
     s.push_str("| id | function | category | recorded arguments |\n|---:|---|---|---|\n");
     for f in funcs {
@@ -260,6 +326,19 @@ pub fn functions_md(funcs: &[Func]) -> String {
     s.push_str("\nNotes: `bytes` is count x type size of the named arguments (0 when the named buffer is\n");
     s.push_str("`MPI_IN_PLACE`); blocking receives add a `Completion` (no request) with the actual source,\n");
     s.push_str("tag and byte count; `MPI_Startall` adds one call record per started request.\n");
+    s.push_str(
+        "Partitioned calls count partitions x count x type size. One-sided calls (`win`) carry\n",
+    );
+    s.push_str(
+        "the window id in `comm`; `MPI_Mrecv`/`MPI_Imrecv` (`msg`) the communicator of the probe\n",
+    );
+    s.push_str(
+        "that returned the message; `MPI_Pcontrol` (`level`) its level in `tag`. A program that\n",
+    );
+    s.push_str("never calls `MPI_Init` is recorded from its first `MPI_Session_init` to the\n");
+    s.push_str(
+        "`MPI_Session_finalize` of its last open session (`session-init`, `session-finalize`).\n",
+    );
     s
 }
 
@@ -274,8 +353,18 @@ fn int_of(lang: Lang, p: &Param) -> String {
     match (lang, &p.kind) {
         (Lang::C, Kind::Int) => p.name.clone(),
         (Lang::C, Kind::IntPtr) => format!("(*{})", p.name),
-        (Lang::Fortran, _) => format!("((int)*{})", p.name),
+        (Lang::Fortran, Kind::Int | Kind::IntPtr) => format!("((int)*{})", p.name),
         _ => panic!("{} is not an int", p.name),
+    }
+}
+
+/// Expression giving a count as `int64_t` (an `int` or, in the large-count `_c` variants, an
+/// `MPI_Count`).
+fn count_of(lang: Lang, p: &Param) -> String {
+    match (lang, &p.kind) {
+        (Lang::C, Kind::Count) => format!("((int64_t){})", p.name),
+        (Lang::Fortran, Kind::Count) => format!("((int64_t)*{})", p.name),
+        _ => format!("((int64_t){})", int_of(lang, p)),
     }
 }
 
@@ -295,6 +384,8 @@ fn handle_of(lang: Lang, p: &Param, expected: &str) -> String {
                 "Comm" => "PMPI_Comm_f2c",
                 "Datatype" => "PMPI_Type_f2c",
                 "Request" => "PMPI_Request_f2c",
+                "Win" => "PMPI_Win_f2c",
+                "Message" => "PMPI_Message_f2c",
                 other => panic!("no f2c for {other}"),
             };
             format!("{f2c}(*{})", p.name)
@@ -311,8 +402,9 @@ fn fortran_decl(p: &Param) -> Option<String> {
         }
         Kind::Aint | Kind::AintPtr => format!("MPI_Aint *{n}"),
         Kind::Offset => format!("MPI_Offset *{n}"),
-        Kind::Str => format!("char *{n}"),
-        Kind::Argc | Kind::Argv => return None,
+        Kind::Count | Kind::CountPtr => format!("MPI_Count *{n}"),
+        Kind::Str | Kind::StrArray => format!("char *{n}"),
+        Kind::Argc | Kind::Argv | Kind::VarArgs => return None,
     })
 }
 
@@ -321,12 +413,18 @@ fn fortran_params(f: &Func) -> (Vec<String>, Vec<String>) {
     let mut args: Vec<String> = f
         .params
         .iter()
-        .filter(|p| !matches!(p.kind, Kind::Argc | Kind::Argv))
+        .filter(|p| !matches!(p.kind, Kind::Argc | Kind::Argv | Kind::VarArgs))
         .map(|p| p.name.clone())
         .collect();
-    decls.push("MPI_Fint *ierr".into());
-    args.push("ierr".into());
-    for p in f.params.iter().filter(|p| p.kind == Kind::Str) {
+    if f.role("fortran") != Some("noierr") {
+        decls.push("MPI_Fint *ierr".into());
+        args.push("ierr".into());
+    }
+    for p in f
+        .params
+        .iter()
+        .filter(|p| matches!(p.kind, Kind::Str | Kind::StrArray))
+    {
         decls.push(format!("size_t {}_len", p.name));
         args.push(format!("{}_len", p.name));
     }
@@ -376,6 +474,30 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             w(out, "evf_finalize_end();");
             return;
         }
+        "session-init" => {
+            // The first session of a program that never calls MPI_Init starts the recorder.
+            w(out, "int evf_first = evf_session_init_begin();");
+            w(out, "uint64_t evf_t0 = evf_now();");
+            w(out, call);
+            w(out, "uint64_t evf_t1 = evf_now();");
+            w(
+                out,
+                &format!("evf_session_init_end({fid}, evf_first, evf_t0, evf_t1, evf_rc);"),
+            );
+            return;
+        }
+        "session-finalize" => {
+            // Finalising the program's last session ends a recorder that a session started; the
+            // flush runs before, while the recorder's own session still works.
+            w(out, "int evf_last = evf_session_finalize_begin();");
+            w(out, &format!("evf_call_t evf_r = evf_call_blank({fid});"));
+            w(out, "evf_r.start = evf_now();");
+            w(out, call);
+            w(out, "evf_r.end = evf_now();");
+            w(out, "evf_record_call(&evf_r);");
+            w(out, "if (evf_last) evf_session_finalize_end();");
+            return;
+        }
         "abort" => {
             w(out, &format!("evf_call_t evf_r = evf_call_blank({fid});"));
             let c = f.param(f.role("comm").unwrap());
@@ -404,6 +526,19 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
         let h = handle_of(lang, f.param(r), "Request");
         w(out, &format!("evf_r.req_handle = EVF_REQ_H({h});"));
         w(out, "evf_r.req_op = EVF_REQ_FREE;");
+    }
+    if let Some(wn) = f.role("freewin") {
+        let h = handle_of(lang, f.param(wn), "Win");
+        w(out, &format!("MPI_Win evf_freed_win = {h};"));
+        w(out, "evf_r.comm = evf_win_id(evf_freed_win);");
+    }
+    if let Some(m) = f.role("msg") {
+        // MPI resets the handle to MPI_MESSAGE_NULL, so the probe's communicator is looked up now.
+        let h = handle_of(lang, f.param(m), "Message");
+        w(
+            out,
+            &format!("evf_r.comm = evf_msg_take({h}, &evf_r.peer);"),
+        );
     }
     let completion = f.role("complete");
     if completion.is_some() {
@@ -552,6 +687,13 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
         let h = handle_of(lang, f.param(c), "Comm");
         w(out, &format!("evf_r.comm = evf_comm_id({h});"));
     }
+    if let Some(wn) = f.role("win") {
+        let h = handle_of(lang, f.param(wn), "Win");
+        w(out, &format!("evf_r.comm = evf_win_id({h});"));
+    }
+    if let Some(l) = f.role("level") {
+        w(out, &format!("evf_r.tag = {};", int_of(lang, f.param(l))));
+    }
     if let Some(p) = f.role("peer") {
         w(
             out,
@@ -570,13 +712,22 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
     let bytes = if let Some(t) = f.role("type") {
         let ty = handle_of(lang, f.param(t), "Datatype");
         if let Some(c) = f.role("count") {
-            Some(format!("evf_bytes({}, {ty})", int_of(lang, f.param(c))))
+            let count = count_of(lang, f.param(c));
+            let count = match f.role("partitions") {
+                Some(n) => format!("{count} * {}", count_of(lang, f.param(n))),
+                None => count,
+            };
+            Some(format!("evf_bytes({count}, {ty})"))
         } else if let Some(v) = f.role("vcounts") {
             let comm = handle_of(lang, f.param(f.role("comm").unwrap()), "Comm");
-            Some(format!(
-                "evf_vbytes((const int *){}, {ty}, {comm})",
-                f.param(v).name
-            ))
+            let vp = f.param(v);
+            // Fortran passes MPI_Count arrays as such too (INTEGER(KIND=MPI_COUNT_KIND)).
+            let fun = if vp.kind == Kind::CountPtr {
+                "evf_vbytes_c((const MPI_Count *)"
+            } else {
+                "evf_vbytes((const int *)"
+            };
+            Some(format!("{fun}{}, {ty}, {comm})", vp.name))
         } else {
             Some(format!("evf_bytes(1, {ty})"))
         }
@@ -602,6 +753,36 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             &format!(
                 "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; if (evf_nc != MPI_COMM_NULL) (void)evf_comm_id(evf_nc); }}"
             ),
+        );
+    }
+    if let Some(nc) = f.role("dupcomm") {
+        let h = handle_of(lang, f.param(nc), "Comm");
+        let old = handle_of(lang, f.param(f.role("comm").unwrap()), "Comm");
+        w(
+            out,
+            &format!(
+                "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; if (evf_nc != MPI_COMM_NULL) evf_comm_define_like(evf_nc, {old}); }}"
+            ),
+        );
+    }
+    if let Some(wn) = f.role("newwin") {
+        let h = handle_of(lang, f.param(wn), "Win");
+        w(
+            out,
+            &format!(
+                "if (evf_rc == MPI_SUCCESS) {{ MPI_Win evf_nw = {h}; if (evf_nw != MPI_WIN_NULL) evf_win_define(evf_nw, evf_r.comm); }}"
+            ),
+        );
+    }
+    if let Some(m) = f.role("newmsg") {
+        let h = handle_of(lang, f.param(m), "Message");
+        let matched = match f.role("flag") {
+            Some(p) => format!(" && {} != 0", int_of(lang, f.param(p))),
+            None => String::new(),
+        };
+        w(
+            out,
+            &format!("if (evf_rc == MPI_SUCCESS{matched}) evf_msg_put({h}, evf_r.comm);"),
         );
     }
     for (key, op) in [
@@ -651,6 +832,12 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
         w(
             out,
             "if (evf_rc == MPI_SUCCESS) evf_comm_forget(evf_freed);",
+        );
+    }
+    if f.role("freewin").is_some() {
+        w(
+            out,
+            "if (evf_rc == MPI_SUCCESS) evf_win_forget(evf_freed_win);",
         );
     }
     if let Some(s) = f.role("recvstatus") {
@@ -757,9 +944,24 @@ fn call_args(f: &Func, names: &[String]) -> String {
         .join(", ")
 }
 
+/// When a wrapper only forwards: inside the recorder (depth), or while not recording. Init calls
+/// are recorded before the recorder is active; a session's start may also be the recorder's.
+fn guard(f: &Func) -> &'static str {
+    match f.category.as_str() {
+        "init" => "evf_depth != 0 || evf_initialized",
+        "session-init" => "evf_depth != 0",
+        _ => "evf_depth != 0 || !evf_active",
+    }
+}
+
 fn c_wrapper(f: &Func, out: &mut String) {
     let decls: Vec<&str> = f.params.iter().map(|p| p.decl.as_str()).collect();
-    let names: Vec<String> = f.params.iter().map(|p| p.name.clone()).collect();
+    let names: Vec<String> = f
+        .params
+        .iter()
+        .filter(|p| p.kind != Kind::VarArgs)
+        .map(|p| p.name.clone())
+        .collect();
     let plain = names.join(", ");
     let decl = if decls.is_empty() {
         "void".to_string()
@@ -767,11 +969,7 @@ fn c_wrapper(f: &Func, out: &mut String) {
         decls.join(", ")
     };
     let _ = writeln!(out, "int {}({decl})\n{{", f.name);
-    let guard = if f.category == "init" {
-        "evf_depth != 0 || evf_initialized"
-    } else {
-        "evf_depth != 0 || !evf_active"
-    };
+    let guard = guard(f);
     let _ = writeln!(
         out,
         "    if (EVF_UNLIKELY({guard})) return P{}({plain});",
@@ -802,41 +1000,78 @@ fn fortran_wrapper(f: &Func, symbol: &str, out: &mut String) {
         out,
         "    if (EVF_UNLIKELY(evf_real == NULL)) evf_real = (evf_real_t)evf_next_symbol(\"{symbol}\");"
     );
-    let guard = if f.category == "init" {
-        "evf_depth != 0 || evf_initialized"
-    } else {
-        "evf_depth != 0 || !evf_active"
-    };
+    let guard = guard(f);
     let _ = writeln!(
         out,
         "    if (EVF_UNLIKELY({guard})) {{ evf_real({plain}); return; }}"
     );
     out.push_str("    evf_depth++;\n");
-    out.push_str(
-        "    MPI_Fint evf_ierr_local = 0;\n    if (ierr == NULL) ierr = &evf_ierr_local;\n",
-    );
-    let call = format!(
-        "evf_real({}); int evf_rc = (int)*ierr; (void)evf_rc;",
-        call_args(f, &args)
-    );
+    let call = if f.role("fortran") == Some("noierr") {
+        format!(
+            "evf_real({}); int evf_rc = MPI_SUCCESS; (void)evf_rc;",
+            call_args(f, &args)
+        )
+    } else {
+        out.push_str(
+            "    MPI_Fint evf_ierr_local = 0;\n    if (ierr == NULL) ierr = &evf_ierr_local;\n",
+        );
+        format!(
+            "evf_real({}); int evf_rc = (int)*ierr; (void)evf_rc;",
+            call_args(f, &args)
+        )
+    };
     body(f, Lang::Fortran, &call, out);
     out.push_str("    evf_depth--;\n}\n\n");
 }
 
-/// The whole generated C translation unit (includes the hand-written runtime header).
-pub fn c_layer(funcs: &[Func]) -> String {
+/// Whether a large-count variant (`MPI_Send_c`): the name of its `int`-count row plus `_c`.
+pub fn is_large_count(f: &Func) -> bool {
+    f.name.ends_with("_c")
+        && f.params
+            .iter()
+            .any(|p| matches!(p.kind, Kind::Count | Kind::CountPtr | Kind::Aint))
+}
+
+/// The Fortran symbols wrapped for a row: `mpi_xxx_` (mpif.h / `use mpi`), `mpi_xxx_f08_` and
+/// `mpi_xxx_f08ts_` (`use mpi_f08`). Large-count variants exist only in `use mpi_f08`, under the
+/// name of the `int` version with `_large` (MPICH: `mpi_send_f08ts_large_`).
+pub fn fortran_symbols(f: &Func) -> Vec<String> {
+    let lower = f.lower();
+    match lower.strip_suffix("_c").filter(|_| is_large_count(f)) {
+        Some(base) => vec![format!("{base}_f08_large_"), format!("{base}_f08ts_large_")],
+        None => ["_", "_f08_", "_f08ts_"]
+            .iter()
+            .map(|suffix| format!("{lower}{suffix}"))
+            .collect(),
+    }
+}
+
+/// Whether preprocessed `mpi.h` text declares the profiling entry point of `f`: rows the MPI
+/// lacks (MPI-4 functions in Open MPI 4.1, Open MPI's `MPIX_` ones in MPICH) are not generated.
+pub fn declared_in(preprocessed: &str, f: &Func) -> bool {
+    let needle = format!("P{}", f.name);
+    preprocessed.match_indices(&needle).any(|(i, _)| {
+        let before = preprocessed[..i].chars().next_back();
+        let after = preprocessed[i + needle.len()..].trim_start().chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') && after == Some('(')
+    })
+}
+
+/// The whole generated C translation unit (includes the hand-written runtime header), for the
+/// rows `available` accepts.
+pub fn c_layer(funcs: &[Func], available: &dyn Fn(&Func) -> bool) -> String {
     let mut out = String::new();
     out.push_str(
         "/* Generated by recorder/codegen/gen.rs from mpi_functions.tsv. Do not edit. */\n",
     );
     out.push_str("#include \"evf_runtime.h\"\n\n");
-    for f in funcs {
+    let funcs: Vec<&Func> = funcs.iter().filter(|f| available(f)).collect();
+    for f in &funcs {
         c_wrapper(f, &mut out);
     }
-    for f in funcs {
-        let lower = f.lower();
-        for suffix in ["_", "_f08_", "_f08ts_"] {
-            fortran_wrapper(f, &format!("{lower}{suffix}"), &mut out);
+    for f in &funcs {
+        for symbol in fortran_symbols(f) {
+            fortran_wrapper(f, &symbol, &mut out);
         }
     }
     out

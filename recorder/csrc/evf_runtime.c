@@ -17,12 +17,22 @@ void evf_set_watching(int on) { evf_watching = on; }
 
 /* Called from the watchdog's own thread: the job is stuck, so the usual rule that only the main
  * thread calls MPI (below MPI_THREAD_MULTIPLE) matters less than ending it. */
-void evf_watchdog_abort(int code) { PMPI_Abort(MPI_COMM_WORLD, code); }
+static MPI_Comm evf_tr_comm = MPI_COMM_NULL;
+/* Set when MPI_Session_init started the recorder: MPI_COMM_WORLD and MPI_COMM_SELF are then not
+ * usable, and the recorder works on communicators of its own session. */
+static int evf_session_mode;
+/* The communicator of the MPI-IO trace writer's files. */
+static MPI_Comm evf_self_comm = MPI_COMM_SELF;
+
+void evf_watchdog_abort(int code)
+{
+    PMPI_Abort(evf_session_mode ? (evf_tr_comm != MPI_COMM_NULL ? evf_tr_comm : evf_self_comm) : MPI_COMM_WORLD,
+               code);
+}
 int evf_initialized;
 int evf_clock_tsc = 1;
 
 static MPI_Group evf_world_group = MPI_GROUP_NULL;
-static MPI_Comm evf_tr_comm = MPI_COMM_NULL;
 
 /* ---------------- clock / init / finalize ---------------- */
 
@@ -35,6 +45,74 @@ static void evf_define_comm(uint32_t id, MPI_Comm comm);
 static void evf_resolve_fortran_constants(void);
 static const evf_transport_t evf_transport_template;
 
+/* The rest of initialisation, once MPI is up: rank, size and world group are known, and the private
+ * communicator evf_tr_comm made (have_comm) or not. */
+static void evf_start(uint16_t fid, uint64_t t0, uint64_t t1, int rank, int size, int provided, int have_comm)
+{
+    evf_resolve_fortran_constants();
+    /* Read here because only the C layer sees the MPI library; the rank's RankInfo record names it. */
+    static char evf_library[MPI_MAX_LIBRARY_VERSION_STRING];
+    int library_len = 0;
+    if (PMPI_Get_library_version(evf_library, &library_len) == MPI_SUCCESS)
+        evf_rust_set_library(evf_library, library_len);
+    int recording = evf_rust_init(rank, size, provided);
+    /* Every rank takes part in the settings check, recording or not: it is collective, and a rank
+     * that skipped it would leave the others waiting. The private communicator returns errors
+     * instead of aborting, so a failure in the protocol reaches the recorder (which turns
+     * offloading off on every rank together) rather than killing the job. */
+    if (have_comm) PMPI_Comm_set_errhandler(evf_tr_comm, MPI_ERRORS_RETURN);
+    uint64_t mine = recording ? evf_rust_settings_fingerprint() : 0;
+    uint64_t both[2] = {mine, ~mine}, highest[2] = {0, 0};
+    int agreed = have_comm &&
+                 PMPI_Allreduce(both, highest, 2, MPI_UINT64_T, MPI_MAX, evf_tr_comm) == MPI_SUCCESS &&
+                 highest[0] == ~highest[1];
+    if (!recording) return; /* recording disabled: stay inert */
+    if (have_comm && !agreed) {
+        /* Different protocol settings (or a rank not recording) would make ranks disagree about
+         * which collectives suspend: refuse on every rank rather than hang. */
+        evf_rust_refuse(mine, ~highest[1], highest[0]);
+        return;
+    }
+    if (have_comm) {
+        evf_transport_t t = evf_transport_template;
+        t.rank = rank;
+        t.size = size;
+        static evf_transport_t installed;
+        installed = t;
+        evf_rust_set_transport(&installed);
+    } else {
+        /* Only reached in session mode (MPI_Init refuses without the duplicate): no transport
+         * means no collective protocol step, so each rank records and flushes on its own. */
+        if (rank == 0)
+            fprintf(stderr, "evenflush: the recorder's private communicator could not be created; "
+                            "recording without offload protocol (local flushes only)\n");
+    }
+    evf_active = 1;
+    if (evf_session_mode) {
+        /* Ids 0 and 1 keep their meaning (the world process set, this process) although the
+         * program has no MPI_COMM_WORLD. */
+        int32_t self = rank;
+        int32_t stack_members[64];
+        int32_t *members = size <= 64 ? stack_members : (int32_t *)malloc(sizeof(int32_t) * (size_t)size);
+        if (members != NULL) {
+            for (int i = 0; i < size; i++) members[i] = i;
+            evf_rec_commdef(0, members, size);
+            if (members != stack_members) free(members);
+        } else {
+            evf_rec_commdef(0, NULL, 0);
+        }
+        evf_rec_commdef(1, &self, 1);
+    } else {
+        evf_define_comm(0, MPI_COMM_WORLD);
+        evf_define_comm(1, MPI_COMM_SELF);
+    }
+    evf_call_t r = evf_call_blank(fid);
+    r.start = t0;
+    r.end = t1;
+    evf_rec_call(&r);
+    evf_rust_init_done(t1);
+}
+
 void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)
 {
     if (rc != MPI_SUCCESS) return;
@@ -43,47 +121,99 @@ void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     PMPI_Comm_group(MPI_COMM_WORLD, &evf_world_group);
-    evf_resolve_fortran_constants();
-    /* Read here because only the C layer sees the MPI library; the rank's RankInfo record names it. */
-    static char evf_library[MPI_MAX_LIBRARY_VERSION_STRING];
-    int library_len = 0;
-    if (PMPI_Get_library_version(evf_library, &library_len) == MPI_SUCCESS)
-        evf_rust_set_library(evf_library, library_len);
-    int recording = evf_rust_init(rank, size, provided);
-    /* Every rank makes the private duplicate and takes part in the settings check, recording or
-     * not: both are collective, and a rank that skipped them would leave the others waiting. The
-     * duplicate returns errors instead of aborting, so a failure in the protocol reaches the
-     * recorder (which turns offloading off on every rank together) rather than killing the job. */
+    /* Every rank makes the private duplicate, recording or not: it is collective. Without it, the
+     * settings check cannot run and the recorder refuses (evf_start). */
     int have_comm = PMPI_Comm_dup(MPI_COMM_WORLD, &evf_tr_comm) == MPI_SUCCESS;
-    if (have_comm) PMPI_Comm_set_errhandler(evf_tr_comm, MPI_ERRORS_RETURN);
-    uint64_t mine = recording ? evf_rust_settings_fingerprint() : 0;
-    uint64_t both[2] = {mine, ~mine}, highest[2] = {0, 0};
-    int agreed = have_comm &&
-                 PMPI_Allreduce(both, highest, 2, MPI_UINT64_T, MPI_MAX, evf_tr_comm) == MPI_SUCCESS &&
-                 highest[0] == ~highest[1];
-    if (!recording) return; /* recording disabled: stay inert */
-    if (!agreed) {
-        /* Different protocol settings (or a rank not recording) would make ranks disagree about
-         * which collectives suspend: refuse on every rank rather than hang. */
-        evf_rust_refuse(mine, ~highest[1], highest[0]);
+    if (!have_comm) {
+        uint64_t mine = evf_rust_init(rank, size, provided) ? evf_rust_settings_fingerprint() : 0;
+        if (mine != 0) evf_rust_refuse(mine, 0, 0);
         return;
     }
-    {
-        evf_transport_t t = evf_transport_template;
-        t.rank = rank;
-        t.size = size;
-        static evf_transport_t installed;
-        installed = t;
-        evf_rust_set_transport(&installed);
+    evf_start(fid, t0, t1, rank, size, provided, have_comm);
+}
+
+/* ---------------- sessions (MPI-4) ----------------
+ * A program may use MPI through sessions only, never calling MPI_Init. Its first MPI_Session_init
+ * then starts the recorder, which opens a session of its own: its world group and private
+ * communicator (made with MPI_Comm_create_from_group) outlive any of the program's sessions, and
+ * the program's MPI_Session_finalize of its last session ends the recording, the way
+ * MPI_Finalize does. Programs that also call MPI_Init are recorded in the world model as before;
+ * their sessions calls are then ordinary calls. */
+
+static atomic_int evf_sessions_open;
+#if MPI_VERSION >= 4
+static MPI_Session evf_own_session = MPI_SESSION_NULL;
+#endif
+
+int evf_session_init_begin(void)
+{
+    if (evf_initialized) return 0;
+    evf_init_begin();
+    return 1;
+}
+
+void evf_session_init_end(uint16_t fid, int first, uint64_t t0, uint64_t t1, int rc)
+{
+    if (rc != MPI_SUCCESS) return;
+    atomic_fetch_add(&evf_sessions_open, 1);
+    if (!first) {
+        if (evf_active) {
+            evf_call_t r = evf_call_blank(fid);
+            r.start = t0;
+            r.end = t1;
+            evf_record_call(&r);
+        }
+        return;
     }
-    evf_active = 1;
-    evf_define_comm(0, MPI_COMM_WORLD);
-    evf_define_comm(1, MPI_COMM_SELF);
-    evf_call_t r = evf_call_blank(fid);
-    r.start = t0;
-    r.end = t1;
-    evf_rec_call(&r);
-    evf_rust_init_done(t1);
+#if MPI_VERSION >= 4
+    evf_initialized = 1;
+    evf_session_mode = 1;
+    if (PMPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &evf_own_session) != MPI_SUCCESS ||
+        PMPI_Group_from_session_pset(evf_own_session, "mpi://WORLD", &evf_world_group) != MPI_SUCCESS) {
+        fprintf(stderr, "evenflush: cannot open the recorder's own MPI session; nothing is recorded\n");
+        return;
+    }
+    int rank = 0, size = 1;
+    PMPI_Group_rank(evf_world_group, &rank);
+    PMPI_Group_size(evf_world_group, &size);
+    MPI_Group self_group;
+    evf_self_comm = MPI_COMM_NULL;
+    if (PMPI_Group_from_session_pset(evf_own_session, "mpi://SELF", &self_group) == MPI_SUCCESS) {
+        if (PMPI_Comm_create_from_group(self_group, "org.evenflush.self", MPI_INFO_NULL, MPI_ERRORS_RETURN,
+                                        &evf_self_comm) != MPI_SUCCESS)
+            evf_self_comm = MPI_COMM_NULL;
+        PMPI_Group_free(&self_group);
+    }
+    /* Collective over the world process set, like the duplicate in MPI_Init. If it fails, the
+     * recorder must not take any further collective step: evf_start records locally. */
+    int have_comm = PMPI_Comm_create_from_group(evf_world_group, "org.evenflush.private", MPI_INFO_NULL,
+                                                MPI_ERRORS_RETURN, &evf_tr_comm) == MPI_SUCCESS;
+    if (!have_comm) evf_tr_comm = MPI_COMM_NULL;
+    int provided = -1;
+    if (PMPI_Query_thread(&provided) != MPI_SUCCESS) provided = -1;
+    evf_start(fid, t0, t1, rank, size, provided, have_comm);
+#else
+    (void)fid;
+    (void)t0;
+    (void)t1;
+#endif
+}
+
+int evf_session_finalize_begin(void)
+{
+    if (!evf_session_mode) return 0;
+    if (atomic_fetch_sub(&evf_sessions_open, 1) != 1) return 0;
+    evf_finalize_begin();
+    return 1;
+}
+
+void evf_session_finalize_end(void)
+{
+#if MPI_VERSION >= 4
+    if (evf_self_comm != MPI_COMM_NULL && evf_self_comm != MPI_COMM_SELF) PMPI_Comm_free(&evf_self_comm);
+    if (evf_own_session != MPI_SESSION_NULL) PMPI_Session_finalize(&evf_own_session);
+#endif
+    evf_finalize_end();
 }
 
 void evf_finalize_begin(void)
@@ -122,31 +252,53 @@ static __thread unsigned evf_cache_gen __attribute__((tls_model("initial-exec"))
 static __thread unsigned evf_cache_next __attribute__((tls_model("initial-exec")));
 static __thread int evf_cache_valid __attribute__((tls_model("initial-exec")));
 
-static void evf_define_comm(uint32_t id, MPI_Comm comm)
+/* A group's members as world ranks (MPI_UNDEFINED for processes outside this world: spawned or
+ * connected ones), handed to `emit`. Frees the group. */
+static void evf_define_group(uint32_t id, MPI_Group group, void (*emit)(uint32_t, const int32_t *, int))
 {
-    MPI_Group group;
     int n = 0;
-    if (PMPI_Comm_group(comm, &group) != MPI_SUCCESS) {
-        evf_rec_commdef(id, NULL, 0);
-        return;
-    }
     PMPI_Group_size(group, &n);
     int32_t stack_buf[2 * 64];
     int32_t *buf = n <= 64 ? stack_buf : (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)n);
     if (buf == NULL) {
-        evf_rec_commdef(id, NULL, 0);
+        emit(id, NULL, 0);
         PMPI_Group_free(&group);
         return;
     }
     int32_t *local = buf, *world = buf + n;
     for (int i = 0; i < n; i++) local[i] = i;
     if (n > 0) PMPI_Group_translate_ranks(group, n, local, evf_world_group, world);
-    evf_rec_commdef(id, world, n);
+    emit(id, world, n);
     PMPI_Group_free(&group);
     if (buf != stack_buf) free(buf);
 }
 
-uint32_t evf_comm_id(MPI_Comm comm)
+/* Defines `id` with the group of `comm` and, for an intercommunicator, its remote group, which is
+ * what the peers of its point-to-point calls and roots name. */
+static void evf_define_comm(uint32_t id, MPI_Comm comm)
+{
+    MPI_Group group;
+    if (PMPI_Comm_group(comm, &group) != MPI_SUCCESS) {
+        evf_rec_commdef(id, NULL, 0);
+        return;
+    }
+    evf_define_group(id, group, evf_rec_commdef);
+    int inter = 0;
+    if (PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && inter &&
+        PMPI_Comm_remote_group(comm, &group) == MPI_SUCCESS)
+        evf_define_group(id, group, evf_rec_remote_group);
+}
+
+static uint32_t evf_comm_lookup(MPI_Comm comm, MPI_Comm group_of);
+
+uint32_t evf_comm_id(MPI_Comm comm) { return evf_comm_lookup(comm, comm); }
+
+/* MPI_Comm_idup's new handle may not be used before its request completes, but its group is that
+ * of the communicator it copies: defined from there, at the call. */
+void evf_comm_define_like(MPI_Comm comm, MPI_Comm same_group_as) { (void)evf_comm_lookup(comm, same_group_as); }
+
+/* The id of `comm`, defined (with the members of `group_of`) on first sight. */
+static uint32_t evf_comm_lookup(MPI_Comm comm, MPI_Comm group_of)
 {
     if (comm == MPI_COMM_WORLD) return 0;
     if (comm == MPI_COMM_SELF) return 1;
@@ -179,7 +331,7 @@ uint32_t evf_comm_id(MPI_Comm comm)
         }
         id = evf_next_comm_id++;
         /* Defined before it is added, so no thread can use the id before its CommDef exists. */
-        evf_define_comm(id, comm);
+        evf_define_comm(id, group_of);
         if (evf_ncomms < evf_cap_comms) evf_comms[evf_ncomms++] = (evf_comm_entry){h, id};
     }
     pthread_mutex_unlock(&evf_comm_lock);
@@ -201,9 +353,130 @@ void evf_comm_forget(MPI_Comm comm)
     pthread_mutex_unlock(&evf_comm_lock);
 }
 
+/* ---------------- window ids ----------------
+ * Windows take their ids from the communicators' counter, and each is defined by a CommDef of its
+ * group (so the target ranks of one-sided calls translate to world ranks like any peer) followed
+ * by a WinDef naming the communicator it was created over. One-sided calls are rarer than
+ * point-to-point ones, so a short list under the communicators' lock does. */
+
+typedef struct {
+    uint64_t handle;
+    uint32_t id;
+} evf_win_entry;
+
+static evf_win_entry *evf_wins;
+static size_t evf_nwins, evf_cap_wins;
+
+/* Called with evf_comm_lock held. */
+static uint32_t evf_win_add(MPI_Win win, uint32_t comm)
+{
+    if (evf_nwins == evf_cap_wins) {
+        size_t cap = evf_cap_wins ? 2 * evf_cap_wins : 8;
+        evf_win_entry *grown = (evf_win_entry *)realloc(evf_wins, cap * sizeof *grown);
+        if (grown != NULL) {
+            evf_wins = grown;
+            evf_cap_wins = cap;
+        }
+    }
+    uint32_t id = evf_next_comm_id++;
+    MPI_Group group;
+    if (PMPI_Win_get_group(win, &group) == MPI_SUCCESS)
+        evf_define_group(id, group, evf_rec_commdef);
+    else
+        evf_rec_commdef(id, NULL, 0);
+    evf_rec_windef(id, comm);
+    if (evf_nwins < evf_cap_wins) evf_wins[evf_nwins++] = (evf_win_entry){EVF_HANDLE_U64(win), id};
+    return id;
+}
+
+void evf_win_define(MPI_Win win, uint32_t comm)
+{
+    pthread_mutex_lock(&evf_comm_lock);
+    (void)evf_win_add(win, comm);
+    pthread_mutex_unlock(&evf_comm_lock);
+}
+
+uint32_t evf_win_id(MPI_Win win)
+{
+    if (win == MPI_WIN_NULL) return EVF_NO_COMM;
+    uint64_t h = EVF_HANDLE_U64(win);
+    uint32_t id = EVF_NO_COMM;
+    pthread_mutex_lock(&evf_comm_lock);
+    /* Newest first: a reused handle's live entry is the last one added. */
+    for (size_t i = evf_nwins; i-- > 0;)
+        if (evf_wins[i].handle == h) {
+            id = evf_wins[i].id;
+            break;
+        }
+    /* Created before recording began: defined now, its communicator unknown. */
+    if (id == EVF_NO_COMM) id = evf_win_add(win, EVF_NO_COMM);
+    pthread_mutex_unlock(&evf_comm_lock);
+    return id;
+}
+
+void evf_win_forget(MPI_Win win)
+{
+    uint64_t h = EVF_HANDLE_U64(win);
+    pthread_mutex_lock(&evf_comm_lock);
+    for (size_t i = evf_nwins; i-- > 0;)
+        if (evf_wins[i].handle == h) {
+            memmove(&evf_wins[i], &evf_wins[i + 1], (evf_nwins - i - 1) * sizeof *evf_wins);
+            evf_nwins--;
+            break;
+        }
+    pthread_mutex_unlock(&evf_comm_lock);
+}
+
+/* ---------------- matched-probe messages ----------------
+ * MPI_Mrecv/MPI_Imrecv name no communicator: the message handle that Mprobe/Improbe returned
+ * carries it. A message is received soon after its probe, so a small ring of the latest ones
+ * suffices; an evicted (or pre-recording) message leaves the receive's communicator unknown. */
+
+#define EVF_MSGS 64
+static struct {
+    uint64_t handle;
+    uint32_t comm;
+    int used;
+} evf_msgs[EVF_MSGS];
+static unsigned evf_msg_next;
+static pthread_mutex_t evf_msg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void evf_msg_put(MPI_Message msg, uint32_t comm)
+{
+    if (msg == MPI_MESSAGE_NULL || msg == MPI_MESSAGE_NO_PROC) return;
+    pthread_mutex_lock(&evf_msg_lock);
+    unsigned k = evf_msg_next++ % EVF_MSGS;
+    evf_msgs[k].handle = EVF_HANDLE_U64(msg);
+    evf_msgs[k].comm = comm;
+    evf_msgs[k].used = 1;
+    pthread_mutex_unlock(&evf_msg_lock);
+}
+
+uint32_t evf_msg_take(MPI_Message msg, int32_t *peer)
+{
+    if (msg == MPI_MESSAGE_NO_PROC) {
+        *peer = -3; /* a probe of MPI_PROC_NULL: the receive completes at once, from nobody */
+        return EVF_NO_COMM;
+    }
+    if (msg == MPI_MESSAGE_NULL) return EVF_NO_COMM;
+    uint64_t h = EVF_HANDLE_U64(msg);
+    uint32_t comm = EVF_NO_COMM;
+    pthread_mutex_lock(&evf_msg_lock);
+    for (unsigned i = 0; i < EVF_MSGS; i++) {
+        unsigned k = (evf_msg_next - 1 - i) % EVF_MSGS;
+        if (evf_msgs[k].used && evf_msgs[k].handle == h) {
+            comm = evf_msgs[k].comm;
+            evf_msgs[k].used = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&evf_msg_lock);
+    return comm;
+}
+
 /* ---------------- sizes ---------------- */
 
-uint64_t evf_type_bytes_slow(int count, MPI_Datatype type)
+uint64_t evf_type_bytes_slow(int64_t count, MPI_Datatype type)
 {
     if (type == MPI_DATATYPE_NULL) return 0;
     int size = 0;
@@ -211,15 +484,33 @@ uint64_t evf_type_bytes_slow(int count, MPI_Datatype type)
     return (uint64_t)count * (uint64_t)size;
 }
 
-uint64_t evf_vbytes(const int *counts, MPI_Datatype type, MPI_Comm comm)
+/* Entries of a v-collective's count array: one per rank of the (remote) group. */
+static int evf_vlen(MPI_Comm comm)
 {
-    if (counts == NULL || type == MPI_DATATYPE_NULL) return 0;
-    int inter = 0, n = 0, size = 0;
+    int inter = 0, n = 0;
     PMPI_Comm_test_inter(comm, &inter);
     if (inter)
         PMPI_Comm_remote_size(comm, &n);
     else
         PMPI_Comm_size(comm, &n);
+    return n;
+}
+
+uint64_t evf_vbytes(const int *counts, MPI_Datatype type, MPI_Comm comm)
+{
+    if (counts == NULL || type == MPI_DATATYPE_NULL) return 0;
+    int n = evf_vlen(comm), size = 0;
+    if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size < 0) return 0;
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0) total += (uint64_t)counts[i];
+    return total * (uint64_t)size;
+}
+
+uint64_t evf_vbytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm comm)
+{
+    if (counts == NULL || type == MPI_DATATYPE_NULL) return 0;
+    int n = evf_vlen(comm), size = 0;
     if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size < 0) return 0;
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
@@ -434,7 +725,8 @@ static int evf_error_class(int rc)
 static int evf_file_open(const char *path)
 {
     if (evf_trace_file != MPI_FILE_NULL) PMPI_File_close(&evf_trace_file);
-    int rc = PMPI_File_open(MPI_COMM_SELF, path, MPI_MODE_WRONLY | MPI_MODE_CREATE, MPI_INFO_NULL,
+    if (evf_self_comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+    int rc = PMPI_File_open(evf_self_comm, path, MPI_MODE_WRONLY | MPI_MODE_CREATE, MPI_INFO_NULL,
                             &evf_trace_file);
     if (rc != MPI_SUCCESS) return evf_error_class(rc);
     /* A file left by an earlier run under the same name must not keep a stale tail. */

@@ -6,6 +6,10 @@
 
 #define _GNU_SOURCE
 #include <mpi.h>
+#ifdef OPEN_MPI
+/* Open MPI declares its MPI-4 previews (MPIX_*_init persistent collectives) here. */
+#include <mpi-ext.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -98,6 +102,8 @@ void *evf_rust_thread_buf(void);
 void evf_rec_call_on(void *thread_buf, const evf_call_t *call);
 void evf_rec_completion(uint64_t req_handle, int32_t source, int32_t tag, uint64_t bytes, int cancelled);
 void evf_rec_commdef(uint32_t id, const int32_t *members, int n);
+void evf_rec_remote_group(uint32_t id, const int32_t *members, int n);
+void evf_rec_windef(uint32_t id, uint32_t comm);
 void evf_after_blocking_collective(uint32_t comm, uint16_t func);
 void evf_rust_charge(uint64_t ticks);
 void evf_rust_lost(uint64_t events);
@@ -127,8 +133,19 @@ void evf_finalize_begin(void);
 void evf_finalize_end(void);
 uint32_t evf_comm_id(MPI_Comm comm);
 void evf_comm_forget(MPI_Comm comm);
-uint64_t evf_type_bytes_slow(int count, MPI_Datatype type);
+void evf_comm_define_like(MPI_Comm comm, MPI_Comm same_group_as);
+uint32_t evf_win_id(MPI_Win win);
+void evf_win_define(MPI_Win win, uint32_t comm);
+void evf_win_forget(MPI_Win win);
+void evf_msg_put(MPI_Message msg, uint32_t comm);
+uint32_t evf_msg_take(MPI_Message msg, int32_t *peer);
+int evf_session_init_begin(void);
+void evf_session_init_end(uint16_t fid, int first, uint64_t t0, uint64_t t1, int rc);
+int evf_session_finalize_begin(void);
+void evf_session_finalize_end(void);
+uint64_t evf_type_bytes_slow(int64_t count, MPI_Datatype type);
 uint64_t evf_vbytes(const int *counts, MPI_Datatype type, MPI_Comm comm);
+uint64_t evf_vbytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm comm);
 void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, MPI_Fint *fst, int flag,
                       int index, int outcount, const int *indices, int base);
 void evf_complete_blocking(MPI_Status *status);
@@ -181,7 +198,7 @@ static inline int32_t evf_tag(int tag)
     return tag == MPI_ANY_TAG ? -2 : tag;
 }
 
-static inline uint64_t evf_bytes(int count, MPI_Datatype type)
+static inline uint64_t evf_bytes(int64_t count, MPI_Datatype type)
 {
     if (count <= 0) return 0;
     return evf_type_bytes_slow(count, type);

@@ -229,19 +229,28 @@ pub extern "C" fn evf_rec_completion(
     core::record_completion(req_handle, source, tag, bytes, cancelled != 0);
 }
 
+/// World ranks as the C layer translated them; a negative value (`MPI_UNDEFINED`: a spawned or
+/// connected process outside this world) becomes [`format::NOT_IN_WORLD`].
+///
+/// # Safety
+/// `members` must point to `n` readable ints (or be null with `n == 0`).
+unsafe fn world_ranks(members: *const i32, n: c_int) -> Vec<u32> {
+    if members.is_null() || n <= 0 {
+        return Vec::new();
+    }
+    // SAFETY: forwarded contract: an array of `n` translated ranks.
+    unsafe { std::slice::from_raw_parts(members, n as usize) }
+        .iter()
+        .map(|&r| u32::try_from(r).unwrap_or(format::NOT_IN_WORLD))
+        .collect()
+}
+
 /// # Safety
 /// `members` must point to `n` readable ints (or be null with `n == 0`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn evf_rec_commdef(id: u32, members: *const i32, n: c_int) {
-    let members: Vec<u32> = if members.is_null() || n <= 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the C layer passes an array of `n` translated ranks.
-        unsafe { std::slice::from_raw_parts(members, n as usize) }
-            .iter()
-            .map(|&r| r.max(0) as u32)
-            .collect()
-    };
+    // SAFETY: forwarded contract.
+    let members = unsafe { world_ranks(members, n) };
     let world = core::session().map_or(0, |s| s.size);
     let spans = members.len() as u32 == world && {
         let mut sorted = members.clone();
@@ -254,6 +263,23 @@ pub unsafe extern "C" fn evf_rec_commdef(id: u32, members: *const i32, n: c_int)
         .get_or_insert_with(HashMap::new)
         .insert(id, spans);
     core::record_event(&Event::CommDef { id, members });
+}
+
+/// The remote group of intercommunicator `id`, right after its `CommDef`.
+///
+/// # Safety
+/// `members` must point to `n` readable ints (or be null with `n == 0`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rec_remote_group(id: u32, members: *const i32, n: c_int) {
+    // SAFETY: forwarded contract.
+    let members = unsafe { world_ranks(members, n) };
+    core::record_event(&Event::RemoteGroup { id, members });
+}
+
+/// Window `id` (already defined by a `CommDef` of its group) was created over communicator `comm`.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rec_windef(id: u32, comm: u32) {
+    core::record_event(&Event::WinDef { id, comm });
 }
 
 /// Recorder work measured by the C layer after a record was stored (completion processing):

@@ -66,4 +66,7 @@ build_c coverage -Wno-stringop-overflow
 build_c abnormal -pthread
 build_f smoke_f77
 build_f smoke_f08
+# MPI-4 classes (tests/smoke.rs mpi4, sessions); each uses what its MPI has.
+build_c mpi4 -Wno-stringop-overflow
+build_c sessions
 echo "done"
