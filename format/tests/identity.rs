@@ -295,7 +295,7 @@ fn damaged_identity_bodies_are_rejected() {
         })]]
     );
     let cases: [(u8, Vec<u8>, &str); 5] = [
-        (13, vec![3, 0, 0, 0, 0, 0, 0], "unknown writer"),
+        (13, vec![4, 0, 0, 0, 0, 0, 0], "unknown writer"),
         (13, vec![0, 0, 9, 0, 0, 0, 0], "unknown writer change"),
         (13, vec![0, 0, 0, 0, 0], "too short"),
         // host length 10 with only 2 bytes of host
