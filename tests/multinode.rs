@@ -261,10 +261,15 @@ fn total_s(stdout: &str) -> f64 {
 
 /// One traced 2×2 job with `--out out_pattern`; returns the program's stdout.
 fn traced_job(mpi: Mpi, out_pattern: &str, what: &str) -> String {
+    traced_job_with(mpi, out_pattern, &[], what)
+}
+
+fn traced_job_with(mpi: Mpi, out_pattern: &str, flags: &[&str], what: &str) -> String {
     let mut cmd = Command::new(evenflush_bin());
     // The job is short (about 0.3 s): decision points 10 ms apart, not the default 100 ms, so
     // that it flushes at least 5 times.
     cmd.args(["run", "--out", out_pattern, "--threshold", THRESHOLD])
+        .args(flags)
         .args(["--decision-interval", "10ms", "--"]);
     cmd.args(launch_two_nodes(mpi)).args(program_args(mpi));
     let out = run_with_timeout(mpi_env(&mut cmd), what, JOB_TIMEOUT);
@@ -342,6 +347,10 @@ fn expected_hosts() -> Value {
 /// Nothing lost, every rank complete, two hosts with the right ranks, posix on every rank, ≥ 5
 /// flushes.
 fn check_info(info: &Value, what: &str) {
+    check_info_with(info, what, "posix")
+}
+
+fn check_info_with(info: &Value, what: &str, writer: &str) {
     assert_eq!(info["ranks"], RANKS, "{what}: {info}");
     assert_eq!(info["lost_events"], 0, "{what}");
     assert_eq!(info["recording_stopped"], false, "{what}");
@@ -379,7 +388,7 @@ fn check_info(info: &Value, what: &str) {
         assert!(pids.insert((node, r["pid"].as_u64().unwrap())));
         let writers = r["writers"].as_array().unwrap();
         assert_eq!(writers.len(), 1, "{what}: rank {rank}: {writers:?}");
-        assert_eq!(writers[0]["used"], "posix", "{what}: rank {rank}");
+        assert_eq!(writers[0]["used"], writer, "{what}: rank {rank}");
         assert_eq!(writers[0]["change"], "opened", "{what}: rank {rank}");
     }
 }
@@ -506,6 +515,42 @@ fn launcher_host() -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// The core test: the job on 2 emulated nodes, traced into one directory.
+/// The aggregated layout per node: each emulated node's two ranks write one file together
+/// (collective MPI-IO over the node's communicator), so the run creates two trace files.
+fn node_layout(mpi: Mpi) {
+    require_emulated_nodes();
+    let dir = {
+        let _guard = mpi_lock();
+        let out = scratch(&format!("multinode-layout-{}", mpi.name()));
+        traced_job_with(
+            mpi,
+            &out.display().to_string(),
+            &["--layout", "node"],
+            &format!("traced 2-node job, a file per node ({})", mpi.name()),
+        );
+        out
+    };
+    let what = format!("2 nodes, a file per node ({})", mpi.name());
+    let mut evf: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".evf"))
+        .collect();
+    evf.sort();
+    assert_eq!(evf, ["group-00000.evf", "group-00002.evf"], "{what}");
+    for (name, ranks) in [("group-00000.evf", [0, 1]), ("group-00002.evf", [2, 3])] {
+        let group = format::GroupFile::open(dir.join(name)).unwrap();
+        let mut members: Vec<u32> = group.index.members.iter().map(|m| m.header.rank).collect();
+        members.sort();
+        assert_eq!(members, ranks, "{what}: {name}");
+        assert!(group.index.damage.is_empty(), "{what}: {:?}", group.index.damage);
+    }
+    let info = info_of(&[&dir]);
+    check_info_with(&info, &what, "group");
+    check_events_and_clocks(&dir, &what);
+    check_tools(&dir, &what);
+}
+
 fn two_nodes(mpi: Mpi) {
     let dir = shared_dir_run(mpi);
     let what = format!("2 nodes ({})", mpi.name());
@@ -729,6 +774,7 @@ fn a_job_past_its_timeout_is_killed_whole() {
 }
 
 for_both_mpis!(
+    node_layout,
     two_nodes,
     node_local_output,
     collect_names_missing_ranks,
