@@ -141,7 +141,7 @@ fn ranks_256(mpi: Mpi) {
 /// 64 ranks writing one file together at each flush. (256 ranks pass too, in about 3 minutes
 /// per MPI here: too long for CI beside the per-rank runs.)
 fn ranks_64_one_file(mpi: Mpi) {
-    many_ranks(mpi, 64, 40, 3, "shared");
+    many_ranks(mpi, 64, 20, 3, "shared");
 }
 
 /// Rank 0 makes every world barrier from a freshly created thread; the others from their main
