@@ -543,7 +543,11 @@ fn node_layout(mpi: Mpi) {
         let mut members: Vec<u32> = group.index.members.iter().map(|m| m.header.rank).collect();
         members.sort();
         assert_eq!(members, ranks, "{what}: {name}");
-        assert!(group.index.damage.is_empty(), "{what}: {:?}", group.index.damage);
+        assert!(
+            group.index.damage.is_empty(),
+            "{what}: {:?}",
+            group.index.damage
+        );
     }
     let info = info_of(&[&dir]);
     check_info_with(&info, &what, "group");

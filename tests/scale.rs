@@ -94,7 +94,11 @@ fn many_ranks(mpi: Mpi, ranks: u32, iterations: u32, min_flushes: u64, layout: &
         })
         .count();
     // The point of the aggregated layout: one file for the job instead of one per rank.
-    let expected_files = if layout == "shared" { 1 } else { ranks as usize };
+    let expected_files = if layout == "shared" {
+        1
+    } else {
+        ranks as usize
+    };
     assert_eq!(files, expected_files, "{layout} layout");
     let info = info_json(&out);
     assert_eq!(info["ranks"], ranks, "{info}");

@@ -205,7 +205,7 @@ fn recorded_dirs(
         return (dirs, not_found);
     };
     for recorded in &listed[1..] {
-        let Some(resolved) = relative_to(first, recorded).map(|rel| dir.join(rel)) else {
+        let Some(resolved) = relative_to(first, recorded).map(|rel| lexical(&dir.join(rel))) else {
             continue;
         };
         if resolved.is_dir() {
@@ -217,6 +217,23 @@ fn recorded_dirs(
         }
     }
     (dirs, not_found)
+}
+
+/// `path` with `.` and `..` resolved without touching the file system (for messages that name
+/// where a directory was looked for).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// `target` as a path relative to `base` (both as recorded, absolute), e.g. `../disk2/trace`.

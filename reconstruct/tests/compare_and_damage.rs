@@ -242,3 +242,105 @@ fn flipping_any_byte_never_panics() {
     std::fs::remove_dir_all(&dir).unwrap();
     let _ = std::fs::remove_dir_all(dir.with_extension("out"));
 }
+
+/// One flipped byte in a rank's first chunk costs that chunk only: the reader resumes at the next
+/// chunk and says exactly which bytes it skipped, once.
+#[test]
+fn a_damaged_first_chunk_does_not_lose_the_rest_of_the_rank() {
+    let dir = temp_dir("dmg-first");
+    write_trace(&dir, 2, &pingpong(50, 0, SEND), 20);
+    let victim = dir.join(rank_file_name(1, 0));
+    let intact = read_lane(&dir, 1, 0).len();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let first_chunk = RankFile::open(&victim)
+        .unwrap()
+        .chunks()
+        .next()
+        .unwrap()
+        .unwrap();
+    let (start, len) = (
+        first_chunk.offset as usize,
+        72 + first_chunk.header.stored_len as usize,
+    );
+    let lost_events = first_chunk.event_count() as usize;
+    bytes[start + len - 3] ^= 0x10;
+    std::fs::write(&victim, &bytes).unwrap();
+    let s = reconstruct_dir(&dir).unwrap();
+    let out = dir.with_extension("out");
+    assert_eq!(read_lane(&out, 1, 0).len(), intact - lost_events);
+    // The checksum failure with its byte range, then the sequence gap it leaves: each once.
+    assert_eq!(s.skipped.len(), 2, "{:?}", s.skipped);
+    assert_eq!(s.skipped[0].offset, start as u64);
+    assert!(
+        s.skipped[0]
+            .what
+            .contains(&format!("bytes {start}..{} skipped", start + len)),
+        "{:?}",
+        s.skipped
+    );
+    assert!(
+        s.skipped[1]
+            .what
+            .contains("chunk 0 of thread stream 0 missing")
+    );
+    // The location is said once, by the report itself, not again inside its text.
+    assert!(!s.skipped[0].what.contains(&victim.display().to_string()));
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+/// A copied trace is read from the copy only, with the further output directories its meta.json
+/// names resolved relative to the copy; a directory that did not come along is named.
+#[test]
+fn a_copied_trace_never_reads_the_original() {
+    let root = temp_dir("copied");
+    let (orig_a, orig_b) = (root.join("orig/disk1/t"), root.join("orig/disk2/t"));
+    std::fs::create_dir_all(&orig_a).unwrap();
+    std::fs::create_dir_all(&orig_b).unwrap();
+    let ranks = pingpong(30, 0, SEND);
+    write_trace(&orig_a, 2, &ranks[..1], 20);
+    write_trace(&orig_b, 2, &ranks[1..], 20);
+    let meta = serde_json::json!({
+        "host": "h",
+        "settings": {"EVENFLUSH_OUT": format!("{},{}", orig_a.display(), orig_b.display())}
+    });
+    std::fs::write(orig_a.join("meta.json"), meta.to_string()).unwrap();
+    let trace = Trace::open(&orig_a).unwrap();
+    assert_eq!(trace.ranks.len(), 2);
+
+    // Both directories copied side by side: the copy is complete on its own.
+    let (copy_a, copy_b) = (root.join("copy/disk1/t"), root.join("copy/disk2/t"));
+    for (from, to) in [(&orig_a, &copy_a), (&orig_b, &copy_b)] {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+    let trace = Trace::open(&copy_a).unwrap();
+    let paths: Vec<_> = trace
+        .ranks
+        .iter()
+        .flat_map(|r| r.parts.iter().map(|p| p.path().to_path_buf()))
+        .collect();
+    assert_eq!(paths.len(), 2, "{paths:?}");
+    assert!(
+        paths.iter().all(|p| p.starts_with(root.join("copy"))),
+        "{paths:?}"
+    );
+    let events = reconstruct::info::summarize(&trace).unwrap().events_total;
+    assert_eq!(
+        events,
+        reconstruct::info::summarize(&Trace::open(&orig_a).unwrap())
+            .unwrap()
+            .events_total
+    );
+
+    // Only the first directory copied: rank 1 is missing, and the error says where it looked.
+    std::fs::remove_dir_all(root.join("copy/disk2")).unwrap();
+    let err = Trace::open(&copy_a).unwrap_err().to_string();
+    assert!(err.contains("[1]"), "{err}");
+    assert!(err.contains(&orig_b.display().to_string()), "{err}");
+    assert!(err.contains(&copy_b.display().to_string()), "{err}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
