@@ -48,6 +48,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let mut progress = |done, total| bar.update(done, total);
     let result = match args.format {
         ExportFormat::Perfetto => perfetto::export(&trace, &args.out, &mut progress).map(|s| {
+            warn_skipped(&s.skipped);
             format!(
                 "wrote {}: {} slices, {} message flows ({} matched messages), {} counter samples",
                 args.out.display(),
@@ -58,6 +59,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             )
         }),
         ExportFormat::Otf2 => otf2::export(&trace, &args.out, &mut progress).map(|s| {
+            warn_skipped(&s.skipped);
             format!(
                 "wrote {}: {} locations, {} events ({} MPI sends, {} receives, {} collectives)",
                 args.out.display(),
@@ -76,4 +78,11 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     })?;
     eprintln!("{line}");
     Ok(())
+}
+
+/// What the reader could not read is said on stderr, once per range, as the other commands do.
+pub fn warn_skipped(skipped: &[reconstruct::trace::Skipped]) {
+    for k in skipped {
+        eprintln!("evenflush: warning: {k}");
+    }
 }

@@ -86,6 +86,7 @@ pub fn run(args: &TimelineArgs) -> Result<()> {
         ExportError::Trace(t) => anyhow::Error::new(t),
         other => anyhow::Error::new(other),
     })?;
+    crate::export_cmd::warn_skipped(&s.skipped);
     eprintln!(
         "wrote {} ({}x{}): {} ranks, {:.6}-{:.6} s, {} calls, {} of {} messages drawn, {} suspensions",
         args.png.display(),
