@@ -460,7 +460,7 @@ pub fn render(c: &Collection) -> String {
     for d in &c.dirs {
         let _ = writeln!(
             s,
-            "dir {}: {} rank file(s), ranks {}{}",
+            "dir {}: {} trace file(s), ranks {}{}",
             d.dir.display(),
             d.rank_files,
             if d.ranks.is_empty() {

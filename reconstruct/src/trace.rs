@@ -10,7 +10,7 @@ use format::{ChunkWalk, ClockCalibration, Event, FormatError, RankPart};
 pub enum TraceError {
     #[error("{}: no such trace directory", .0.display())]
     NoDirectory(PathBuf),
-    #[error("{}: no rank files (rank-NNNNN.evf) here: not an evenflush trace, or the run wrote nothing", .0.display())]
+    #[error("{}: no trace files (rank-NNNNN.evf or group-NNNNN.evf) here: not an evenflush trace, or the run wrote nothing", .0.display())]
     Empty(PathBuf),
     #[error("{}: rank file(s) missing for rank(s) {missing:?} of {world_size} (found {found} rank(s))", dir.display())]
     MissingRanks {
@@ -25,7 +25,7 @@ pub enum TraceError {
     BadMeta { path: PathBuf, what: String },
     #[error("no trace directory given")]
     NoDirectories,
-    #[error("{}: holds no rank files (rank-NNNNN.evf) and no meta.json: not a trace directory", .0.display())]
+    #[error("{}: holds no trace files (rank-NNNNN.evf, group-NNNNN.evf) and no meta.json: not a trace directory", .0.display())]
     NotATrace(PathBuf),
     #[error("rank {rank} part {part} is in both {} and {}, and they differ: files of two runs, or an incomplete copy", a.display(), b.display())]
     ConflictingCopies {
