@@ -12,6 +12,7 @@ mod report_cmd;
 mod run;
 mod simulate_cmd;
 mod timeline_cmd;
+mod validate;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,17 @@ enum Cmd {
         Every flag can also be given as its EVENFLUSH_* environment variable (shown with each flag)."
     )]
     Run(run_args::RunArgs),
+    /// Prove the reconstruction on your own program: K untraced and K traced runs, interleaved;
+    /// each traced run reconstructed; the error of T(G) against the untraced time, with its
+    /// confidence interval and the untraced noise floor.
+    #[command(
+        after_help = "Example:\n  evenflush validate --reps 7 --threshold 8MiB -- mpirun -np 4 ./app\n\n\
+        Time compared on both sides: end of MPI_Init to start of MPI_Finalize, the longest over \
+        ranks (untraced runs measure it with a clock-only preload built with the MPI's mpicc; \
+        the program must call MPI_Init/MPI_Finalize from C or C++). Every recorder flag of \
+        `run` applies to the traced runs."
+    )]
+    Validate(run_args::ValidateArgs),
     /// Summarise a trace: ranks, hosts, writers, events, calls per function, user events, span, suspensions.
     #[command(
         after_help = "Example:\n  evenflush info trace --json\n  evenflush info out/nodeA out/nodeB   # node-local directories of one run (see `collect`)"
@@ -99,6 +111,7 @@ fn main() -> ExitCode {
             .into_request()
             .and_then(run::run)
             .map(|code| ExitCode::from(code.clamp(0, 255) as u8)),
+        Cmd::Validate(args) => run_args::validate(args).map(|()| ExitCode::SUCCESS),
         Cmd::Info { dirs, json } => info::info(&dirs, json).map(|()| ExitCode::SUCCESS),
         Cmd::Collect(a) => collect_cmd::run(&a),
         Cmd::Reconstruct(a) => reconstruct_cmd::run(&a).map(|()| ExitCode::SUCCESS),

@@ -70,7 +70,7 @@ pub fn library_path(mpi: Mpi) -> Result<PathBuf> {
     Ok(lib)
 }
 
-fn detect_mpi(command: &[String]) -> Result<(Mpi, String)> {
+pub(crate) fn detect_mpi(command: &[String]) -> Result<(Mpi, String)> {
     let line = mpi::parse_launch_line(command).with_context(|| {
         format!(
             "cannot find the program in `{}`: expected `mpirun [options] program [args]`",
@@ -181,25 +181,9 @@ pub fn run(req: RunRequest) -> Result<i32> {
     // The library goes to the ranks only (through the launcher's own option), so mpirun itself
     // never loads it; the environment of mpirun gets it too as a fallback for launchers that do not
     // forward options, since the library is inert in processes that never call MPI_Init.
-    let mut argv: Vec<String> = vec![req.command[0].clone()];
     let mut rank_env = env.clone();
     rank_env.insert("LD_PRELOAD".into(), lib.display().to_string());
-    let env_args: Vec<String> = rank_env
-        .iter()
-        .flat_map(|(k, v)| mpi.env_args(k, v))
-        .collect();
-    if line.is_some() {
-        argv.extend(env_args.iter().cloned());
-    }
-    for word in &req.command[1..] {
-        argv.push(word.clone());
-        // Open MPI's -x before the first program reaches only that program's ranks: an MPMD
-        // line (`prog1 : prog2`) needs it in every context, or the later programs' ranks run
-        // without the recorder and the others wait for them in the first collective.
-        if line.is_some() && mpi == Mpi::OpenMpi && word == ":" {
-            argv.extend(env_args.iter().cloned());
-        }
-    }
+    let argv = with_rank_env(mpi, &req.command, &rank_env);
 
     let started = Instant::now();
     let status = Command::new(&argv[0])
@@ -215,7 +199,27 @@ pub fn run(req: RunRequest) -> Result<i32> {
     Ok(code)
 }
 
-fn signal_of(status: &std::process::ExitStatus) -> i32 {
+/// The launch command with `env` handed to every rank through the launcher's own option (`-x` or
+/// `-genv`), inserted after the launcher and, for Open MPI's MPMD lines, after each `:` (a `-x`
+/// before the first program reaches only that program's ranks). A command that is not a known
+/// launch line is returned as is.
+pub fn with_rank_env(mpi: Mpi, command: &[String], env: &BTreeMap<String, String>) -> Vec<String> {
+    let line = mpi::parse_launch_line(command);
+    let env_args: Vec<String> = env.iter().flat_map(|(k, v)| mpi.env_args(k, v)).collect();
+    let mut argv: Vec<String> = vec![command[0].clone()];
+    if line.is_some() {
+        argv.extend(env_args.iter().cloned());
+    }
+    for word in &command[1..] {
+        argv.push(word.clone());
+        if line.is_some() && mpi == Mpi::OpenMpi && word == ":" {
+            argv.extend(env_args.iter().cloned());
+        }
+    }
+    argv
+}
+
+pub(crate) fn signal_of(status: &std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.signal().unwrap_or(0)
 }

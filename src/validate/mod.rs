@@ -1,0 +1,323 @@
+//! `evenflush validate`: the tool's proof on the user's own program. It runs the program K times
+//! untraced and K times traced, interleaved (U T U T ...), reconstructs each traced run, and says
+//! how far the reconstructed time is from the untraced time, against the untraced run-to-run
+//! spread.
+//!
+//! Both sides measure the same interval: "end of `MPI_Init` to start of `MPI_Finalize`, the
+//! longest over ranks", which is the span reconstruction reports. Untraced runs get it from a
+//! tiny preload (`span_probe.c`, built here with the MPI's own compiler wrapper) that reads the
+//! clock at those two points and nothing else.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use reconstruct::progress::Bar;
+use reconstruct::rebuild::{self, Options};
+use reconstruct::{Trace, info};
+use serde::Serialize;
+
+use crate::mpi::Mpi;
+
+const PROBE_SOURCE: &str = include_str!("span_probe.c");
+
+/// One interleaved pair.
+#[derive(Clone, Debug, Serialize)]
+pub struct Pair {
+    pub untraced_s: f64,
+    /// T(G'): the traced run's span as measured.
+    pub traced_s: f64,
+    /// T(G+): DP' removed.
+    pub reconstructed_plus_s: f64,
+    /// T(G): DP' and DP removed.
+    pub reconstructed_s: f64,
+    pub dp_prime_s: f64,
+    pub dp_s: f64,
+    pub flushes: u64,
+}
+
+/// A relative error against the untraced median, with a 95 % bootstrap interval.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Error {
+    pub median_s: f64,
+    /// (median − untraced median) / untraced median.
+    pub error: f64,
+    pub ci_low: f64,
+    pub ci_high: f64,
+    /// The interval includes 0: the error cannot be told apart from the run-to-run noise.
+    pub within_noise: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Validation {
+    pub command: Vec<String>,
+    pub mpi: &'static str,
+    pub reps: usize,
+    pub definition: &'static str,
+    pub untraced_median_s: f64,
+    /// Median relative difference of consecutive untraced runs: the noise floor.
+    pub untraced_spread: f64,
+    /// T(G'), the traced program as measured: the recorder's overhead.
+    pub traced: Error,
+    pub reconstructed_plus: Error,
+    pub reconstructed: Error,
+    pub dp_prime_median_s: f64,
+    pub dp_median_s: f64,
+    pub flushes_median: u64,
+    pub pairs: Vec<Pair>,
+}
+
+pub struct Request {
+    pub command: Vec<String>,
+    pub mpi: Option<Mpi>,
+    pub reps: usize,
+    /// Where runs, traces and the probe go; kept afterwards only with `keep`.
+    pub work: PathBuf,
+    pub keep: bool,
+    /// `EVENFLUSH_*` settings for the traced runs.
+    pub settings: BTreeMap<String, String>,
+}
+
+pub const DEFINITION: &str = "end of MPI_Init to start of MPI_Finalize, longest over ranks";
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Ratio of medians − 1 with a percentile bootstrap over resampled pairs (a fixed seed, so that a
+/// report can be reproduced from its runs).
+fn error_of(untraced: &[f64], measured: &[f64]) -> Error {
+    let base = median(untraced);
+    let m = median(measured);
+    let n = untraced.len();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut samples = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        let (mut u, mut t) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for _ in 0..n {
+            let i = (next() % n as u64) as usize;
+            let j = (next() % n as u64) as usize;
+            u.push(untraced[i]);
+            t.push(measured[j]);
+        }
+        samples.push(median(&t) / median(&u) - 1.0);
+    }
+    samples.sort_by(f64::total_cmp);
+    let (lo, hi) = (samples[50], samples[1949]);
+    Error {
+        median_s: m,
+        error: m / base - 1.0,
+        ci_low: lo,
+        ci_high: hi,
+        within_noise: lo <= 0.0 && 0.0 <= hi,
+    }
+}
+
+/// Builds the span probe for `mpi` into `dir` with the MPI's compiler wrapper.
+fn build_probe(mpi: Mpi, dir: &Path) -> Result<PathBuf> {
+    let src = dir.join("span_probe.c");
+    let lib = dir.join(format!("span_probe_{}.so", mpi.name()));
+    std::fs::write(&src, PROBE_SOURCE)?;
+    let cc = match mpi {
+        Mpi::OpenMpi => "mpicc.openmpi",
+        Mpi::Mpich => "mpicc.mpich",
+    };
+    let out = Command::new(cc)
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .with_context(|| format!("cannot run {cc} to build the untraced runs' clock probe"))?;
+    if !out.status.success() {
+        bail!(
+            "{cc} could not build the clock probe:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(lib)
+}
+
+fn run_quiet(argv: &[String], env: &BTreeMap<String, String>, what: &str) -> Result<()> {
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .envs(env)
+        .output()
+        .with_context(|| format!("cannot start `{}`", argv[0]))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn untraced_once(req: &Request, mpi: Mpi, probe: &Path, rep: usize) -> Result<f64> {
+    let span_file = req.work.join(format!("untraced-{rep}.span"));
+    let _ = std::fs::remove_file(&span_file);
+    let mut env = BTreeMap::new();
+    env.insert("LD_PRELOAD".to_string(), probe.display().to_string());
+    env.insert(
+        "EVENFLUSH_SPAN_FILE".to_string(),
+        span_file.display().to_string(),
+    );
+    let argv = crate::run::with_rank_env(mpi, &req.command, &env);
+    run_quiet(&argv, &env, &format!("untraced run {rep}"))?;
+    let text = std::fs::read_to_string(&span_file).with_context(|| {
+        format!(
+            "untraced run {rep} wrote no span ({}): the program must call MPI_Init and \
+             MPI_Finalize from C (or C++)",
+            span_file.display()
+        )
+    })?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("bad span {text:?}"))
+}
+
+fn traced_once(req: &Request, mpi: Mpi, rep: usize) -> Result<Pair> {
+    let trace = req.work.join(format!("traced-{rep}"));
+    let rebuilt = req.work.join(format!("traced-{rep}.rebuilt"));
+    for d in [&trace, &rebuilt] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    let exe = std::env::current_exe()?;
+    let mut argv = vec![
+        exe.display().to_string(),
+        "run".into(),
+        "--mpi".into(),
+        mpi.name().into(),
+        "--out".into(),
+        trace.display().to_string(),
+        "--".into(),
+    ];
+    argv.extend(req.command.iter().cloned());
+    let mut env = req.settings.clone();
+    env.remove("EVENFLUSH_OUT");
+    run_quiet(&argv, &env, &format!("traced run {rep}"))?;
+    let t = Trace::open(&trace)?;
+    let summary = rebuild::reconstruct(&t, &rebuilt, &Options::default(), &mut |_, _| {})?;
+    let flushes = info::summarize(&t)?.suspension.flushes;
+    if !req.keep {
+        let _ = std::fs::remove_dir_all(&trace);
+        let _ = std::fs::remove_dir_all(&rebuilt);
+    }
+    Ok(Pair {
+        untraced_s: 0.0,
+        traced_s: summary.measured_s,
+        reconstructed_plus_s: summary.reconstructed_plus_s,
+        reconstructed_s: summary.reconstructed_s,
+        dp_prime_s: summary.dp_prime_s,
+        dp_s: summary.dp_s,
+        flushes,
+    })
+}
+
+pub fn validate(req: &Request) -> Result<Validation> {
+    if req.reps < 2 {
+        bail!("--reps must be at least 2 (the noise floor needs two untraced runs)");
+    }
+    let mpi = match req.mpi {
+        Some(m) => m,
+        None => crate::run::detect_mpi(&req.command)?.0,
+    };
+    std::fs::create_dir_all(&req.work)
+        .with_context(|| format!("cannot create {}", req.work.display()))?;
+    let probe = build_probe(mpi, &req.work)?;
+    let bar = Bar::for_terminal("validating");
+    let mut pairs = Vec::new();
+    for rep in 0..req.reps {
+        bar.update(rep as u64, req.reps as u64);
+        let untraced_s = untraced_once(req, mpi, &probe, rep)?;
+        let mut pair = traced_once(req, mpi, rep)?;
+        pair.untraced_s = untraced_s;
+        pairs.push(pair);
+    }
+    bar.update(req.reps as u64, req.reps as u64);
+    bar.finish();
+    let col = |f: fn(&Pair) -> f64| pairs.iter().map(f).collect::<Vec<f64>>();
+    let u = col(|p| p.untraced_s);
+    let base = median(&u);
+    let spread = median(
+        &u.windows(2)
+            .map(|w| (w[1] - w[0]).abs() / base)
+            .collect::<Vec<_>>(),
+    );
+    let mut flushes: Vec<u64> = pairs.iter().map(|p| p.flushes).collect();
+    flushes.sort_unstable();
+    Ok(Validation {
+        command: req.command.clone(),
+        mpi: mpi.name(),
+        reps: req.reps,
+        definition: DEFINITION,
+        untraced_median_s: base,
+        untraced_spread: spread,
+        traced: error_of(&u, &col(|p| p.traced_s)),
+        reconstructed_plus: error_of(&u, &col(|p| p.reconstructed_plus_s)),
+        reconstructed: error_of(&u, &col(|p| p.reconstructed_s)),
+        dp_prime_median_s: median(&col(|p| p.dp_prime_s)),
+        dp_median_s: median(&col(|p| p.dp_s)),
+        flushes_median: flushes[flushes.len() / 2],
+        pairs,
+    })
+}
+
+pub fn render(v: &Validation) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let pct = |x: f64| 100.0 * x;
+    let _ = writeln!(
+        o,
+        "{} interleaved pairs ({}); time = {}",
+        v.reps, v.mpi, v.definition
+    );
+    let _ = writeln!(
+        o,
+        "untraced          median {:.4} s; run-to-run spread (noise floor) {:.2} %",
+        v.untraced_median_s,
+        pct(v.untraced_spread)
+    );
+    for (name, e) in [
+        ("traced T(G')", &v.traced),
+        ("T(G+) DP' out", &v.reconstructed_plus),
+        ("T(G) DP', DP out", &v.reconstructed),
+    ] {
+        let _ = writeln!(
+            o,
+            "{name:<17} median {:.4} s; {:+.2} % of untraced (95 % CI {:+.2} .. {:+.2} %){}",
+            e.median_s,
+            pct(e.error),
+            pct(e.ci_low),
+            pct(e.ci_high),
+            if e.within_noise {
+                ", not distinguishable from noise"
+            } else {
+                ""
+            }
+        );
+    }
+    let _ = writeln!(
+        o,
+        "DP' median {:.4} s, DP median {:.4} s, flushes median {}",
+        v.dp_prime_median_s, v.dp_median_s, v.flushes_median
+    );
+    o
+}
