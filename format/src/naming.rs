@@ -82,3 +82,20 @@ pub fn expand_out(dir: &Path, host: &str) -> PathBuf {
     }
     PathBuf::from(std::ffi::OsString::from_vec(out))
 }
+
+/// The subdirectory of an output directory that a world started by `MPI_Comm_spawn` writes to:
+/// `spawn-<key>`, `key` made by that world's rank 0 and equal on all of its ranks. Characters
+/// that could leave the directory become `_`.
+pub fn spawn_dir_name(key: &str) -> String {
+    let safe: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("spawn-{safe}")
+}

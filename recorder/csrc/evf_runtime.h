@@ -77,6 +77,8 @@ typedef struct {
     /* The watchdog's switches (see recorder/src/watchdog.rs). */
     void (*set_watching)(int on);
     void (*watchdog_abort)(int code);
+    /* Whether a request handle can name several live requests at once (requests.rs). */
+    int (*request_shared)(uint64_t handle);
 } evf_transport_t;
 
 /* ---- Rust core hooks (recorder::ffi) ---- */
@@ -98,6 +100,8 @@ void evf_rust_finalize_begin(void);
 void evf_rust_finalize_end(void);
 void evf_abnormal_end(int signal);
 void evf_rust_set_transport(const evf_transport_t *transport);
+void evf_rust_set_spawn_key(const char *key);
+void evf_rust_atfork_child(void);
 
 /* ---- C runtime (evf_runtime.c) ---- */
 extern __thread int evf_depth __attribute__((tls_model("initial-exec")));

@@ -74,6 +74,9 @@ pub struct ThreadBuf {
     /// Bytes of records in `local.buf`, published by the owner after every append (a plain
     /// store) so the suspension can compare the trace size with S without taking any buffer.
     used: AtomicU64,
+    /// Events in `local.buf`, published like `used`: when a crash leaves this buffer in use, this
+    /// is how many events a taker counts as lost without reading the buffer.
+    events: AtomicU64,
     local: UnsafeCell<Local>,
 }
 
@@ -169,6 +172,7 @@ fn register() -> &'static ThreadBuf {
         state: AtomicU8::new(IDLE),
         stream: reg.len() as u32,
         used: AtomicU64::new(0),
+        events: AtomicU64::new(0),
         local: UnsafeCell::new(Local {
             buf: RawBuf::with_block_size(BLOCK_SIZE),
             counted_capacity: 0,
@@ -212,6 +216,7 @@ pub fn with_buf<R>(tb: &ThreadBuf, f: impl FnOnce(&mut Local) -> R) -> (R, i64) 
     let r = f(local);
     let delta = account(local);
     tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
+    tb.events.store(local.buf.events(), Ordering::Relaxed);
     release_owner(tb);
     (r, delta)
 }
@@ -271,6 +276,9 @@ pub struct Taken {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Busy {
     pub streams: Vec<u32>,
+    /// Events held in those buffers as of their last completed append, plus one per buffer for
+    /// the append in progress: at most this many events are lost with them.
+    pub events: u64,
 }
 
 /// Takes every thread's buffered events (empty buffers are skipped) and frees their memory.
@@ -289,6 +297,7 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
                         Vec::new(),
                         Busy {
                             streams: vec![u32::MAX],
+                            events: 0,
                         },
                     );
                 }
@@ -306,6 +315,7 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
                     Vec::new(),
                     Busy {
                         streams: vec![u32::MAX],
+                        events: 0,
                     },
                 );
             }
@@ -345,6 +355,7 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
         }
         if !got {
             busy.streams.push(tb.stream);
+            busy.events += tb.events.load(Ordering::Relaxed) + 1;
             continue;
         }
         // SAFETY: no owner can be inside its buffer now: in asymmetric mode it is IDLE and any new
@@ -360,6 +371,7 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
         }
         account(local);
         tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
+        tb.events.store(local.buf.events(), Ordering::Relaxed);
         if !asymmetric {
             tb.state.store(IDLE, Ordering::Release);
         }

@@ -30,6 +30,7 @@ pub struct RawTransport {
     pub err_quota: c_int,
     pub set_watching: unsafe extern "C" fn(c_int),
     pub watchdog_abort: unsafe extern "C" fn(c_int),
+    pub request_shared: unsafe extern "C" fn(u64) -> c_int,
 }
 
 static TRANSPORT: AtomicPtr<RawTransport> = AtomicPtr::new(std::ptr::null_mut());
@@ -172,6 +173,12 @@ impl Link {
     pub fn watchdog_abort(&self, code: i32) {
         // SAFETY: ends the job; takes a plain value.
         unsafe { (self.0.watchdog_abort)(code) }
+    }
+    /// Whether MPI may hand out `handle` for several live requests at once (preallocated,
+    /// already complete requests); any other handle names one live request at a time.
+    pub fn request_shared(&self, handle: u64) -> bool {
+        // SAFETY: takes a plain value and only compares it with constants of the MPI library.
+        unsafe { (self.0.request_shared)(handle) != 0 }
     }
     /// Whether an error class means the disk (or quota) is full.
     pub fn is_out_of_space(&self, e: LinkError) -> bool {

@@ -360,6 +360,41 @@ pub fn before_mpi_finalize(taken: Vec<Taken>) {
     sink.kind = WriterKind::Posix;
 }
 
+/// The trace is about to be written from a thread of the recorder's own (signal helper,
+/// `MPI_Abort`), where MPI-IO must not be called: with the `mpiio` writer, the rest of the trace
+/// continues in a further posix part file. What MPI-IO wrote is complete (it syncs after every
+/// write); its file is left to the MPI library, which is ending anyway.
+pub fn leave_mpiio() {
+    let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sink) = guard.as_mut() else { return };
+    if sink.kind != WriterKind::MpiIo {
+        return;
+    }
+    let reason = "the trace was ended from a signal or MPI_Abort, where MPI-IO cannot be used; \
+                  the rest continues in a further part file"
+        .to_string();
+    match sink.writer.take() {
+        Some(Backend::MpiIo(mpiio)) => {
+            let (dir, part) = mpiio.position();
+            sink.writer = Some(Backend::Generic(Box::new(PosixWriter::continuing(
+                sink.plan.clone(),
+                dir,
+                part,
+            ))));
+            sink.note = Some(WriterUsed {
+                requested: WriterId::MpiIo,
+                used: WriterId::Posix,
+                change: WriterChange::FinalizeHandover,
+                part,
+                reason,
+            });
+        }
+        None => sink.next_change = Some((WriterChange::FinalizeHandover, reason)),
+        generic => sink.writer = generic,
+    }
+    sink.kind = WriterKind::Posix;
+}
+
 /// Writes every taken buffer (in pieces, see [`PIECE_BYTES`]) and makes them durable, freeing
 /// the buffers as it goes. Returns the totals so far.
 pub fn write(taken: Vec<Taken>) -> SinkStats {
