@@ -257,18 +257,6 @@ fn request_final_and_reraise(sig: c_int) -> bool {
 
 /// The helper: serves requests until the process ends.
 fn helper_loop() {
-    // SAFETY: pthread_self only reads the thread pointer.
-    HELPER.store(unsafe { libc::pthread_self() } as u64, Ordering::Release);
-    // SIGTERM/SIGINT must reach another thread: a handler that waited for the helper on the
-    // helper itself would wait for the full limit.
-    // SAFETY: the sigset is a local initialised by sigemptyset before use.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
     let fd = WAKE_READ.load(Ordering::Acquire);
     loop {
         let mut byte = [0u8; 16];
@@ -358,12 +346,35 @@ pub fn install(wait_limit: Duration) {
         WAKE_WRITE.store(wake_w, Ordering::Release);
         DONE_READ.store(done_r, Ordering::Release);
         DONE_WRITE.store(done_w, Ordering::Release);
+        // The helper is born with SIGTERM/SIGINT blocked, so they always reach another thread: a
+        // handler that waited for the helper on the helper itself would wait for the full limit.
+        // SAFETY: the sigsets are locals, initialised by sigemptyset / written by the kernel.
+        let saved_mask = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut saved: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut saved);
+            saved
+        };
         let started = std::thread::Builder::new()
             .name("evenflush-signals".into())
             .spawn(helper_loop);
-        if let Err(e) = started {
-            eprintln!("evenflush: cannot start the signal thread ({e}); signals are not handled");
-            return;
+        // SAFETY: puts back this thread's own mask, saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved_mask, std::ptr::null_mut()) };
+        match started {
+            Ok(handle) => {
+                use std::os::unix::thread::JoinHandleExt;
+                // Published here, not by the helper when it first runs: a signal may come first.
+                HELPER.store(handle.as_pthread_t() as u64, Ordering::Release);
+            }
+            Err(e) => {
+                eprintln!(
+                    "evenflush: cannot start the signal thread ({e}); signals are not handled"
+                );
+                return;
+            }
         }
         for (i, &sig) in SIGNALS.iter().enumerate() {
             // SAFETY: sigaction structs are plain data; `old` is written by the kernel before it
