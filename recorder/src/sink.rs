@@ -39,6 +39,8 @@ struct Sink {
     /// the marker saying where recording stopped still fits.
     reserve: Option<PathBuf>,
     stats: SinkStats,
+    /// Events a failed sync gave up, to be marked (`Marker::Lost`) by the next write.
+    pending_lost: u64,
 }
 
 /// Totals over the life of the trace.
@@ -89,6 +91,7 @@ pub fn configure(dirs: Vec<PathBuf>, header: FileHeader, zstd_level: i32, kind: 
         seq: HashMap::new(),
         stopped: None,
         stats: SinkStats::default(),
+        pending_lost: 0,
     });
 }
 
@@ -188,6 +191,21 @@ impl Sink {
     }
 
     fn write(&mut self, mut taken: Vec<Taken>) {
+        if self.pending_lost > 0 {
+            let mut marker = RawBuf::new();
+            marker.push_event(&Event::Marker(Marker::Lost {
+                time: crate::clock::now(),
+                events: std::mem::take(&mut self.pending_lost),
+            }));
+            taken.insert(
+                0,
+                Taken {
+                    stream: 0,
+                    buf: marker,
+                    profile: None,
+                },
+            );
+        }
         let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
         if events == 0 {
             return;
@@ -249,7 +267,7 @@ impl Sink {
             Ok(w) => self.account(&w),
             Err(WriteError::OutOfSpace { last_dir, written }) => {
                 self.account(&written);
-                let lost = events - written.events;
+                let lost = events.saturating_sub(written.events);
                 self.stats.events_lost += lost;
                 self.stop(
                     format!(
@@ -257,6 +275,23 @@ impl Sink {
                         last_dir.display()
                     ),
                     lost,
+                );
+            }
+            Err(WriteError::SyncLost {
+                path,
+                written,
+                source,
+            }) => {
+                // Recording goes on (the next write starts a new part file); these events are
+                // counted and marked in the trace by the next write.
+                self.account(&written);
+                let lost = events.saturating_sub(written.events);
+                self.stats.events_lost += lost;
+                self.pending_lost += lost;
+                eprintln!(
+                    "evenflush: rank {rank}: {}: syncing failed twice ({source}); up to {lost} events \
+                     written since the last successful sync may be lost; recording continues",
+                    path.display()
                 );
             }
             Err(e) => {
