@@ -203,8 +203,9 @@ impl Parts {
     /// unsynced chunks to be written again, in front of anything queued already.
     fn requeue_unsynced(&mut self) {
         if let Some(file) = self.file.take() {
+            // Not synced: a reader stops at a torn tail anyway, and another failing sync here
+            // would only delay the retry.
             let _ = file.set_len(self.synced);
-            let _ = file.sync_data();
         }
         for chunk in self.unsynced.drain(..).rev() {
             self.replay.push_front(chunk);

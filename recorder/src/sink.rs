@@ -41,6 +41,8 @@ struct Sink {
     stats: SinkStats,
     /// Events a failed sync gave up, to be marked (`Marker::Lost`) by the next write.
     pending_lost: u64,
+    /// Set while writing that marker right after the failure.
+    marking_lost: bool,
 }
 
 /// Totals over the life of the trace.
@@ -92,6 +94,7 @@ pub fn configure(dirs: Vec<PathBuf>, header: FileHeader, zstd_level: i32, kind: 
         stopped: None,
         stats: SinkStats::default(),
         pending_lost: 0,
+        marking_lost: false,
     });
 }
 
@@ -293,6 +296,12 @@ impl Sink {
                      written since the last successful sync may be lost; recording continues",
                     path.display()
                 );
+                // Say so in the trace now (this may be its last write); once, not in a loop.
+                if !self.marking_lost {
+                    self.marking_lost = true;
+                    self.write(Vec::new());
+                    self.marking_lost = false;
+                }
             }
             Err(e) => {
                 self.stats.events_lost += events;

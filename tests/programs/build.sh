@@ -66,4 +66,9 @@ build_c coverage -Wno-stringop-overflow
 build_c abnormal -pthread
 build_f smoke_f77
 build_f smoke_f08
+# Recorder hardening (tests/hardening.rs): signals, fork, spawn, comm frees at depth.
+build_c hardening
+# Not an MPI program: the LD_PRELOAD fault injector of the disk-error tests.
+echo "  CC  faultfs.so"
+"${CC:-cc}" -O2 -Wall -Wextra -shared -fPIC -o "$outdir/faultfs.so" "$src/faultfs.c" -ldl
 echo "done"
