@@ -70,7 +70,9 @@ pub enum WriteError {
     /// `fdatasync` failed with an I/O error twice in one call, the second time on chunks written
     /// again in a new part file: those chunks may not be on disk and are given up. `written` is
     /// what this call wrote durably; the writer itself goes on with the next call.
-    #[error("{path}: syncing failed twice ({source}); the chunks written since the last successful sync may be lost")]
+    #[error(
+        "{path}: syncing failed twice ({source}); the chunks written since the last successful sync may be lost"
+    )]
     SyncLost {
         path: PathBuf,
         written: WriteStats,
@@ -213,7 +215,10 @@ impl Parts {
     }
 
     /// The next chunk to write: queued ones first.
-    fn next_chunk(&mut self, chunks: &mut dyn Iterator<Item = EncodedChunk>) -> Option<EncodedChunk> {
+    fn next_chunk(
+        &mut self,
+        chunks: &mut dyn Iterator<Item = EncodedChunk>,
+    ) -> Option<EncodedChunk> {
         self.replay.pop_front().or_else(|| chunks.next())
     }
 

@@ -622,4 +622,5 @@ static const evf_transport_t evf_transport_template = {
     MPI_ERR_NO_SPACE, MPI_ERR_QUOTA,
     evf_set_watching, evf_watchdog_abort,
     evf_request_shared,
+    MPI_ERR_IO,
 };

@@ -79,6 +79,9 @@ typedef struct {
     void (*watchdog_abort)(int code);
     /* Whether a request handle can name several live requests at once (requests.rs). */
     int (*request_shared)(uint64_t handle);
+    /* MPI_ERR_IO: how both MPIs' MPI-IO report a write that failed with EDQUOT (and other errors
+     * of the file system under one output directory). */
+    int err_io;
 } evf_transport_t;
 
 /* ---- Rust core hooks (recorder::ffi) ---- */

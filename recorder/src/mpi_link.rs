@@ -31,6 +31,7 @@ pub struct RawTransport {
     pub set_watching: unsafe extern "C" fn(c_int),
     pub watchdog_abort: unsafe extern "C" fn(c_int),
     pub request_shared: unsafe extern "C" fn(u64) -> c_int,
+    pub err_io: c_int,
 }
 
 static TRANSPORT: AtomicPtr<RawTransport> = AtomicPtr::new(std::ptr::null_mut());
@@ -183,6 +184,12 @@ impl Link {
     /// Whether an error class means the disk (or quota) is full.
     pub fn is_out_of_space(&self, e: LinkError) -> bool {
         e.0 == self.0.err_no_space || e.0 == self.0.err_quota
+    }
+    /// Whether a failed write means this output directory takes no more: a full disk or quota,
+    /// or `MPI_ERR_IO`, which is what both MPIs' MPI-IO report for `EDQUOT` (Open MPI 4.1 and
+    /// MPICH 4.0 were seen to), so it cannot be told apart from a quota.
+    pub fn directory_refuses(&self, e: LinkError) -> bool {
+        self.is_out_of_space(e) || e.0 == self.0.err_io
     }
 }
 

@@ -1,7 +1,10 @@
 //! The `mpiio` trace writer: the paper's choice, `MPI_File_write` on a file opened on
 //! `MPI_COMM_SELF`, through the C layer (the Rust core has no MPI types). Same rotation rules as the
-//! posix and io_uring backends: on a full disk the partial chunk is cut off and writing moves on to
-//! the next output directory with the next part number.
+//! posix and io_uring backends: on a full disk or quota the partial chunk is cut off and writing
+//! moves on to the next output directory with the next part number. MPI-IO reports a full quota as
+//! `MPI_ERR_IO`, so a write failing with that class moves on as well. A failed `MPI_File_sync`
+//! writes the unsynced chunks again in a new part file, as the offload writers do. The C layer
+//! opens the file with `MPI_ERRORS_RETURN`, so none of this can abort the job.
 //!
 //! MPI-IO cannot be used after `MPI_Finalize`, so at its start the recorder writes what it holds
 //! and hands the rest of the trace to a posix writer in a further part file
@@ -76,7 +79,7 @@ impl MpiIoWriter {
     fn classify(&self, r: Result<(), LinkError>) -> Result<Outcome, WriteError> {
         match r {
             Ok(()) => Ok(Outcome::Done),
-            Err(e) if self.link.is_out_of_space(e) => Ok(Outcome::Full),
+            Err(e) if self.link.directory_refuses(e) => Ok(Outcome::Full),
             Err(e) => Err(self.io_error(e)),
         }
     }

@@ -388,9 +388,8 @@ pub fn install(wait_limit: Duration) {
                     continue;
                 }
                 let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = on_signal
-                    as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)
-                    as usize;
+                action.sa_sigaction =
+                    on_signal as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) as usize;
                 action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
                 libc::sigemptyset(&mut action.sa_mask);
                 (*(&raw mut PREVIOUS_ACTIONS))[i].write(old);

@@ -6,6 +6,7 @@
  * says, then (if it survives) m more times, and MPI_Finalize. Barriers on
  * MPI_COMM_SELF, so a rank that dies leaves no other rank waiting.
  *
+ *   plain          nothing in between (for the disk-fault tests).
  *   term-default   raise(SIGTERM) with the default action: the rank dies of it.
  *   term-before    own SIGTERM handler installed before MPI_Init; raise(SIGTERM);
  *                  the handler prints "rank R: handler called" and the job goes on.
