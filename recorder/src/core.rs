@@ -407,7 +407,9 @@ pub fn checkpoint() {
     }
     // Not on the thread that makes MPI calls: MPI-IO is not an option here.
     sink::leave_mpiio();
-    let (taken, _) = buffers::take_all(None);
+    // The signal's handler waits for this before the application's handler runs: a buffer the
+    // signal caught mid-append is left for a later write rather than waited for.
+    let (taken, _) = buffers::take_all(Some(1 << 20));
     sink::write(taken);
 }
 

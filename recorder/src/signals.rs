@@ -63,7 +63,7 @@ static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
 /// The helper writes one byte after each request it served, for handlers that wait.
 static DONE_READ: AtomicI32 = AtomicI32::new(-1);
 static DONE_WRITE: AtomicI32 = AtomicI32::new(-1);
-/// `pthread_self()` of the helper thread (0 until it runs).
+/// `pthread_self()` of the helper thread (0 until it is started).
 static HELPER: AtomicU64 = AtomicU64::new(0);
 
 /// What the helper is asked to do (bits of `PENDING`).
@@ -172,7 +172,7 @@ fn slot(sig: c_int) -> Option<usize> {
 /// `ACTIVE_SLOT[i]` must be set (the slot was written before it was, and is never written again).
 unsafe fn previous(i: usize) -> &'static libc::sigaction {
     // SAFETY: per the contract, the slot is initialised and no longer written.
-    unsafe { (*(&raw const PREVIOUS_ACTIONS))[i].assume_init_ref() }
+    unsafe { (*std::ptr::addr_of!(PREVIOUS_ACTIONS))[i].assume_init_ref() }
 }
 
 /// Hands the signal to what was there before us: the application's (or the MPI library's)
@@ -219,7 +219,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
         return;
     }
     // SAFETY: pthread_self only reads the thread pointer.
-    let on_helper = HELPER.load(Ordering::Acquire) == unsafe { libc::pthread_self() } as u64;
+    let on_helper = HELPER.load(Ordering::Acquire) == unsafe { libc::pthread_self() };
     let ours = !forked_child() && !core::finished() && !on_helper;
     // SAFETY: a previous action of our own process. Applies to each `chain` below.
     let app_handler = unsafe { previous(i) }.sa_sigaction != libc::SIG_DFL;
@@ -367,7 +367,7 @@ pub fn install(wait_limit: Duration) {
             Ok(handle) => {
                 use std::os::unix::thread::JoinHandleExt;
                 // Published here, not by the helper when it first runs: a signal may come first.
-                HELPER.store(handle.as_pthread_t() as u64, Ordering::Release);
+                HELPER.store(handle.as_pthread_t(), Ordering::Release);
             }
             Err(e) => {
                 eprintln!(
@@ -392,7 +392,7 @@ pub fn install(wait_limit: Duration) {
                     on_signal as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) as usize;
                 action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
                 libc::sigemptyset(&mut action.sa_mask);
-                (*(&raw mut PREVIOUS_ACTIONS))[i].write(old);
+                (*std::ptr::addr_of_mut!(PREVIOUS_ACTIONS))[i].write(old);
                 if libc::sigaction(sig, &action, std::ptr::null_mut()) == 0 {
                     ACTIVE_SLOT[i].store(true, Ordering::Release);
                 }
