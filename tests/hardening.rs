@@ -149,6 +149,80 @@ fn sigterm_default(mpi: Mpi) {
     );
 }
 
+/// SIGTERM while the recorder is writing (a tiny `--limit` keeps it flushing nearly all the time,
+/// holding its sink's lock): a handler that wrote the trace itself would wait for that lock held
+/// by the very thread it interrupted, forever. The job must end, of the signal, with its trace.
+fn sigterm_during_flush(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let out = scratch(&format!("hardening-term-flood-{}", mpi.name()));
+    let mut cmd = Command::new(common::evenflush_bin());
+    cmd.arg("run").arg("--out").arg(&out);
+    cmd.args([
+        "--mode",
+        "off",
+        "--threshold",
+        "512KiB",
+        "--limit",
+        "1MiB",
+        "--",
+    ]);
+    cmd.args(mpi.launch(1));
+    cmd.arg(common::programs(mpi).join("hardening"))
+        .args(["term-flood", "0", "0"]);
+    // It ends within seconds; a deadlock must fail well before the suite's job limit.
+    let output = output_with_timeout(
+        common::mpi_env(&mut cmd),
+        std::time::Duration::from_secs(90),
+        &format!("term-flood ({})", mpi.name()),
+    );
+    let what = format!("term-flood ({})", mpi.name());
+    assert!(!output.status.success(), "{what}: must die of SIGTERM");
+    // read_trace also checks that no write was cut off mid-chunk.
+    let c = counts(&out);
+    assert_eq!(c.len(), 1, "{what}");
+    assert!(
+        c[0].call("MPI_Comm_rank") > 1000,
+        "{what}: {:?}",
+        c[0].calls
+    );
+    assert_eq!(c[0].abnormal, vec![15], "{what}");
+}
+
+/// `MPI_Abort` while the disk hangs (every `fdatasync` of the trace takes two minutes): the job
+/// ends after `--abort-flush-limit`, not after the disk.
+fn abort_is_bounded(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (a, _) = two_dirs(mpi, "abort-hang");
+    let started = std::time::Instant::now();
+    let output = faulty_mode(
+        mpi,
+        "abort",
+        2,
+        "posix",
+        &[&a],
+        &[
+            ("FAULTFS_SYNC_DELAY_MS", "120000"),
+            ("EVENFLUSH_ABORT_FLUSH_LIMIT", "1s"),
+        ],
+    );
+    let took = started.elapsed();
+    let what = format!("abort with a hanging disk ({})", mpi.name());
+    assert!(!output.status.success(), "{what}: MPI_Abort fails the job");
+    let all = text(&output);
+    assert!(
+        all.contains("faultfs: injected delay"),
+        "{what}: the disk hung:\n{all}"
+    );
+    assert!(
+        took < std::time::Duration::from_secs(60),
+        "{what}: took {took:?}:\n{all}"
+    );
+    assert!(
+        all.contains("--abort-flush-limit"),
+        "{what}: said so:\n{all}"
+    );
+}
+
 /// An application that traps SIGTERM (to checkpoint before a batch limit) keeps its handler,
 /// whether it installed it before or after `MPI_Init`, and the trace goes on after the signal.
 fn sigterm_app_handler(mpi: Mpi, mode: &str) {
@@ -328,15 +402,27 @@ fn comm_free_in_attribute_callback(mpi: Mpi) {
 /// `hardening plain` on one rank with the recorder and the fault injector preloaded (mpirun
 /// directly: `evenflush run` sets LD_PRELOAD to the recorder alone). Returns the job's output.
 fn faulty(mpi: Mpi, writer: &str, dirs: &[&Path], fault: &[(&str, &str)]) -> Output {
+    faulty_mode(mpi, "plain", 1, writer, dirs, fault)
+}
+
+/// [`faulty`] with another mode of hardening.c and rank count.
+fn faulty_mode(
+    mpi: Mpi,
+    mode: &str,
+    ranks: u32,
+    writer: &str,
+    dirs: &[&Path],
+    fault: &[(&str, &str)],
+) -> Output {
     let programs = common::programs(mpi);
     let lib = common::evenflush_bin()
         .parent()
         .expect("target directory")
         .join(format!("libevenflush_{}.so", mpi.name()));
     let out: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    let mut argv = mpi.launch(1);
+    let mut argv = mpi.launch(ranks);
     argv.push(programs.join("hardening").display().to_string());
-    argv.extend(["plain".to_string(), N.to_string(), M.to_string()]);
+    argv.extend([mode.to_string(), N.to_string(), M.to_string()]);
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .env(
@@ -612,6 +698,8 @@ fn disk_full_mpiio(mpi: Mpi) {
 
 for_both_mpis!(
     sigterm_default,
+    sigterm_during_flush,
+    abort_is_bounded,
     sigterm_handler_before_init,
     sigterm_handler_after_init,
     sigint_ignored,

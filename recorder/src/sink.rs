@@ -112,12 +112,16 @@ fn make_reserve(path: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Gives the reserve back (end of the run); the trace is complete without it.
+/// Gives the reserve back (end of the run); the trace is complete without it. Nothing is
+/// written after this: after a signal the process may die any moment, and a thread still
+/// recording must not start a write that would be cut off mid-chunk.
 pub fn close() {
-    if let Some(sink) = SINK.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
-        && let Some(path) = sink.reserve.take()
-    {
-        let _ = std::fs::remove_file(path);
+    if let Some(sink) = SINK.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if let Some(path) = sink.reserve.take() {
+            let _ = std::fs::remove_file(path);
+        }
+        sink.stopped
+            .get_or_insert_with(|| "the trace was closed".into());
     }
 }
 

@@ -67,7 +67,7 @@ build_c abnormal -pthread
 build_f smoke_f77
 build_f smoke_f08
 # Recorder hardening (tests/hardening.rs): signals, fork, spawn, comm frees at depth.
-build_c hardening
+build_c hardening -pthread
 # Not an MPI program: the LD_PRELOAD fault injector of the disk-error tests.
 echo "  CC  faultfs.so"
 "${CC:-cc}" -O2 -Wall -Wextra -shared -fPIC -o "$outdir/faultfs.so" "$src/faultfs.c" -ldl

@@ -9,6 +9,7 @@
  *   FAULTFS_SYNC_ERRNO=EIO|ENOSPC|EDQUOT   fdatasync/fsync fail with it ...
  *   FAULTFS_SYNC_FAILURES=k        ... the first k times (per process; default 1)
  *   FAULTFS_SYNC_SKIP=j            ... after letting the first j syncs through
+ *   FAULTFS_SYNC_DELAY_MS=t        every sync of such files first sleeps t ms (a hanging disk)
  *
  * Each injected failure prints "faultfs: injected <what>" on stderr, so a test
  * can tell that the fault really happened.
@@ -72,6 +73,11 @@ static int write_fault(int fd, size_t len)
 
 static int sync_fault(int fd)
 {
+    const char *delay = getenv("FAULTFS_SYNC_DELAY_MS");
+    if (delay != NULL && watched(fd)) {
+        say("delay", fd);
+        usleep((useconds_t)atol(delay) * 1000u);
+    }
     int err = errno_named(getenv("FAULTFS_SYNC_ERRNO"));
     if (err == 0 || !watched(fd)) return 0;
     const char *skip = getenv("FAULTFS_SYNC_SKIP");

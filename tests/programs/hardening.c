@@ -8,6 +8,11 @@
  *
  *   plain          nothing in between (for the disk-fault tests).
  *   term-default   raise(SIGTERM) with the default action: the rank dies of it.
+ *   term-flood     a second thread (no MPI) sends SIGTERM to the main thread
+ *                  after 300 ms, while the main thread calls MPI_Comm_rank in a
+ *                  loop; run with a small --limit, the recorder is then nearly
+ *                  always writing (holding its sink's lock) when the signal lands.
+ *   abort          MPI_Abort(MPI_COMM_WORLD, 3).
  *   term-before    own SIGTERM handler installed before MPI_Init; raise(SIGTERM);
  *                  the handler prints "rank R: handler called" and the job goes on.
  *   term-after     the same with the handler installed after MPI_Init.
@@ -33,7 +38,9 @@
  */
 #define _GNU_SOURCE
 #include <mpi.h>
+#include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +67,17 @@ static void install_term_handler(void)
 static void barriers(long n)
 {
     for (long i = 0; i < n; i++) MPI_Barrier(MPI_COMM_SELF);
+}
+
+static pthread_t main_thread;
+
+static void *terminator(void *arg)
+{
+    (void)arg;
+    struct timespec pause = {0, 300000000L};
+    nanosleep(&pause, NULL);
+    pthread_kill(main_thread, SIGTERM);
+    return NULL;
 }
 
 static MPI_Comm victim = MPI_COMM_NULL;
@@ -130,6 +148,14 @@ int main(int argc, char **argv)
         raise(SIGTERM);
         /* The recorder writes the trace on another thread, then the signal ends the process. */
         for (;;) barriers(1);
+    } else if (strcmp(mode, "term-flood") == 0) {
+        pthread_t t;
+        main_thread = pthread_self();
+        pthread_create(&t, NULL, terminator, NULL);
+        int r;
+        for (;;) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    } else if (strcmp(mode, "abort") == 0) {
+        MPI_Abort(MPI_COMM_WORLD, 3);
     } else if (strcmp(mode, "term-before") == 0 || strcmp(mode, "term-after") == 0) {
         raise(SIGTERM);
         if (got_signal) printf("rank %d: handler called\n", rank);
