@@ -246,6 +246,35 @@ fn sigterm_handler_after_init(mpi: Mpi) {
     sigterm_app_handler(mpi, "term-after");
 }
 
+/// The application's SIGTERM handler calls `exit` (no `MPI_Finalize`): the recorder's exit hook
+/// then runs inside a signal handler, so it has the helper thread write the trace and waits.
+fn sigterm_handler_exits(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(mpi, 1, "term-exit");
+    let what = format!("term-exit ({})", mpi.name());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !stdout.contains("still running"),
+        "{what}: the handler exited:\n{stdout}"
+    );
+    let c = counts(&dir);
+    assert_eq!(
+        c.len(),
+        1,
+        "{what}: a trace was written:\n{}",
+        text(&output)
+    );
+    assert_eq!(c[0].call("MPI_Barrier"), N, "{what}");
+    assert_eq!(c[0].call("MPI_Finalize"), 0, "{what}");
+    assert_eq!(
+        c[0].abnormal,
+        vec![0],
+        "{what}: an exit without MPI_Finalize"
+    );
+    assert_eq!(c[0].lost, 0, "{what}");
+    assert!(reserves_left(&dir).is_empty(), "{what}");
+}
+
 /// SIGINT ignored before `MPI_Init` (as a shell does for a background job) stays ignored: the job
 /// survives it and the trace does not end there.
 fn sigint_ignored(mpi: Mpi) {
@@ -700,6 +729,7 @@ for_both_mpis!(
     abort_is_bounded,
     sigterm_handler_before_init,
     sigterm_handler_after_init,
+    sigterm_handler_exits,
     sigint_ignored,
     segv,
     fork_child_exits,

@@ -16,6 +16,8 @@
  *   term-before    own SIGTERM handler installed before MPI_Init; raise(SIGTERM);
  *                  the handler prints "rank R: handler called" and the job goes on.
  *   term-after     the same with the handler installed after MPI_Init.
+ *   term-exit      own SIGTERM handler installed before MPI_Init that calls
+ *                  exit(0) (without MPI_Finalize); raise(SIGTERM).
  *   int-ignored    SIGINT set to SIG_IGN before MPI_Init (as a background job's
  *                  shell does); raise(SIGINT); the job goes on.
  *   segv           writes through a null pointer: the rank crashes.
@@ -55,11 +57,17 @@ static void on_term(int sig)
     got_signal = 1;
 }
 
-static void install_term_handler(void)
+static void exit_on_term(int sig)
+{
+    (void)sig;
+    exit(0);
+}
+
+static void install_term_handler(void (*handler)(int))
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_term;
+    sa.sa_handler = handler;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
 }
@@ -96,12 +104,13 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "term-default";
     long n = argc > 2 ? atol(argv[2]) : 100;
     long m = argc > 3 ? atol(argv[3]) : 100;
-    if (strcmp(mode, "term-before") == 0) install_term_handler();
+    if (strcmp(mode, "term-before") == 0) install_term_handler(on_term);
+    if (strcmp(mode, "term-exit") == 0) install_term_handler(exit_on_term);
     if (strcmp(mode, "int-ignored") == 0) signal(SIGINT, SIG_IGN);
     MPI_Init(&argc, &argv);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (strcmp(mode, "term-after") == 0) install_term_handler();
+    if (strcmp(mode, "term-after") == 0) install_term_handler(on_term);
 
     if (strcmp(mode, "spawned") == 0) {
         MPI_Comm parent;
@@ -148,6 +157,9 @@ int main(int argc, char **argv)
         raise(SIGTERM);
         /* The recorder writes the trace on another thread, then the signal ends the process. */
         for (;;) barriers(1);
+    } else if (strcmp(mode, "term-exit") == 0) {
+        raise(SIGTERM);
+        printf("rank %d: still running after the handler\n", rank);
     } else if (strcmp(mode, "term-flood") == 0) {
         pthread_t t;
         main_thread = pthread_self();
