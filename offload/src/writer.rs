@@ -337,12 +337,11 @@ impl Parts {
         }
         if !out_of_space && self.eio_retries > 0 {
             // The same chunks failed twice: say they may be lost rather than loop.
-            let lost: Vec<EncodedChunk> = self.unsynced.drain(..).collect();
+            self.unsynced.clear();
             if let Some(file) = self.file.take() {
                 let _ = file.set_len(self.synced);
             }
             self.part += 1;
-            drop(lost);
             return Err(SyncFailure::Fatal(WriteError::SyncLost {
                 path,
                 written: *stats,
@@ -426,10 +425,13 @@ impl PosixWriter {
                     return Ok(());
                 }
                 Err(e) if is_out_of_space(&e) => {
+                    let queued = self.parts.replay.len();
                     self.parts.rotate(start, stats)?;
-                    // What a failed sync queued again goes first, this chunk after it.
-                    if !self.parts.replay.is_empty() {
-                        self.parts.replay.push_back(chunk);
+                    // The chunks a failed sync queued again were written before this one: they
+                    // go first, this one right after them, then whatever was queued already.
+                    let requeued = self.parts.replay.len() - queued;
+                    if requeued > 0 {
+                        self.parts.replay.insert(requeued, chunk);
                         return Ok(());
                     }
                 }

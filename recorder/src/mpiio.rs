@@ -142,6 +142,7 @@ impl MpiIoWriter {
                     // Cut the partial chunk off so the file ends on a chunk boundary.
                     let _ = self.link.file_set_size(start);
                     self.offset = start;
+                    let queued = replay.len();
                     if self.link.file_sync().is_ok() {
                         self.commit(stats);
                     } else {
@@ -151,8 +152,10 @@ impl MpiIoWriter {
                     self.open = false;
                     self.dir_index += 1;
                     self.part += 1;
-                    if !replay.is_empty() {
-                        replay.push_back(chunk);
+                    // Chunks queued again were written before this one: they go first.
+                    let requeued = replay.len() - queued;
+                    if requeued > 0 {
+                        replay.insert(requeued, chunk);
                         return Ok(());
                     }
                 }
