@@ -286,40 +286,25 @@ pub struct Busy {
 /// `Some(spins)` it gives up on a buffer after that many attempts and reports it as busy.
 pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
     choose_mode();
-    let reg: Vec<&'static ThreadBuf> = {
-        let guard = match patience {
-            None => REGISTRY.lock().unwrap_or_else(|e| e.into_inner()),
-            Some(_) => match REGISTRY.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    return (
-                        Vec::new(),
-                        Busy {
-                            streams: vec![u32::MAX],
-                            events: 0,
-                        },
-                    );
-                }
+    // Another thread holding these locks is usually only passing through (used_bytes takes the
+    // registry after every growth): retry for as long as the patience allows before giving up.
+    let unknown = || {
+        (
+            Vec::new(),
+            Busy {
+                streams: vec![u32::MAX],
+                events: 0,
             },
+        )
+    };
+    let reg: Vec<&'static ThreadBuf> = {
+        let Some(guard) = lock_with_patience(&REGISTRY, patience) else {
+            return unknown();
         };
         guard.clone()
     };
-    let _takers = match patience {
-        None => TAKERS.lock().unwrap_or_else(|e| e.into_inner()),
-        Some(_) => match TAKERS.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                return (
-                    Vec::new(),
-                    Busy {
-                        streams: vec![u32::MAX],
-                        events: 0,
-                    },
-                );
-            }
-        },
+    let Some(_takers) = lock_with_patience(&TAKERS, patience) else {
+        return unknown();
     };
     let asymmetric = ASYMMETRIC.load(Ordering::Relaxed);
     if asymmetric {
@@ -380,6 +365,31 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
         TAKING.store(false, Ordering::Release);
     }
     (taken, busy)
+}
+
+/// Locks `m`, waiting as long as it takes with `patience = None`, or for at most that many
+/// attempts.
+fn lock_with_patience<T>(
+    m: &Mutex<T>,
+    patience: Option<u64>,
+) -> Option<std::sync::MutexGuard<'_, T>> {
+    let Some(spins) = patience else {
+        return Some(m.lock().unwrap_or_else(|e| e.into_inner()));
+    };
+    for attempt in 0..=spins {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if attempt % 1024 == 1023 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Number of threads that ever recorded.

@@ -469,7 +469,13 @@ pub fn finish(abnormal: Option<i32>) {
         _ => buffers::take_all(None),
     };
     let rank = session().map_or(0, |s| s.rank);
-    if !busy.streams.is_empty() {
+    if busy.streams == [u32::MAX] {
+        // A crashed thread holds the buffer registry: no buffer can be reached or counted.
+        eprintln!(
+            "evenflush: rank {rank}: the recorder's buffers could not be reached after the signal; \
+             the events they held are lost (how many is unknown)"
+        );
+    } else if !busy.streams.is_empty() {
         eprintln!(
             "evenflush: rank {rank}: {} thread buffer(s) were in use when the signal arrived; up to {} events are lost",
             busy.streams.len(),

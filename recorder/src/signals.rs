@@ -270,6 +270,11 @@ fn helper_loop() {
         }
         let seen = REQUESTED.load(Ordering::Acquire);
         let what = PENDING.swap(0, Ordering::AcqRel);
+        // This thread never makes MPI calls of the application's: with `--writer mpiio`, what it
+        // writes goes to a posix part file instead.
+        if what != 0 {
+            crate::sink::leave_mpiio();
+        }
         if what & WANT_FINAL != 0 {
             let sig = FINAL_SIGNAL.load(Ordering::Acquire);
             core::finish(Some(sig));
