@@ -383,8 +383,21 @@ fn spawn(mpi: Mpi) {
     assert_eq!(c[0].call("MPI_Init"), 1, "{what}");
     assert_eq!(c[0].call("MPI_Barrier"), N + M, "{what}: {:?}", c[0].calls);
     assert_eq!(c[0].call("MPI_Finalize"), 1, "{what}");
-    // The parent's trace still reads as a trace of its own two ranks.
+    // The parent's trace still reads as a trace of its own two ranks, and info points to the
+    // spawned world's.
     assert_eq!(common::info_json(&dir)["ranks"], 2, "{what}");
+    let info = common::check(
+        Command::new(common::evenflush_bin())
+            .arg("info")
+            .arg(&dir)
+            .output()
+            .unwrap(),
+        "evenflush info",
+    );
+    assert!(
+        String::from_utf8_lossy(&info.stderr).contains(&name),
+        "{what}: info mentions {name}"
+    );
     assert_eq!(common::info_json(&spawned[0])["ranks"], 1, "{what}");
 }
 

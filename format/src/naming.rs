@@ -99,3 +99,27 @@ pub fn spawn_dir_name(key: &str) -> String {
         .collect();
     format!("spawn-{safe}")
 }
+
+/// Whether a directory entry's name is one [`spawn_dir_name`] makes.
+pub fn is_spawn_dir_name(name: &str) -> bool {
+    name.strip_prefix("spawn-").is_some_and(|key| {
+        !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })
+}
+
+#[cfg(test)]
+mod spawn_tests {
+    use super::*;
+
+    #[test]
+    fn spawn_directory_names_stay_inside_and_are_recognised() {
+        assert_eq!(spawn_dir_name("18eabee1-1234"), "spawn-18eabee1-1234");
+        assert_eq!(spawn_dir_name("../x/y"), "spawn-___x_y");
+        assert!(is_spawn_dir_name(&spawn_dir_name("18eabee1-1234")));
+        assert!(!is_spawn_dir_name("spawn-"));
+        assert!(!is_spawn_dir_name("rank-00000.evf"));
+    }
+}
