@@ -290,7 +290,8 @@ impl Sink {
                 source,
             }) => {
                 // Recording goes on (the next write starts a new part file); these events are
-                // counted and marked in the trace by the next write.
+                // counted, and marked in the trace by a write of the marker alone right below
+                // (or, if that fails too, by the next write).
                 self.account(&written);
                 let lost = events.saturating_sub(written.events);
                 self.stats.events_lost += lost;
