@@ -230,16 +230,16 @@ pub fn scan_group(bytes: &[u8], path: &Path) -> Result<GroupIndex, FormatError> 
         if rest.starts_with(&FILE_MAGIC) {
             match parse_file_header(rest, path) {
                 Ok((h, h_len)) => {
-                    if slot_of_rank.contains_key(&h.rank) {
-                        problem = format!("a second header for rank {}", h.rank);
-                    } else if h.part != 0 || h.world_size != header.world_size {
+                    let seen = slot_of_rank.len();
+                    if h.part != 0 || h.world_size != header.world_size {
                         problem = format!(
                             "a header for rank {} with part {} of a world of {} (the group file \
                              holds part 0 of a world of {})",
                             h.rank, h.part, h.world_size, header.world_size
                         );
+                    } else if *slot_of_rank.entry(h.rank).or_insert(seen) != seen {
+                        problem = format!("a second header for rank {}", h.rank);
                     } else {
-                        slot_of_rank.insert(h.rank, members.len());
                         members.push(GroupMember {
                             header: h,
                             header_offset: pos as u64,

@@ -82,3 +82,44 @@ pub fn expand_out(dir: &Path, host: &str) -> PathBuf {
     }
     PathBuf::from(std::ffi::OsString::from_vec(out))
 }
+
+/// The subdirectory of an output directory that a world started by `MPI_Comm_spawn` writes to:
+/// `spawn-<key>`, `key` made by that world's rank 0 and equal on all of its ranks. Characters
+/// that could leave the directory become `_`.
+pub fn spawn_dir_name(key: &str) -> String {
+    let safe: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("spawn-{safe}")
+}
+
+/// Whether a directory entry's name is one [`spawn_dir_name`] makes.
+pub fn is_spawn_dir_name(name: &str) -> bool {
+    name.strip_prefix("spawn-").is_some_and(|key| {
+        !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })
+}
+
+#[cfg(test)]
+mod spawn_tests {
+    use super::*;
+
+    #[test]
+    fn spawn_directory_names_stay_inside_and_are_recognised() {
+        assert_eq!(spawn_dir_name("18eabee1-1234"), "spawn-18eabee1-1234");
+        assert_eq!(spawn_dir_name("../x/y"), "spawn-___x_y");
+        assert!(is_spawn_dir_name(&spawn_dir_name("18eabee1-1234")));
+        assert!(!is_spawn_dir_name("spawn-"));
+        assert!(!is_spawn_dir_name("rank-00000.evf"));
+    }
+}

@@ -56,8 +56,11 @@ fn chunk(rank: u32, seq: u64, n: u64) -> Vec<u8> {
     ChunkEncoder::new(1).encode(rank, 0, seq, &buf).bytes
 }
 
+/// Where a chunk is: its (rank, seq), its offset and its length.
+type Placed = ((u32, u64), usize, usize);
+
 /// Two members, three flushes; returns the file and where each (rank, seq) chunk starts.
-fn build_group() -> (Vec<u8>, Vec<((u32, u64), usize, usize)>) {
+fn build_group() -> (Vec<u8>, Vec<Placed>) {
     let mut file = encode_group_header(&GroupHeader {
         world_size: 2,
         group_size: 2,

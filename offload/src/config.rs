@@ -129,6 +129,9 @@ pub struct Config {
     /// A call running longer than this is reported stuck; zero disables the watchdog.
     pub watchdog: Duration,
     pub watchdog_abort: bool,
+    /// How long `MPI_Abort` and a crash (SIGSEGV, SIGBUS, SIGABRT) wait for the trace to be
+    /// written before the process goes on to end: the job must end even when the disk hangs.
+    pub abort_flush_limit: Duration,
     /// Ping-pong exchanges per clock-offset measurement (the minimum round trip is kept).
     pub clock_samples: u32,
     /// How clock offsets are measured (see `offload::clock::ClockScheme`).
@@ -377,6 +380,16 @@ static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        flag: "abort-flush-limit",
+        env: "EVENFLUSH_ABORT_FLUSH_LIMIT",
+        default: "10s",
+        help: "How long MPI_Abort, a crash (SIGSEGV, SIGBUS, SIGABRT) or an application's own SIGTERM/SIGINT handler waits for the trace to be written before the process goes on (seconds, or a duration like 500ms); what is not written by then is lost",
+        apply: |c, v| {
+            c.abort_flush_limit = parse_duration(v)?;
+            Ok(())
+        },
+    },
+    Setting {
         flag: "clock-samples",
         env: "EVENFLUSH_CLOCK_SAMPLES",
         default: "10",
@@ -464,6 +477,7 @@ impl Config {
             zstd_level: 3,
             watchdog: Duration::ZERO,
             watchdog_abort: false,
+            abort_flush_limit: Duration::ZERO,
             clock_samples: 1,
             clock_scheme: crate::clock::ClockScheme::Tree,
             decision: Decision::Split,

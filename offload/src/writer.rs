@@ -1,10 +1,20 @@
 //! Trace writers: append encoded chunks to this rank's part files, rotating over output directories.
 //!
-//! Output goes to `rank-NNNNN.evf` in the first directory. When a write fails with `ENOSPC`, the
-//! partly written chunk is cut off again, the file is closed, and writing continues in the next
+//! Output goes to `rank-NNNNN.evf` in the first directory. When a write fails with `ENOSPC` or
+//! `EDQUOT` (a full disk or a full quota: either way this directory takes no more), the partly
+//! written chunk is cut off again, the file is closed, and writing continues in the next
 //! directory in a new part file `rank-NNNNN.pK.evf` that starts with its own file header. When no
 //! directory is left, the writer stops for good and says so with [`WriteError::OutOfSpace`], so the
 //! recorder can add `Marker::RecordingStopped` and warn.
+//!
+//! A chunk counts as written only once `fdatasync` succeeded after it. Network and parallel file
+//! systems (NFS, Lustre) often report a full disk, a full quota or an I/O error only there, for
+//! data `pwrite` had accepted. So the chunks written since the last successful sync are kept until
+//! the next one succeeds; when it fails, the file is cut back to what was synced and those chunks
+//! are written again: in the next directory after `ENOSPC`/`EDQUOT`, in a new part file in the same
+//! directory after `EIO` (once per call: a second failure gives them up as
+//! [`WriteError::SyncLost`], and the writer goes on with the next call). Chunks synced before are
+//! never counted as lost.
 //!
 //! Every backend makes the data durable before returning (`fdatasync`) and then drops it from the
 //! page cache (`posix_fadvise(DONTNEED)`): a write inside a suspension must not leave delayed
@@ -57,6 +67,17 @@ pub enum WriteError {
     /// The writer stopped earlier (out of space) and writes nothing any more.
     #[error("the writer has stopped after running out of space")]
     Stopped,
+    /// `fdatasync` failed with an I/O error twice in one call, the second time on chunks written
+    /// again in a new part file: those chunks may not be on disk and are given up. `written` is
+    /// what this call wrote durably; the writer itself goes on with the next call.
+    #[error(
+        "{path}: syncing failed twice ({source}); the chunks written since the last successful sync may be lost"
+    )]
+    SyncLost {
+        path: PathBuf,
+        written: WriteStats,
+        source: io::Error,
+    },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("writer backend unavailable: {0}")]
@@ -117,8 +138,16 @@ impl OutputPlan {
     }
 }
 
-fn is_enospc(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ENOSPC)
+/// The directory takes no more: a full disk, or a full quota.
+fn is_out_of_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// What a failed sync leaves to do.
+enum SyncFailure {
+    /// The unsynced chunks are queued again for a new part file: write them, sync again.
+    Retry,
+    Fatal(WriteError),
 }
 
 /// The rotation state shared by the backends: the open part file and what comes after it.
@@ -131,6 +160,14 @@ struct Parts {
     offset: u64,
     files: Vec<PathBuf>,
     stopped: bool,
+    /// Where the open file is known durable (the last successful sync, or its header).
+    synced: u64,
+    /// Chunks written to the open file after `synced`, kept until a sync confirms them.
+    unsynced: Vec<EncodedChunk>,
+    /// Chunks to write before any new one: the unsynced chunks of a file whose sync failed.
+    replay: std::collections::VecDeque<EncodedChunk>,
+    /// Retries after an I/O error at sync in the current call.
+    eio_retries: u32,
 }
 
 impl Parts {
@@ -143,7 +180,46 @@ impl Parts {
             offset: 0,
             files: Vec::new(),
             stopped: false,
+            synced: 0,
+            unsynced: Vec::new(),
+            replay: std::collections::VecDeque::new(),
+            eio_retries: 0,
         }
+    }
+
+    /// A chunk the kernel accepted at the end of the open file.
+    fn wrote(&mut self, chunk: EncodedChunk) {
+        self.offset += chunk.bytes.len() as u64;
+        self.unsynced.push(chunk);
+    }
+
+    /// A sync succeeded: the chunks written since the previous one are on disk.
+    fn commit(&mut self, stats: &mut WriteStats) {
+        for chunk in self.unsynced.drain(..) {
+            stats.add_chunk(&chunk);
+        }
+        self.synced = self.offset;
+    }
+
+    /// The open file's sync failed: cuts it back to what was synced, closes it, and queues the
+    /// unsynced chunks to be written again, in front of anything queued already.
+    fn requeue_unsynced(&mut self) {
+        if let Some(file) = self.file.take() {
+            // Not synced: a reader stops at a torn tail anyway, and another failing sync here
+            // would only delay the retry.
+            let _ = file.set_len(self.synced);
+        }
+        for chunk in self.unsynced.drain(..).rev() {
+            self.replay.push_front(chunk);
+        }
+    }
+
+    /// The next chunk to write: queued ones first.
+    fn next_chunk(
+        &mut self,
+        chunks: &mut dyn Iterator<Item = EncodedChunk>,
+    ) -> Option<EncodedChunk> {
+        self.replay.pop_front().or_else(|| chunks.next())
     }
 
     fn current_path(&self) -> PathBuf {
@@ -163,6 +239,9 @@ impl Parts {
     fn out_of_space(&mut self, written: WriteStats) -> WriteError {
         self.stopped = true;
         self.file = None;
+        // Nowhere left to write them: they are lost, as `written` says.
+        self.replay.clear();
+        self.unsynced.clear();
         WriteError::OutOfSpace {
             last_dir: self.plan.dirs.last().cloned().unwrap_or_default(),
             written,
@@ -190,7 +269,7 @@ impl Parts {
                 .open(&path);
             let file = match file {
                 Ok(f) => f,
-                Err(e) if is_enospc(&e) => {
+                Err(e) if is_out_of_space(&e) => {
                     self.dir_index += 1;
                     continue;
                 }
@@ -202,9 +281,12 @@ impl Parts {
                     self.files.push(path);
                     self.file = Some(file);
                     self.offset = header.len() as u64;
+                    // A header that never syncs fails with the first chunk's sync, which writes
+                    // both again elsewhere.
+                    self.synced = self.offset;
                     return Ok(header.len() as u64);
                 }
-                Err(e) if is_enospc(&e) => {
+                Err(e) if is_out_of_space(&e) => {
                     drop(file);
                     let _ = std::fs::remove_file(&path);
                     self.dir_index += 1;
@@ -214,22 +296,74 @@ impl Parts {
         }
     }
 
-    /// After `ENOSPC` at a chunk starting at `chunk_start`: cuts the partial chunk off, retires the
-    /// file, and selects the next directory with the next part number.
-    fn rotate(&mut self, chunk_start: u64) -> Result<(), WriteError> {
+    /// After `ENOSPC`/`EDQUOT` at a chunk starting at `chunk_start`: cuts the partial chunk off,
+    /// syncs what came before it (or queues it again if that fails too), retires the file, and
+    /// selects the next directory with the next part number.
+    fn rotate(&mut self, chunk_start: u64, stats: &mut WriteStats) -> Result<(), WriteError> {
         if let Some(file) = self.file.take() {
             file.set_len(chunk_start).map_err(|e| self.io_error(e))?;
-            settle(&file).map_err(|e| self.io_error(e))?;
+            self.offset = chunk_start;
+            match settle(&file) {
+                Ok(()) => self.commit(stats),
+                Err(_) => {
+                    self.file = Some(file);
+                    self.requeue_unsynced();
+                }
+            }
         }
         self.dir_index += 1;
         self.part += 1;
         Ok(())
     }
 
-    fn settle_open(&self) -> Result<(), WriteError> {
-        match &self.file {
-            Some(f) => settle(f).map_err(|e| self.io_error(e)),
-            None => Ok(()),
+    /// Makes the open file durable. After a failure, the unsynced chunks are queued for a new part
+    /// file ([`SyncFailure::Retry`]): in the next directory when this one is full, in the same one
+    /// after the first I/O error of the call.
+    fn settle_open(&mut self, stats: &mut WriteStats) -> Result<(), SyncFailure> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let e = match settle(file) {
+            Ok(()) => {
+                self.commit(stats);
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        let path = self.current_path();
+        let out_of_space = is_out_of_space(&e);
+        if !out_of_space && e.raw_os_error() != Some(libc::EIO) {
+            return Err(SyncFailure::Fatal(WriteError::Io { path, source: e }));
+        }
+        if !out_of_space && self.eio_retries > 0 {
+            // The same chunks failed twice: say they may be lost rather than loop.
+            self.unsynced.clear();
+            if let Some(file) = self.file.take() {
+                let _ = file.set_len(self.synced);
+            }
+            self.part += 1;
+            return Err(SyncFailure::Fatal(WriteError::SyncLost {
+                path,
+                written: *stats,
+                source: e,
+            }));
+        }
+        self.requeue_unsynced();
+        if out_of_space {
+            self.dir_index += 1;
+        } else {
+            self.eio_retries += 1;
+        }
+        self.part += 1;
+        Err(SyncFailure::Retry)
+    }
+
+    /// Best effort after an error that ends the call: sync what can be synced.
+    fn settle_quietly(&mut self, stats: &mut WriteStats) {
+        if let Some(file) = &self.file
+            && settle(file).is_ok()
+        {
+            self.commit(stats);
         }
     }
 }
@@ -237,12 +371,26 @@ impl Parts {
 /// Forces the file's data to disk and drops it from the page cache, so no writeback happens later.
 fn settle(file: &File) -> io::Result<()> {
     file.sync_data()?;
+    // Only a hint: the data is on disk whatever it answers.
     // SAFETY: plain syscall on a descriptor we own for the duration of the call; no memory passed.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     Ok(())
+}
+
+/// An error of a call that ends early, with what the call wrote durably where the error says so.
+fn with_written(e: WriteError, stats: WriteStats) -> WriteError {
+    match e {
+        WriteError::OutOfSpace { last_dir, .. } => WriteError::OutOfSpace {
+            last_dir,
+            written: stats,
+        },
+        WriteError::SyncLost { path, source, .. } => WriteError::SyncLost {
+            path,
+            written: stats,
+            source,
+        },
+        other => other,
+    }
 }
 
 /// Plain `pwrite` per chunk, then `fdatasync` + `posix_fadvise(DONTNEED)`.
@@ -266,22 +414,27 @@ impl PosixWriter {
         PosixWriter { parts }
     }
 
-    fn write_one(
-        &mut self,
-        chunk: &EncodedChunk,
-        stats: &mut WriteStats,
-    ) -> Result<(), WriteError> {
+    fn write_one(&mut self, chunk: EncodedChunk, stats: &mut WriteStats) -> Result<(), WriteError> {
         loop {
             stats.bytes_stored += self.parts.ensure_open(*stats)?;
             let file = self.parts.file.as_ref().expect("opened above");
             let start = self.parts.offset;
             match file.write_all_at(&chunk.bytes, start) {
                 Ok(()) => {
-                    self.parts.offset += chunk.bytes.len() as u64;
-                    stats.add_chunk(chunk);
+                    self.parts.wrote(chunk);
                     return Ok(());
                 }
-                Err(e) if is_enospc(&e) => self.parts.rotate(start)?,
+                Err(e) if is_out_of_space(&e) => {
+                    let queued = self.parts.replay.len();
+                    self.parts.rotate(start, stats)?;
+                    // The chunks a failed sync queued again were written before this one: they
+                    // go first, this one right after them, then whatever was queued already.
+                    let requeued = self.parts.replay.len() - queued;
+                    if requeued > 0 {
+                        self.parts.replay.insert(requeued, chunk);
+                        return Ok(());
+                    }
+                }
                 Err(e) => return Err(self.parts.io_error(e)),
             }
         }
@@ -294,14 +447,20 @@ impl Writer for PosixWriter {
         chunks: &mut dyn Iterator<Item = EncodedChunk>,
     ) -> Result<WriteStats, WriteError> {
         let mut stats = WriteStats::default();
-        for chunk in chunks {
-            if let Err(e) = self.write_one(&chunk, &mut stats) {
-                let _ = self.parts.settle_open();
-                return Err(e);
+        self.parts.eio_retries = 0;
+        loop {
+            while let Some(chunk) = self.parts.next_chunk(chunks) {
+                if let Err(e) = self.write_one(chunk, &mut stats) {
+                    self.parts.settle_quietly(&mut stats);
+                    return Err(with_written(e, stats));
+                }
+            }
+            match self.parts.settle_open(&mut stats) {
+                Ok(()) => return Ok(stats),
+                Err(SyncFailure::Retry) => continue,
+                Err(SyncFailure::Fatal(e)) => return Err(with_written(e, stats)),
             }
         }
-        self.parts.settle_open()?;
-        Ok(stats)
     }
 
     fn stopped(&self) -> bool {
@@ -380,10 +539,12 @@ impl UringWriter {
         }
     }
 
-    /// Drives the in-flight chunk to completion: resubmits short writes, rotates on `ENOSPC`.
-    fn finish_in_flight(&mut self, stats: &mut WriteStats) -> Result<(), WriteError> {
+    /// Drives the in-flight chunk to completion: resubmits short writes, rotates on
+    /// `ENOSPC`/`EDQUOT`. Returns how many chunks it queued again at the front of the replay queue
+    /// (unsynced chunks of the file it left, then the in-flight one) instead of writing them.
+    fn finish_in_flight(&mut self, stats: &mut WriteStats) -> Result<usize, WriteError> {
         if self.in_flight.is_none() {
-            return Ok(());
+            return Ok(0);
         }
         loop {
             if !self.submitted {
@@ -392,9 +553,16 @@ impl UringWriter {
             }
             let result = self.reap()?;
             let pending = self.in_flight.as_mut().expect("in flight");
-            if result == -libc::ENOSPC {
+            if result == -libc::ENOSPC || result == -libc::EDQUOT {
                 let start = pending.start;
-                self.parts.rotate(start)?;
+                let queued = self.parts.replay.len();
+                self.parts.rotate(start, stats)?;
+                let requeued = self.parts.replay.len() - queued;
+                if requeued > 0 {
+                    let chunk = self.in_flight.take().expect("in flight").chunk;
+                    self.parts.replay.insert(requeued, chunk);
+                    return Ok(requeued + 1);
+                }
                 // The new part's header goes first; the chunk is rewritten whole after it.
                 stats.bytes_stored += self.parts.ensure_open(*stats)?;
                 let pending = self.in_flight.as_mut().expect("in flight");
@@ -412,8 +580,8 @@ impl UringWriter {
                 if pending.done == pending.chunk.bytes.len() {
                     let done = self.in_flight.take().expect("in flight");
                     self.parts.offset = done.start + done.chunk.bytes.len() as u64;
-                    stats.add_chunk(&done.chunk);
-                    return Ok(());
+                    self.parts.unsynced.push(done.chunk);
+                    return Ok(0);
                 }
             }
         }
@@ -438,10 +606,13 @@ impl UringWriter {
     ) -> Result<(), WriteError> {
         loop {
             // Encoding the next chunk overlaps with the kernel writing the previous one.
-            let next = chunks.next();
-            self.finish_in_flight(stats)?;
+            let next = self.parts.next_chunk(chunks);
+            let requeued = self.finish_in_flight(stats)?;
             match next {
+                // What the rotation queued again was written before `next`: it goes after them.
+                Some(chunk) if requeued > 0 => self.parts.replay.insert(requeued, chunk),
                 Some(chunk) => self.start(chunk, stats)?,
+                None if !self.parts.replay.is_empty() => {}
                 None => return Ok(()),
             }
         }
@@ -454,14 +625,19 @@ impl Writer for UringWriter {
         chunks: &mut dyn Iterator<Item = EncodedChunk>,
     ) -> Result<WriteStats, WriteError> {
         let mut stats = WriteStats::default();
-        let result = self.write_all(chunks, &mut stats);
-        if result.is_err() {
-            self.abandon_in_flight();
-            let _ = self.parts.settle_open();
+        self.parts.eio_retries = 0;
+        loop {
+            if let Err(e) = self.write_all(chunks, &mut stats) {
+                self.abandon_in_flight();
+                self.parts.settle_quietly(&mut stats);
+                return Err(with_written(e, stats));
+            }
+            match self.parts.settle_open(&mut stats) {
+                Ok(()) => return Ok(stats),
+                Err(SyncFailure::Retry) => continue,
+                Err(SyncFailure::Fatal(e)) => return Err(with_written(e, stats)),
+            }
         }
-        result?;
-        self.parts.settle_open()?;
-        Ok(stats)
     }
 
     fn stopped(&self) -> bool {

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 __thread int evf_depth __attribute__((tls_model("initial-exec")));
 __thread void *evf_tb __attribute__((tls_model("initial-exec")));
@@ -44,6 +45,38 @@ void evf_init_begin(void)
 static void evf_define_comm(uint32_t id, MPI_Comm comm);
 static void evf_resolve_fortran_constants(void);
 static const evf_transport_t evf_transport_template;
+static void evf_watch_comm_frees(void);
+
+/* A world started by MPI_Comm_spawn numbers its ranks from 0 again: without a name of its own its
+ * rank-00000.evf would overwrite the parent's. Its rank 0 makes a key (time and pid: unique among
+ * the worlds of a run) and every rank of that world writes under spawn-<key>/. */
+static void evf_name_spawned_world(int rank, int have_comm)
+{
+    MPI_Comm parent = MPI_COMM_NULL;
+    if (PMPI_Comm_get_parent(&parent) != MPI_SUCCESS || parent == MPI_COMM_NULL) return;
+    char key[64];
+    memset(key, 0, sizeof key);
+    if (rank == 0 || !have_comm) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(key, sizeof key, "%llx-%ld",
+                 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, (long)getpid());
+    }
+    /* Without the private communicator each rank keeps its own key: separate directories, but
+     * still never the parent's files. */
+    if (have_comm) PMPI_Bcast(key, (int)sizeof key, MPI_CHAR, 0, evf_tr_comm);
+    key[sizeof key - 1] = 0;
+    evf_rust_set_spawn_key(key);
+}
+
+/* A forked child shares the parent's buffers and files by copy: it must neither record nor write
+ * (its exit would append the parent's events at the parent's offsets). */
+static void evf_atfork_child(void)
+{
+    evf_active = 0;
+    evf_watching = 0;
+    evf_rust_atfork_child();
+}
 
 /* The rest of initialisation, once MPI is up: rank, size and world group are known, and the private
  * communicator evf_tr_comm made (have_comm) or not. */
@@ -55,12 +88,14 @@ static void evf_start(uint16_t fid, uint64_t t0, uint64_t t1, int rank, int size
     int library_len = 0;
     if (PMPI_Get_library_version(evf_library, &library_len) == MPI_SUCCESS)
         evf_rust_set_library(evf_library, library_len);
-    int recording = evf_rust_init(rank, size, provided);
     /* Every rank takes part in the settings check, recording or not: it is collective, and a rank
      * that skipped it would leave the others waiting. The private communicator returns errors
      * instead of aborting, so a failure in the protocol reaches the recorder (which turns
      * offloading off on every rank together) rather than killing the job. */
     if (have_comm) PMPI_Comm_set_errhandler(evf_tr_comm, MPI_ERRORS_RETURN);
+    /* Before the Rust core plans its output directories: a spawned world writes under its own. */
+    if (!evf_session_mode) evf_name_spawned_world(rank, have_comm);
+    int recording = evf_rust_init(rank, size, provided);
     uint64_t mine = recording ? evf_rust_settings_fingerprint() : 0;
     uint64_t both[2] = {mine, ~mine}, highest[2] = {0, 0};
     int agreed = have_comm &&
@@ -87,6 +122,9 @@ static void evf_start(uint16_t fid, uint64_t t0, uint64_t t1, int rank, int size
             fprintf(stderr, "evenflush: the recorder's private communicator could not be created; "
                             "recording without offload protocol (local flushes only)\n");
     }
+    /* Initialisation runs once per process, so this registers once. */
+    pthread_atfork(NULL, NULL, evf_atfork_child);
+    evf_watch_comm_frees();
     evf_active = 1;
     if (evf_session_mode) {
         /* Ids 0 and 1 keep their meaning (the world process set, this process) although the
@@ -252,6 +290,74 @@ static __thread unsigned evf_cache_gen __attribute__((tls_model("initial-exec"))
 static __thread unsigned evf_cache_next __attribute__((tls_model("initial-exec")));
 static __thread int evf_cache_valid __attribute__((tls_model("initial-exec")));
 
+/* Communicators freed where no wrapper records it (MPI_Comm_free called from inside another MPI
+ * call, e.g. an attribute delete callback as PETSc does, or by the MPI library itself) must still
+ * be forgotten, or a reused handle would inherit the old id and members. Every communicator the
+ * recorder names carries an attribute whose delete callback MPI runs whenever it is freed, at any
+ * depth. The callback may run with the MPI library's own lock held, so it takes no lock of ours
+ * (a thread in evf_comm_id holds evf_comm_lock while calling MPI): it pushes the handle on a
+ * lock-free list that the next lookup drains, and empties every thread's cache. */
+typedef struct evf_dead_comm {
+    uint64_t handle;
+    struct evf_dead_comm *next;
+} evf_dead_comm;
+
+static _Atomic(evf_dead_comm *) evf_dead_comms;
+static int evf_comm_keyval = MPI_KEYVAL_INVALID;
+
+static int evf_comm_deleted(MPI_Comm comm, int keyval, void *value, void *extra)
+{
+    (void)keyval;
+    (void)value;
+    (void)extra;
+    evf_dead_comm *node = (evf_dead_comm *)malloc(sizeof *node);
+    if (node != NULL) {
+        node->handle = EVF_HANDLE_U64(comm);
+        node->next = atomic_load_explicit(&evf_dead_comms, memory_order_relaxed);
+        while (!atomic_compare_exchange_weak_explicit(&evf_dead_comms, &node->next, node, memory_order_release,
+                                                      memory_order_relaxed)) {
+        }
+    }
+    atomic_fetch_add_explicit(&evf_comm_gen, 1, memory_order_release);
+    return MPI_SUCCESS;
+}
+
+static void evf_watch_comm_frees(void)
+{
+    /* MPI_COMM_NULL_COPY_FN: a duplicate is a new communicator, named on its own first use. */
+    if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, evf_comm_deleted, &evf_comm_keyval, NULL) != MPI_SUCCESS)
+        evf_comm_keyval = MPI_KEYVAL_INVALID;
+}
+
+static void evf_remove_comm_locked(uint64_t h)
+{
+    for (size_t i = 0; i < evf_ncomms; i++)
+        if (evf_comms[i].handle == h) {
+            evf_comms[i] = evf_comms[--evf_ncomms];
+            break;
+        }
+}
+
+/* Under evf_comm_lock. */
+static void evf_drain_dead_comms_locked(void)
+{
+    evf_dead_comm *node = atomic_exchange_explicit(&evf_dead_comms, NULL, memory_order_acquire);
+    /* Pushed newest first: replay oldest first (a handle freed, reused and freed again). */
+    evf_dead_comm *reversed = NULL;
+    while (node != NULL) {
+        evf_dead_comm *next = node->next;
+        node->next = reversed;
+        reversed = node;
+        node = next;
+    }
+    while (reversed != NULL) {
+        evf_dead_comm *next = reversed->next;
+        evf_remove_comm_locked(reversed->handle);
+        free(reversed);
+        reversed = next;
+    }
+}
+
 /* A group's members as world ranks (MPI_UNDEFINED for processes outside this world: spawned or
  * connected ones), handed to `emit`. Frees the group. */
 static void evf_define_group(uint32_t id, MPI_Group group, void (*emit)(uint32_t, const int32_t *, int))
@@ -314,7 +420,9 @@ static uint32_t evf_comm_lookup(MPI_Comm comm, MPI_Comm group_of)
         evf_cache_valid = 1;
     }
     uint32_t id = EVF_NO_COMM;
+    int created = 0;
     pthread_mutex_lock(&evf_comm_lock);
+    evf_drain_dead_comms_locked();
     for (size_t i = 0; i < evf_ncomms; i++)
         if (evf_comms[i].handle == h) {
             id = evf_comms[i].id;
@@ -333,8 +441,16 @@ static uint32_t evf_comm_lookup(MPI_Comm comm, MPI_Comm group_of)
         /* Defined before it is added, so no thread can use the id before its CommDef exists. */
         evf_define_comm(id, group_of);
         if (evf_ncomms < evf_cap_comms) evf_comms[evf_ncomms++] = (evf_comm_entry){h, id};
+        created = 1;
     }
     pthread_mutex_unlock(&evf_comm_lock);
+    /* Outside the lock: setting an attribute that is already there runs its delete callback. */
+    if (created && evf_comm_keyval != MPI_KEYVAL_INVALID) {
+        void *value;
+        int flag = 0;
+        if (PMPI_Comm_get_attr(comm, evf_comm_keyval, &value, &flag) == MPI_SUCCESS && !flag)
+            PMPI_Comm_set_attr(comm, evf_comm_keyval, NULL);
+    }
     evf_cache[evf_cache_next % EVF_CACHE] = (evf_comm_entry){h, id};
     evf_cache_next++;
     return id;
@@ -344,11 +460,8 @@ void evf_comm_forget(MPI_Comm comm)
 {
     uint64_t h = EVF_HANDLE_U64(comm);
     pthread_mutex_lock(&evf_comm_lock);
-    for (size_t i = 0; i < evf_ncomms; i++)
-        if (evf_comms[i].handle == h) {
-            evf_comms[i] = evf_comms[--evf_ncomms];
-            break;
-        }
+    evf_drain_dead_comms_locked();
+    evf_remove_comm_locked(h);
     atomic_fetch_add_explicit(&evf_comm_gen, 1, memory_order_release);
     pthread_mutex_unlock(&evf_comm_lock);
 }
@@ -711,6 +824,26 @@ static int evf_tr_recv_u64(uint64_t *value, int source, int tag)
     return PMPI_Recv(value, 1, MPI_UINT64_T, source, tag, evf_tr_comm, MPI_STATUS_IGNORE);
 }
 
+/* Whether a request handle may name several live requests at once (see recorder/src/requests.rs):
+ * MPICH hands out preallocated "builtin" requests (handle kind bits 01) for operations that are
+ * complete at once, many times over; Open MPI hands out its static ompi_request_empty (e.g. for
+ * MPI_PROC_NULL). Any other handle names one live request, so a table entry found under it at
+ * creation is stale (freed where the recorder did not see it). */
+static int evf_request_shared(uint64_t h)
+{
+#ifdef OPEN_MPI
+    static void *empty;
+    static int looked;
+    if (!looked) {
+        empty = dlsym(RTLD_DEFAULT, "ompi_request_empty");
+        looked = 1;
+    }
+    return empty == NULL || h == (uint64_t)(uintptr_t)empty;
+#else
+    return ((h >> 30) & 3u) == 1u;
+#endif
+}
+
 /* ---------------- MPI-IO trace writer ---------------- */
 
 static MPI_File evf_trace_file = MPI_FILE_NULL;
@@ -726,9 +859,20 @@ static int evf_file_open(const char *path)
 {
     if (evf_trace_file != MPI_FILE_NULL) PMPI_File_close(&evf_trace_file);
     if (evf_self_comm == MPI_COMM_NULL) return MPI_ERR_COMM;
+    /* A failed open reports through MPI_FILE_NULL's error handler, which the application may have
+     * made fatal: a full disk must come back as an error class, not end the job. */
+    MPI_Errhandler app_default = MPI_ERRHANDLER_NULL;
+    int have_default = PMPI_File_get_errhandler(MPI_FILE_NULL, &app_default) == MPI_SUCCESS;
+    if (have_default) PMPI_File_set_errhandler(MPI_FILE_NULL, MPI_ERRORS_RETURN);
     int rc = PMPI_File_open(evf_self_comm, path, MPI_MODE_WRONLY | MPI_MODE_CREATE, MPI_INFO_NULL,
                             &evf_trace_file);
+    if (have_default) {
+        PMPI_File_set_errhandler(MPI_FILE_NULL, app_default);
+        PMPI_Errhandler_free(&app_default);
+    }
     if (rc != MPI_SUCCESS) return evf_error_class(rc);
+    /* The file inherited that handler too. */
+    PMPI_File_set_errhandler(evf_trace_file, MPI_ERRORS_RETURN);
     /* A file left by an earlier run under the same name must not keep a stale tail. */
     return evf_error_class(PMPI_File_set_size(evf_trace_file, 0));
 }
@@ -866,4 +1010,6 @@ static const evf_transport_t evf_transport_template = {
     MPI_ERR_NO_SPACE, MPI_ERR_QUOTA,
     evf_set_watching, evf_watchdog_abort,
     evf_group_setup, evf_group_open, evf_group_write, evf_group_close,
+    evf_request_shared,
+    MPI_ERR_IO,
 };

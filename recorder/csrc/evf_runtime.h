@@ -88,6 +88,11 @@ typedef struct {
     int (*group_open)(const char *path);
     int (*group_write)(uint64_t base, const void *data, uint64_t len, uint64_t *offset, uint64_t *total);
     int (*group_close)(void);
+    /* Whether a request handle can name several live requests at once (requests.rs). */
+    int (*request_shared)(uint64_t handle);
+    /* MPI_ERR_IO: how both MPIs' MPI-IO report a write that failed with EDQUOT (and other errors
+     * of the file system under one output directory). */
+    int err_io;
 } evf_transport_t;
 
 /* ---- Rust core hooks (recorder::ffi) ---- */
@@ -111,6 +116,8 @@ void evf_rust_finalize_begin(void);
 void evf_rust_finalize_end(void);
 void evf_abnormal_end(int signal);
 void evf_rust_set_transport(const evf_transport_t *transport);
+void evf_rust_set_spawn_key(const char *key);
+void evf_rust_atfork_child(void);
 
 /* ---- C runtime (evf_runtime.c) ---- */
 extern __thread int evf_depth __attribute__((tls_model("initial-exec")));

@@ -74,6 +74,9 @@ pub struct ThreadBuf {
     /// Bytes of records in `local.buf`, published by the owner after every append (a plain
     /// store) so the suspension can compare the trace size with S without taking any buffer.
     used: AtomicU64,
+    /// Events in `local.buf`, published like `used`: when a crash leaves this buffer in use, this
+    /// is how many events a taker counts as lost without reading the buffer.
+    events: AtomicU64,
     local: UnsafeCell<Local>,
 }
 
@@ -169,6 +172,7 @@ fn register() -> &'static ThreadBuf {
         state: AtomicU8::new(IDLE),
         stream: reg.len() as u32,
         used: AtomicU64::new(0),
+        events: AtomicU64::new(0),
         local: UnsafeCell::new(Local {
             buf: RawBuf::with_block_size(BLOCK_SIZE),
             counted_capacity: 0,
@@ -212,6 +216,7 @@ pub fn with_buf<R>(tb: &ThreadBuf, f: impl FnOnce(&mut Local) -> R) -> (R, i64) 
     let r = f(local);
     let delta = account(local);
     tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
+    tb.events.store(local.buf.events(), Ordering::Relaxed);
     release_owner(tb);
     (r, delta)
 }
@@ -271,6 +276,9 @@ pub struct Taken {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Busy {
     pub streams: Vec<u32>,
+    /// Events held in those buffers as of their last completed append, plus one per buffer for
+    /// the append in progress: at most this many events are lost with them.
+    pub events: u64,
 }
 
 /// Takes every thread's buffered events (empty buffers are skipped) and frees their memory.
@@ -278,38 +286,25 @@ pub struct Busy {
 /// `Some(spins)` it gives up on a buffer after that many attempts and reports it as busy.
 pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
     choose_mode();
-    let reg: Vec<&'static ThreadBuf> = {
-        let guard = match patience {
-            None => REGISTRY.lock().unwrap_or_else(|e| e.into_inner()),
-            Some(_) => match REGISTRY.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    return (
-                        Vec::new(),
-                        Busy {
-                            streams: vec![u32::MAX],
-                        },
-                    );
-                }
+    // Another thread holding these locks is usually only passing through (used_bytes takes the
+    // registry after every growth): retry for as long as the patience allows before giving up.
+    let unknown = || {
+        (
+            Vec::new(),
+            Busy {
+                streams: vec![u32::MAX],
+                events: 0,
             },
+        )
+    };
+    let reg: Vec<&'static ThreadBuf> = {
+        let Some(guard) = lock_with_patience(&REGISTRY, patience) else {
+            return unknown();
         };
         guard.clone()
     };
-    let _takers = match patience {
-        None => TAKERS.lock().unwrap_or_else(|e| e.into_inner()),
-        Some(_) => match TAKERS.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                return (
-                    Vec::new(),
-                    Busy {
-                        streams: vec![u32::MAX],
-                    },
-                );
-            }
-        },
+    let Some(_takers) = lock_with_patience(&TAKERS, patience) else {
+        return unknown();
     };
     let asymmetric = ASYMMETRIC.load(Ordering::Relaxed);
     if asymmetric {
@@ -345,6 +340,7 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
         }
         if !got {
             busy.streams.push(tb.stream);
+            busy.events += tb.events.load(Ordering::Relaxed) + 1;
             continue;
         }
         // SAFETY: no owner can be inside its buffer now: in asymmetric mode it is IDLE and any new
@@ -360,6 +356,7 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
         }
         account(local);
         tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
+        tb.events.store(local.buf.events(), Ordering::Relaxed);
         if !asymmetric {
             tb.state.store(IDLE, Ordering::Release);
         }
@@ -368,6 +365,31 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
         TAKING.store(false, Ordering::Release);
     }
     (taken, busy)
+}
+
+/// Locks `m`, waiting as long as it takes with `patience = None`, or for at most that many
+/// attempts.
+fn lock_with_patience<T>(
+    m: &Mutex<T>,
+    patience: Option<u64>,
+) -> Option<std::sync::MutexGuard<'_, T>> {
+    let Some(spins) = patience else {
+        return Some(m.lock().unwrap_or_else(|e| e.into_inner()));
+    };
+    for attempt in 0..=spins {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if attempt % 1024 == 1023 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Number of threads that ever recorded.

@@ -82,6 +82,7 @@ pub struct Session {
 static SESSION: OnceLock<Session> = OnceLock::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static FINISHED: AtomicBool = AtomicBool::new(false);
+static FINISH_DONE: AtomicBool = AtomicBool::new(false);
 static LOCAL_FLUSHES: AtomicU64 = AtomicU64::new(0);
 static FLUSH_LOCK: Mutex<()> = Mutex::new(());
 static LIMIT_WARNING: Once = Once::new();
@@ -349,6 +350,9 @@ pub fn record_event(event: &Event) {
 /// After a buffer grew: mode `local` flushes past S; anything past the hard limit flushes locally
 /// (timing may be perturbed; the trace says so).
 fn check_limit() {
+    if crate::signals::forked_child() {
+        return;
+    }
     crate::protocol::after_buffer_growth();
     if buffers::held_bytes() <= LIMIT.load(Ordering::Relaxed) {
         return;
@@ -390,24 +394,92 @@ pub fn take_all_buffers() -> Vec<Taken> {
     buffers::take_all(None).0
 }
 
+/// Whether [`finish`] has started: nothing recorded after it is written.
+pub fn finished() -> bool {
+    FINISHED.load(Ordering::Acquire)
+}
+
+/// Writes what every thread holds now and keeps recording (before an application's own SIGTERM
+/// handler runs: if it ends the process without `exit`, the trace so far is on disk).
+pub fn checkpoint() {
+    if !active() || finished() || crate::signals::forked_child() {
+        return;
+    }
+    // Not on the thread that makes MPI calls: MPI-IO is not an option here.
+    sink::leave_mpiio();
+    // The signal's handler waits for this before the application's handler runs: a buffer the
+    // signal caught mid-append is left for a later write rather than waited for.
+    let (taken, _) = buffers::take_all(Some(1 << 20));
+    sink::write(taken);
+}
+
+/// [`finish`] for `MPI_Abort`: on a thread of its own, waited for at most `--abort-flush-limit`,
+/// so that a hanging disk cannot keep the job from ending.
+pub fn finish_bounded(abnormal: i32) {
+    let limit = session().map_or(std::time::Duration::from_secs(10), |s| {
+        s.config.abort_flush_limit
+    });
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("evenflush-abort".into())
+        .spawn(move || {
+            finish(Some(abnormal));
+            let _ = done_tx.send(());
+        });
+    match spawned {
+        Ok(_) => {
+            if done_rx.recv_timeout(limit).is_err() {
+                let rank = session().map_or(0, |s| s.rank);
+                eprintln!(
+                    "evenflush: rank {rank}: the trace was not written within {limit:?} \
+                     (--abort-flush-limit); its end may be missing"
+                );
+            }
+        }
+        // No thread to spare: write inline, unbounded rather than not at all.
+        Err(_) => finish(Some(abnormal)),
+    }
+}
+
 /// Ends recording and writes everything held. `abnormal` is `Some(signal)` when not called from
-/// `MPI_Finalize` (0 = exit without finalize, -1 = `MPI_Abort`). Runs at most once.
+/// `MPI_Finalize` (0 = exit without finalize, -1 = `MPI_Abort`). Runs at most once; a second
+/// caller waits (bounded) for the first, so that the process does not end under a writer.
 pub fn finish(abnormal: Option<i32>) {
+    if crate::signals::forked_child() {
+        // A forked child holds a copy of the parent's buffers and sink: never write them.
+        return;
+    }
     if FINISHED.swap(true, Ordering::AcqRel) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !FINISH_DONE.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         return;
     }
     ACTIVE.store(false, Ordering::Release);
     let held = buffers::held_bytes();
+    if abnormal.is_some_and(|sig| sig != 0) {
+        // Signals and MPI_Abort write from a thread of ours, where MPI-IO is not allowed (and an
+        // aborting MPI may not serve it).
+        sink::leave_mpiio();
+    }
     let (mut taken, busy) = match abnormal {
-        // A signal may have interrupted an append on this very thread: never wait for long.
+        // A crashed thread may be stuck halfway through an append: never wait for it for long.
         Some(sig) if sig > 0 => buffers::take_all(Some(1 << 20)),
         _ => buffers::take_all(None),
     };
     let rank = session().map_or(0, |s| s.rank);
-    if !busy.streams.is_empty() {
+    if busy.streams == [u32::MAX] {
+        // A crashed thread holds the buffer registry: no buffer can be reached or counted.
         eprintln!(
-            "evenflush: rank {rank}: {} thread buffer(s) were in use when the signal arrived; their events are lost",
-            busy.streams.len()
+            "evenflush: rank {rank}: the recorder's buffers could not be reached after the signal; \
+             the events they held are lost (how many is unknown)"
+        );
+    } else if !busy.streams.is_empty() {
+        eprintln!(
+            "evenflush: rank {rank}: {} thread buffer(s) were in use when the signal arrived; up to {} events are lost",
+            busy.streams.len(),
+            busy.events
         );
     }
     if let Some(signal) = abnormal {
@@ -415,6 +487,12 @@ pub fn finish(abnormal: Option<i32>) {
         let time = clock::now();
         if !busy.streams.is_empty() {
             tail.push_event(&Event::Marker(Marker::RecordingStopped { time }));
+            if busy.events > 0 {
+                tail.push_event(&Event::Marker(Marker::Lost {
+                    time,
+                    events: busy.events,
+                }));
+            }
         }
         tail.push_event(&Event::Marker(Marker::AbnormalEnd { time, signal }));
         // Written as the last chunk of the first thread's stream, after everything else.
@@ -455,6 +533,7 @@ pub fn finish(abnormal: Option<i32>) {
                 .unwrap_or_default()
         );
     }
+    FINISH_DONE.store(true, Ordering::Release);
 }
 
 /// Builds the rank file header for this session.

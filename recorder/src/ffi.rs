@@ -88,10 +88,17 @@ pub extern "C" fn evf_rust_init(
     // `%h` makes each node write to its own directory (node-local disks); every rank expands it
     // with its own host name, the name its RankInfo record carries.
     let host = offload::config::hostname();
+    // A world started by MPI_Comm_spawn has ranks 0.. of its own: it writes into a subdirectory
+    // named after it, never over the parent's files (format/FORMAT.md, "Files and naming").
+    let spawned = SPAWN_KEY.lock().unwrap_or_else(|e| e.into_inner()).clone();
     config.out = config
         .out
         .iter()
         .map(|d| offload::config::expand_out(d, &host))
+        .map(|d| match &spawned {
+            Some(key) => d.join(format::naming::spawn_dir_name(key)),
+            None => d,
+        })
         .collect();
     let mut dirs = config.out.clone();
     if dirs.is_empty() {
@@ -142,8 +149,36 @@ pub extern "C" fn evf_rust_init(
         mpi_library,
         run_id: std::env::var("EVENFLUSH_RUN_ID").unwrap_or_default(),
     }));
-    crate::signals::install();
+    crate::signals::install(
+        core::session().map_or(Duration::from_secs(10), |s| s.config.abort_flush_limit),
+    );
     1
+}
+
+static SPAWN_KEY: Mutex<Option<String>> = Mutex::new(None);
+
+/// Before [`evf_rust_init`], only in a world started by `MPI_Comm_spawn`: the key that names its
+/// output subdirectory, equal on all of its ranks.
+///
+/// # Safety
+/// `key` must be null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rust_set_spawn_key(key: *const std::ffi::c_char) {
+    if key.is_null() {
+        return;
+    }
+    // SAFETY: the caller passes a NUL-terminated string that lives across this call.
+    let key = unsafe { std::ffi::CStr::from_ptr(key) }
+        .to_string_lossy()
+        .into_owned();
+    *SPAWN_KEY.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);
+}
+
+/// `pthread_atfork` child hook: the forked child records nothing and never writes the parent's
+/// trace. Runs in the child of a possibly multithreaded parent, so only async-signal-safe work.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_atfork_child() {
+    crate::signals::after_fork_child();
 }
 
 /// The protocol settings every rank must share, as one number the C layer compares across ranks
@@ -316,7 +351,13 @@ pub extern "C" fn evf_rust_finalize_end() {
 /// `MPI_Abort` (-1), exit without finalize (0) or a fatal signal: write what we have.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_abnormal_end(signal: c_int) {
-    if core::session().is_some() {
+    if core::session().is_none() {
+        return;
+    }
+    if signal == -1 {
+        // MPI_Abort must end the job even when the disk hangs.
+        core::finish_bounded(signal);
+    } else {
         core::finish(Some(signal));
     }
 }

@@ -35,6 +35,8 @@ pub struct RawTransport {
     pub group_write:
         unsafe extern "C" fn(u64, *const std::ffi::c_void, u64, *mut u64, *mut u64) -> c_int,
     pub group_close: unsafe extern "C" fn() -> c_int,
+    pub request_shared: unsafe extern "C" fn(u64) -> c_int,
+    pub err_io: c_int,
 }
 
 /// This rank's place in its group (aggregated layout).
@@ -88,9 +90,7 @@ fn check(rc: c_int) -> Result<(), LinkError> {
     if rc == 0 { Ok(()) } else { Err(LinkError(rc)) }
 }
 
-// SAFETY (for every method below): the function pointers come from the C layer's table, take
-// plain values or pointers to locals that outlive the call, and only run PMPI calls on the
-// private communicator.
+// The function pointers below come from the C layer's table (valid while installed, see `link`).
 impl Link {
     /// This process's rank in `MPI_COMM_WORLD`.
     pub fn rank(&self) -> i32 {
@@ -100,54 +100,72 @@ impl Link {
         self.0.size
     }
     pub fn barrier(&self) -> Result<(), LinkError> {
+        // SAFETY: a PMPI call of the C layer on the private communicator, with plain values.
         check(unsafe { (self.0.barrier)() })
     }
     /// Logical OR of `value` over all ranks.
     pub fn allreduce_or(&self, value: bool) -> Result<bool, LinkError> {
         let mut out: c_int = 0;
+        // SAFETY: a PMPI call of the C layer on the private communicator; it writes only
+        // into a local that outlives it.
         check(unsafe { (self.0.allreduce_or)(value as c_int, &mut out) })?;
         Ok(out != 0)
     }
     /// Reduces one value per rank (minimum, or maximum with `max`) to rank 0: `Some` there.
     pub fn reduce_f64(&self, value: f64, max: bool) -> Result<Option<f64>, LinkError> {
         let mut result = 0.0;
+        // SAFETY: a PMPI call of the C layer on the private communicator; it writes only
+        // into a local that outlives it.
         check(unsafe { (self.0.reduce_f64)(value, c_int::from(max), &mut result) })?;
         Ok((self.rank() == 0).then_some(result))
     }
     /// Starts the split decision's nonblocking bitwise-OR reduction of `word`.
     pub fn decision_start(&self, word: u64) -> Result<(), LinkError> {
+        // SAFETY: a PMPI call of the C layer on the private communicator, with plain values.
         check(unsafe { (self.0.decision_start)(word) })
     }
     /// Waits for the reduction [`Link::decision_start`] started; the OR over all ranks.
     pub fn decision_finish(&self) -> Result<u64, LinkError> {
         let mut word = 0;
+        // SAFETY: a PMPI call of the C layer on the private communicator; it writes only
+        // into a local that outlives it.
         check(unsafe { (self.0.decision_finish)(&mut word) })?;
         Ok(word)
     }
     /// Broadcasts `value` from `root`; returns the root's value on every rank.
     pub fn bcast_f64(&self, value: f64, root: i32) -> Result<f64, LinkError> {
         let mut v = value;
+        // SAFETY: a PMPI call of the C layer on the private communicator; it writes only
+        // into a local that outlives it.
         check(unsafe { (self.0.bcast_f64)(&mut v, root) })?;
         Ok(v)
     }
     pub fn bcast_u64(&self, value: u64, root: i32) -> Result<u64, LinkError> {
         let mut v = value;
+        // SAFETY: a PMPI call of the C layer on the private communicator; it writes only
+        // into a local that outlives it.
         check(unsafe { (self.0.bcast_u64)(&mut v, root) })?;
         Ok(v)
     }
     pub fn send_f64(&self, value: f64, dest: i32, tag: i32) -> Result<(), LinkError> {
+        // SAFETY: a PMPI call of the C layer on the private communicator, with plain values.
         check(unsafe { (self.0.send_f64)(value, dest, tag) })
     }
     pub fn recv_f64(&self, source: i32, tag: i32) -> Result<f64, LinkError> {
         let mut v = 0.0;
+        // SAFETY: a PMPI call of the C layer on the private communicator; it writes only
+        // into a local that outlives it.
         check(unsafe { (self.0.recv_f64)(&mut v, source, tag) })?;
         Ok(v)
     }
     pub fn send_u64(&self, value: u64, dest: i32, tag: i32) -> Result<(), LinkError> {
+        // SAFETY: a PMPI call of the C layer on the private communicator, with plain values.
         check(unsafe { (self.0.send_u64)(value, dest, tag) })
     }
     pub fn recv_u64(&self, source: i32, tag: i32) -> Result<u64, LinkError> {
         let mut v = 0;
+        // SAFETY: a PMPI call of the C layer on the private communicator; it writes only
+        // into a local that outlives it.
         check(unsafe { (self.0.recv_u64)(&mut v, source, tag) })?;
         Ok(v)
     }
@@ -230,9 +248,21 @@ impl Link {
         // SAFETY: ends the job; takes a plain value.
         unsafe { (self.0.watchdog_abort)(code) }
     }
+    /// Whether MPI may hand out `handle` for several live requests at once (preallocated,
+    /// already complete requests); any other handle names one live request at a time.
+    pub fn request_shared(&self, handle: u64) -> bool {
+        // SAFETY: takes a plain value and only compares it with constants of the MPI library.
+        unsafe { (self.0.request_shared)(handle) != 0 }
+    }
     /// Whether an error class means the disk (or quota) is full.
     pub fn is_out_of_space(&self, e: LinkError) -> bool {
         e.0 == self.0.err_no_space || e.0 == self.0.err_quota
+    }
+    /// Whether a failed write means this output directory takes no more: a full disk or quota,
+    /// or `MPI_ERR_IO`, which is what both MPIs' MPI-IO report for `EDQUOT` (Open MPI 4.1 and
+    /// MPICH 4.0 were seen to), so it cannot be told apart from a quota.
+    pub fn directory_refuses(&self, e: LinkError) -> bool {
+        self.is_out_of_space(e) || e.0 == self.0.err_io
     }
 }
 

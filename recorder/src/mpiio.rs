@@ -1,7 +1,10 @@
 //! The `mpiio` trace writer: the paper's choice, `MPI_File_write` on a file opened on
 //! `MPI_COMM_SELF`, through the C layer (the Rust core has no MPI types). Same rotation rules as the
-//! posix and io_uring backends: on a full disk the partial chunk is cut off and writing moves on to
-//! the next output directory with the next part number.
+//! posix and io_uring backends: on a full disk or quota the partial chunk is cut off and writing
+//! moves on to the next output directory with the next part number. MPI-IO reports a full quota as
+//! `MPI_ERR_IO`, so a write failing with that class moves on as well. A failed `MPI_File_sync`
+//! writes the unsynced chunks again in a new part file, as the offload writers do. The C layer
+//! opens the file with `MPI_ERRORS_RETURN`, so none of this can abort the job.
 //!
 //! MPI-IO cannot be used after `MPI_Finalize`, so at its start the recorder writes what it holds
 //! and hands the rest of the trace to a posix writer in a further part file
@@ -23,6 +26,10 @@ pub struct MpiIoWriter {
     offset: u64,
     files: Vec<PathBuf>,
     stopped: bool,
+    /// Durable end of the open file, and the chunks written after it (see offload's writer: a
+    /// chunk counts once a sync confirmed it, and is written again elsewhere if the sync fails).
+    synced: u64,
+    unsynced: Vec<EncodedChunk>,
 }
 
 enum Outcome {
@@ -41,6 +48,8 @@ impl MpiIoWriter {
             offset: 0,
             files: Vec::new(),
             stopped: false,
+            synced: 0,
+            unsynced: Vec::new(),
         }
     }
 
@@ -70,7 +79,7 @@ impl MpiIoWriter {
     fn classify(&self, r: Result<(), LinkError>) -> Result<Outcome, WriteError> {
         match r {
             Ok(()) => Ok(Outcome::Done),
-            Err(e) if self.link.is_out_of_space(e) => Ok(Outcome::Full),
+            Err(e) if self.link.directory_refuses(e) => Ok(Outcome::Full),
             Err(e) => Err(self.io_error(e)),
         }
     }
@@ -100,6 +109,7 @@ impl MpiIoWriter {
                 Outcome::Done => {
                     self.open = true;
                     self.offset = header.len() as u64;
+                    self.synced = self.offset;
                     stats.bytes_stored += header.len() as u64;
                     self.files.push(path);
                 }
@@ -115,8 +125,9 @@ impl MpiIoWriter {
 
     fn write_one(
         &mut self,
-        chunk: &EncodedChunk,
+        chunk: EncodedChunk,
         stats: &mut WriteStats,
+        replay: &mut std::collections::VecDeque<EncodedChunk>,
     ) -> Result<(), WriteError> {
         loop {
             self.ensure_open(stats)?;
@@ -124,22 +135,49 @@ impl MpiIoWriter {
             match self.classify(self.link.file_write_at(start, &chunk.bytes))? {
                 Outcome::Done => {
                     self.offset += chunk.bytes.len() as u64;
-                    stats.chunks += 1;
-                    stats.events += chunk.events;
-                    stats.bytes_raw += chunk.raw_len;
-                    stats.bytes_stored += chunk.bytes.len() as u64;
+                    self.unsynced.push(chunk);
                     return Ok(());
                 }
                 Outcome::Full => {
                     // Cut the partial chunk off so the file ends on a chunk boundary.
                     let _ = self.link.file_set_size(start);
-                    let _ = self.link.file_sync();
+                    self.offset = start;
+                    let queued = replay.len();
+                    if self.link.file_sync().is_ok() {
+                        self.commit(stats);
+                    } else {
+                        self.requeue(replay);
+                    }
                     let _ = self.link.file_close();
                     self.open = false;
                     self.dir_index += 1;
                     self.part += 1;
+                    // Chunks queued again were written before this one: they go first.
+                    let requeued = replay.len() - queued;
+                    if requeued > 0 {
+                        replay.insert(requeued, chunk);
+                        return Ok(());
+                    }
                 }
             }
+        }
+    }
+
+    fn commit(&mut self, stats: &mut WriteStats) {
+        for chunk in self.unsynced.drain(..) {
+            stats.chunks += 1;
+            stats.events += chunk.events;
+            stats.bytes_raw += chunk.raw_len;
+            stats.bytes_stored += chunk.bytes.len() as u64;
+        }
+        self.synced = self.offset;
+    }
+
+    /// The sync failed: cut the file back to what was synced and queue the rest again.
+    fn requeue(&mut self, replay: &mut std::collections::VecDeque<EncodedChunk>) {
+        let _ = self.link.file_set_size(self.synced);
+        for chunk in self.unsynced.drain(..).rev() {
+            replay.push_front(chunk);
         }
     }
 }
@@ -153,14 +191,56 @@ impl Writer for MpiIoWriter {
             return Err(WriteError::Stopped);
         }
         let mut stats = WriteStats::default();
-        for chunk in chunks {
-            self.write_one(&chunk, &mut stats)?;
+        let mut replay = std::collections::VecDeque::new();
+        let mut io_retried = false;
+        loop {
+            while let Some(chunk) = replay.pop_front().or_else(|| chunks.next()) {
+                if let Err(e) = self.write_one(chunk, &mut stats, &mut replay) {
+                    return Err(match e {
+                        WriteError::OutOfSpace { last_dir, .. } => WriteError::OutOfSpace {
+                            last_dir,
+                            written: stats,
+                        },
+                        other => other,
+                    });
+                }
+            }
+            if !self.open {
+                return Ok(stats);
+            }
+            let error = match self.link.file_sync() {
+                Ok(()) => {
+                    self.commit(&mut stats);
+                    return Ok(stats);
+                }
+                Err(e) => e,
+            };
+            // As in offload's writer: the unsynced chunks go again into a new part file, in the
+            // next directory when this one is full, in the same one after a first I/O error.
+            let full = self.link.is_out_of_space(error);
+            if !full && io_retried {
+                let path = self.plan.path_of(self.dir_index, self.part);
+                self.unsynced.clear();
+                let _ = self.link.file_set_size(self.synced);
+                let _ = self.link.file_close();
+                self.open = false;
+                self.part += 1;
+                return Err(WriteError::SyncLost {
+                    path,
+                    written: stats,
+                    source: std::io::Error::other(format!("MPI-IO error class {}", error.0)),
+                });
+            }
+            self.requeue(&mut replay);
+            let _ = self.link.file_close();
+            self.open = false;
+            self.part += 1;
+            if full {
+                self.dir_index += 1;
+            } else {
+                io_retried = true;
+            }
         }
-        if self.open {
-            let synced = self.link.file_sync();
-            self.classify(synced)?;
-        }
-        Ok(stats)
     }
 
     fn stopped(&self) -> bool {

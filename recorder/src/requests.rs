@@ -6,6 +6,12 @@
 //! "lightweight" request for small sends that finished at once, so two `MPI_Isend`s of a halo
 //! exchange may both return it. Such duplicates queue behind the first, in creation order, and
 //! complete in that order (the order a `Waitall` over them reports them in).
+//!
+//! Only such preallocated handles are ever shared (the C layer tells them apart). Any other handle
+//! names one live request at a time, so an entry found under it when a new request is created is
+//! stale: its request ended where the recorder did not see it complete (a `Waitall` that failed
+//! with `MPI_ERR_IN_STATUS`, a free inside a callback). The stale entry is dropped rather than
+//! queued in front of the new request, which would hand the new request's completion to it.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -82,6 +88,19 @@ fn with_table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
 
 /// A request was created (`Isend`, `Irecv`, `Send_init`, ...). Returns its new id.
 pub fn create(handle: u64, kind: ReqKind, bytes: u64, persistent: bool) -> u64 {
+    create_with(handle, kind, bytes, persistent, |h| {
+        crate::mpi_link::link().is_none_or(|l| l.request_shared(h))
+    })
+}
+
+/// [`create`] with the test for shared handles given (the C layer's, or a test's).
+fn create_with(
+    handle: u64,
+    kind: ReqKind,
+    bytes: u64,
+    persistent: bool,
+    shared: impl FnOnce(u64) -> bool,
+) -> u64 {
     with_table(|t| {
         let id = t.next_id;
         t.next_id += 1;
@@ -93,10 +112,12 @@ pub fn create(handle: u64, kind: ReqKind, bytes: u64, persistent: bool) -> u64 {
             active: !persistent,
         };
         match t.map.get(&handle) {
-            Some(live) if !live.persistent && !persistent => {
+            Some(live) if !live.persistent && !persistent && shared(handle) => {
                 t.shared.entry(handle).or_default().push_back(info);
             }
             _ => {
+                // Whatever was under this handle is over: never let it take this request's place.
+                t.shared.remove(&handle);
                 t.map.insert(handle, info);
             }
         }
@@ -115,9 +136,26 @@ pub fn start(handle: u64) -> u64 {
     })
 }
 
-/// `MPI_Request_free`: forgets the handle; returns the id it had.
+/// `MPI_Request_free`: forgets the handle; returns the id it had. Of several live requests
+/// sharing the handle the oldest goes (they are indistinguishable to MPI as well), and the next
+/// one takes its place, as at a completion.
 pub fn free(handle: u64) -> u64 {
-    with_table(|t| t.map.remove(&handle).map_or(NO_REQUEST, |i| i.id))
+    with_table(|t| {
+        let freed = t.map.remove(&handle).map_or(NO_REQUEST, |i| i.id);
+        promote_shared(t, handle);
+        freed
+    })
+}
+
+fn promote_shared(t: &mut Table, handle: u64) {
+    if let Some(queue) = t.shared.get_mut(&handle) {
+        if let Some(next) = queue.pop_front() {
+            t.map.insert(handle, next);
+        }
+        if queue.is_empty() {
+            t.shared.remove(&handle);
+        }
+    }
 }
 
 /// A request completed. `None` when the handle names an inactive persistent request (MPI then
@@ -144,14 +182,7 @@ pub fn complete(handle: u64) -> Option<Resolved> {
             })
         } else {
             let info = t.map.remove(&handle)?;
-            if let Some(queue) = t.shared.get_mut(&handle) {
-                if let Some(next) = queue.pop_front() {
-                    t.map.insert(handle, next);
-                }
-                if queue.is_empty() {
-                    t.shared.remove(&handle);
-                }
-            }
+            promote_shared(t, handle);
             Some(Resolved {
                 id: info.id,
                 kind: info.kind,
@@ -205,6 +236,35 @@ mod tests {
             Some(NO_REQUEST),
             "all three were completed"
         );
+    }
+
+    #[test]
+    fn a_stale_entry_never_takes_a_new_requests_completion() {
+        // A request whose completion the recorder never saw (MPI_ERR_IN_STATUS) leaves its entry;
+        // MPI then reuses the handle, which names one live request only.
+        let h = 0x4000_0004;
+        let unique = |_| false;
+        let stale = create_with(h, ReqKind::Send, 8, false, unique);
+        let fresh = create_with(h, ReqKind::Recv, 16, false, unique);
+        assert_ne!(stale, fresh);
+        let done = complete(h).unwrap();
+        assert_eq!((done.id, done.bytes), (fresh, 16));
+        assert_eq!(complete(h).map(|r| r.id), Some(NO_REQUEST));
+    }
+
+    #[test]
+    fn freeing_a_shared_handle_keeps_the_others_in_order() {
+        let h = 0x5000_0005;
+        let shared = |_| true;
+        let a = create_with(h, ReqKind::Send, 1, false, shared);
+        let b = create_with(h, ReqKind::Send, 2, false, shared);
+        let c = create_with(h, ReqKind::Send, 3, false, shared);
+        assert_eq!(free(h), a);
+        assert_eq!(complete(h).map(|r| r.id), Some(b));
+        assert_eq!(complete(h).map(|r| r.id), Some(c));
+        // Nothing left behind to be handed the next request's completion.
+        let d = create_with(h, ReqKind::Send, 4, false, shared);
+        assert_eq!(complete(h).map(|r| r.id), Some(d));
     }
 
     #[test]

@@ -52,6 +52,10 @@ struct Sink {
     /// Where this rank's own part files start: the next directory once a disk filled.
     own_dir: usize,
     stats: SinkStats,
+    /// Events a failed sync gave up, to be marked (`Marker::Lost`) by the next write.
+    pending_lost: u64,
+    /// Set while writing that marker right after the failure.
+    marking_lost: bool,
 }
 
 /// Totals over the life of the trace.
@@ -123,6 +127,8 @@ pub fn configure(
         diverted: false,
         own_dir: 0,
         stats: SinkStats::default(),
+        pending_lost: 0,
+        marking_lost: false,
     });
 }
 
@@ -140,12 +146,16 @@ fn make_reserve(path: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Gives the reserve back (end of the run); the trace is complete without it.
+/// Gives the reserve back (end of the run); the trace is complete without it. Nothing is
+/// written after this: after a signal the process may die any moment, and a thread still
+/// recording must not start a write that would be cut off mid-chunk.
 pub fn close() {
-    if let Some(sink) = SINK.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
-        && let Some(path) = sink.reserve.take()
-    {
-        let _ = std::fs::remove_file(path);
+    if let Some(sink) = SINK.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if let Some(path) = sink.reserve.take() {
+            let _ = std::fs::remove_file(path);
+        }
+        sink.stopped
+            .get_or_insert_with(|| "the trace was closed".into());
     }
 }
 
@@ -386,6 +396,21 @@ impl Sink {
     }
 
     fn write_taken(&mut self, mut taken: Vec<Taken>) {
+        if self.pending_lost > 0 {
+            let mut marker = RawBuf::new();
+            marker.push_event(&Event::Marker(Marker::Lost {
+                time: crate::clock::now(),
+                events: std::mem::take(&mut self.pending_lost),
+            }));
+            taken.insert(
+                0,
+                Taken {
+                    stream: 0,
+                    buf: marker,
+                    profile: None,
+                },
+            );
+        }
         let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
         if events == 0 {
             return;
@@ -451,7 +476,7 @@ impl Sink {
             Ok(w) => self.account(&w),
             Err(WriteError::OutOfSpace { last_dir, written }) => {
                 self.account(&written);
-                let lost = events - written.events;
+                let lost = events.saturating_sub(written.events);
                 self.stats.events_lost += lost;
                 self.stop(
                     format!(
@@ -460,6 +485,31 @@ impl Sink {
                     ),
                     lost,
                 );
+            }
+            Err(WriteError::SyncLost {
+                path,
+                written,
+                source,
+            }) => {
+                // Recording goes on (the next write starts a new part file); these events are
+                // counted, and marked in the trace by a write of the marker alone right below
+                // (or, if that fails too, by the next write).
+                self.account(&written);
+                let lost = events.saturating_sub(written.events);
+                self.stats.events_lost += lost;
+                self.pending_lost += lost;
+                let rank = self.plan.header.rank;
+                eprintln!(
+                    "evenflush: rank {rank}: {}: syncing failed twice ({source}); up to {lost} events \
+                     written since the last successful sync may be lost; recording continues",
+                    path.display()
+                );
+                // Say so in the trace now (this may be its last write); once, not in a loop.
+                if !self.marking_lost {
+                    self.marking_lost = true;
+                    self.write_taken(Vec::new());
+                    self.marking_lost = false;
+                }
             }
             Err(e) => {
                 self.stats.events_lost += events;
@@ -566,6 +616,41 @@ pub fn before_mpi_finalize(taken: Vec<Taken>) {
         // Nothing was written yet: the first writer opened will be posix, for the same reason.
         None => sink.next_change = Some((WriterChange::FinalizeHandover, reason)),
         // Already fell back to posix: nothing changes.
+        generic => sink.writer = generic,
+    }
+    sink.kind = WriterKind::Posix;
+}
+
+/// The trace is about to be written from a thread of the recorder's own (signal helper,
+/// `MPI_Abort`), where MPI-IO must not be called: with the `mpiio` writer, the rest of the trace
+/// continues in a further posix part file. What MPI-IO wrote is complete (it syncs after every
+/// write); its file is left to the MPI library, which is ending anyway.
+pub fn leave_mpiio() {
+    let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sink) = guard.as_mut() else { return };
+    if sink.kind != WriterKind::MpiIo {
+        return;
+    }
+    let reason = "the trace was ended from a signal or MPI_Abort, where MPI-IO cannot be used; \
+                  the rest continues in a further part file"
+        .to_string();
+    match sink.writer.take() {
+        Some(Backend::MpiIo(mpiio)) => {
+            let (dir, part) = mpiio.position();
+            sink.writer = Some(Backend::Generic(Box::new(PosixWriter::continuing(
+                sink.plan.clone(),
+                dir,
+                part,
+            ))));
+            sink.note = Some(WriterUsed {
+                requested: WriterId::MpiIo,
+                used: WriterId::Posix,
+                change: WriterChange::FinalizeHandover,
+                part,
+                reason,
+            });
+        }
+        None => sink.next_change = Some((WriterChange::FinalizeHandover, reason)),
         generic => sink.writer = generic,
     }
     sink.kind = WriterKind::Posix;

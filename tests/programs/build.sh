@@ -69,4 +69,9 @@ build_f smoke_f08
 # MPI-4 classes (tests/smoke.rs mpi4, sessions); each uses what its MPI has.
 build_c mpi4 -Wno-stringop-overflow
 build_c sessions
+# Recorder hardening (tests/hardening.rs): signals, fork, spawn, comm frees at depth.
+build_c hardening -pthread
+# Not an MPI program: the LD_PRELOAD fault injector of the disk-error tests.
+echo "  CC  faultfs.so"
+"${CC:-cc}" -O2 -Wall -Wextra -shared -fPIC -o "$outdir/faultfs.so" "$src/faultfs.c" -ldl
 echo "done"
