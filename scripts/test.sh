@@ -16,6 +16,10 @@ echo "== cargo test"
 # A test that cannot exercise its feature fails unless EVENFLUSH_TEST_ALLOW_SKIP names it
 # (tests/common/skip.rs); the skips that were allowed are listed at the end, so a green run says
 # what it did not test.
+# Debian's MPICH 4.0.2 (ch4:ucx) cannot run MPI_Comm_spawn at all, with or without the recorder
+# (tests/hardening.rs checks that first): that one known platform gap is allowed by default, and
+# still listed below as a skip.
+export EVENFLUSH_TEST_ALLOW_SKIP="${EVENFLUSH_TEST_ALLOW_SKIP:+$EVENFLUSH_TEST_ALLOW_SKIP,}mpich-spawn"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
