@@ -21,7 +21,7 @@ use format::{
 };
 use serde::Serialize;
 
-use crate::clock::{MapCursor, RankMeta, TimeMap, scan_rank};
+use crate::clock::{MapCursor, RankMeta, TimeMap, align_clocks, scan_rank};
 use crate::hb::{self, HbContext, HbReport, MessageMatch};
 use crate::lanes::{LaneId, LaneReader, OpenRank};
 use crate::trace::{Skipped, Trace, TraceError};
@@ -154,7 +154,13 @@ pub struct Summary {
 
 /// The first pass over every rank.
 pub fn scan(trace: &Trace) -> Result<Vec<RankMeta>, TraceError> {
-    trace.ranks.iter().map(scan_rank).collect()
+    let mut metas = trace
+        .ranks
+        .iter()
+        .map(scan_rank)
+        .collect::<Result<Vec<_>, _>>()?;
+    align_clocks(&mut metas);
+    Ok(metas)
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -212,9 +218,7 @@ impl Mapped<'_> {
             } else {
                 map.global_ns(t, cur)
             };
-            // `as` saturates: a time before the global clock's zero becomes 0 (and adding ½ then
-            // truncating rounds every time that can be represented).
-            (g - removed_dp + 0.5) as u64
+            map.absolute(g - removed_dp)
         };
         // Calls and completions are nearly every event: handled here without the generic walk.
         match e {
