@@ -261,27 +261,31 @@ fn fit_offsets(mut samples: Vec<Sample>, npt: f64, aligned: &mut AlignedClock) {
             .iter()
             .min_by(|a, b| a.rtt.total_cmp(&b.rtt))
             .expect("a cluster has a sample");
-        let kept: Vec<Sample> = cluster
+        let consistent = |s: &Sample| (s.offset - best.offset).abs() <= s.bound() + best.bound();
+        let kept: Vec<Sample> = cluster.iter().copied().filter(consistent).collect();
+        push_knot(&mut knots, &kept, base);
+        // As precise as the best yet disagreeing with it: the offset moved (fast drift), a knot
+        // of its own. Less precise and disagreeing: an outlier, dropped.
+        for s in cluster
             .iter()
-            .copied()
-            .filter(|s| (s.offset - best.offset).abs() <= s.bound() + best.bound())
-            .collect();
-        let w: f64 = kept.iter().map(Sample::weight).sum();
-        let offset = kept.iter().map(|s| s.offset * s.weight()).sum::<f64>() / w;
-        let tick_rel = kept.iter().map(|s| rel(s.tick) * s.weight()).sum::<f64>() / w;
-        let tick = base.wrapping_add(tick_rel.round() as i64 as u64);
-        let bound = best.bound();
-        match knots.last_mut() {
-            // Rounding may land two knots on one tick: keep the better one.
-            Some(last) if last.0 >= tick => {
-                if w > last.2 {
-                    *last = (last.0, offset, w, bound);
-                }
-            }
-            _ => knots.push((tick, offset, w, bound)),
+            .filter(|s| !consistent(s) && s.bound() <= best.bound())
+        {
+            push_knot(&mut knots, std::slice::from_ref(s), base);
         }
         i = j;
     }
+    knots.sort_by_key(|k| k.0);
+    // Rounding may land two knots on one tick: keep the better one.
+    knots.dedup_by(|later, earlier| {
+        if later.0 == earlier.0 {
+            if later.2 > earlier.2 {
+                *earlier = *later;
+            }
+            true
+        } else {
+            false
+        }
+    });
     if knots.len() >= 2 {
         let w: f64 = knots.iter().map(|k| k.2).sum();
         let mx = knots.iter().map(|k| rel(k.0) * k.2).sum::<f64>() / w;
@@ -297,6 +301,20 @@ fn fit_offsets(mut samples: Vec<Sample>, npt: f64, aligned: &mut AlignedClock) {
     }
     aligned.uncertainty_ns = knots.iter().map(|k| k.3).fold(0.0, f64::max);
     aligned.knots = knots.iter().map(|k| (k.0, k.1)).collect();
+}
+
+/// One knot from samples that measured the same offset: their weighted mean.
+fn push_knot(knots: &mut Vec<(u64, f64, f64, f64)>, kept: &[Sample], base: u64) {
+    let rel = |t: u64| t.wrapping_sub(base) as i64 as f64;
+    let w: f64 = kept.iter().map(Sample::weight).sum();
+    if kept.is_empty() || w <= 0.0 {
+        return;
+    }
+    let offset = kept.iter().map(|s| s.offset * s.weight()).sum::<f64>() / w;
+    let tick_rel = kept.iter().map(|s| rel(s.tick) * s.weight()).sum::<f64>() / w;
+    let tick = base.wrapping_add(tick_rel.round() as i64 as u64);
+    let bound = kept.iter().map(Sample::bound).fold(f64::INFINITY, f64::min);
+    knots.push((tick, offset, w, bound));
 }
 
 impl AlignedClock {

@@ -296,6 +296,11 @@ struct Shared<'c> {
     recv_counter: FastMap<Key, u64>,
     colls: FastMap<(u32, u64), CollInst>,
     report: HbReport,
+    /// Per lane: no later call of the lane starts before this (its last time seen, the end of
+    /// the call it holds, or the start of the call it waits to process).
+    frontier: Vec<u64>,
+    /// Per lane: the other lanes of its rank (empty for single-threaded ranks, the usual case).
+    siblings: Vec<Vec<usize>>,
 }
 
 /// How many events a lane may process before the next lane gets its turn; bounds how far one
@@ -321,6 +326,19 @@ pub fn run<I: Iterator<Item = Event>>(
         recv_counter: FastMap::default(),
         colls: FastMap::default(),
         report: HbReport::default(),
+        frontier: vec![0; lanes.len()],
+        siblings: lanes
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| {
+                lanes
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, (other, _))| *j != i && other.rank == id.rank)
+                    .map(|(j, _)| j)
+                    .collect()
+            })
+            .collect(),
     };
     let mut lanes: Vec<Lane<I>> = lanes
         .into_iter()
@@ -389,6 +407,8 @@ impl Shared<'_> {
     ) -> bool {
         let mut moved = false;
         let mut budget = TURN;
+        // A forced step may also take a call out of time order with its sibling lanes.
+        let mut gate_off = force;
         loop {
             if lane.needs.is_some() {
                 if !self.resolve(lane, force, on_match) {
@@ -425,6 +445,7 @@ impl Shared<'_> {
                     continue;
                 }
                 lane.done = true;
+                self.frontier[li] = u64::MAX;
                 return true;
             };
             if !lane.held.is_empty() {
@@ -436,6 +457,21 @@ impl Shared<'_> {
                 lane.needs = Some(self.needs_of(lane));
                 continue;
             }
+            if let Event::Call(c) = &event {
+                // The threads of one rank share its sends, receives and collectives: MPI orders
+                // them as the program made them, in time, so a call waits until no other lane
+                // of its rank can still make an earlier one.
+                let gated = !gate_off
+                    && self.siblings[li]
+                        .iter()
+                        .any(|&other| self.frontier[other] < c.start);
+                gate_off = false;
+                self.frontier[li] = self.frontier[li].max(c.start);
+                if gated {
+                    lane.peeked = Some((index, event));
+                    return moved;
+                }
+            }
             budget -= 1;
             moved = true;
             match self.process(lane, index, &event) {
@@ -444,6 +480,9 @@ impl Shared<'_> {
                     on_event(li, &event);
                 }
                 Action::Hold(coll) => {
+                    if let Event::Call(c) = &event {
+                        self.frontier[li] = self.frontier[li].max(c.end);
+                    }
                     lane.held.push(event);
                     lane.held_index = index;
                     lane.held_coll = coll;
