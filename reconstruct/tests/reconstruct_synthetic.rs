@@ -412,16 +412,19 @@ fn failed_equalisation_is_found_and_repaired() {
     let fixed = dir.with_extension("fixed");
     let s = rebuild(&dir, &fixed, Remove::DpPrime, true);
     assert_eq!(s.hb.violations_before, 2);
+    // As recorded the trace is consistent: the removal of the unequal suspension made both.
+    assert_eq!(s.hb.violations_recorded, 0, "{:?}", s.hb);
     assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
-    // Rank 0: the receive now ends when the send started (2 ns later than before); the barrier's
-    // entry moves by those 2 ns and its exit waits for rank 1's entry at 620; the finalize marker
-    // keeps its 195 ns gap after the barrier exit.
+    // Rank 0: the receive now ends the minimum latency L after the send started (2 + L ns later
+    // than before); the barrier's entry moves by as much and its exit waits for rank 1's entry at
+    // 620 (plus L); the finalize marker keeps its 195 ns gap after the barrier exit.
+    let l = reconstruct::hb::DEFAULT_MIN_LATENCY_NS;
     let r0 = read_lane(&fixed, 0, 0);
     let c = calls(&r0);
-    assert_eq!((c[1].start, c[1].end), (295, 300));
-    assert_eq!((c[2].start, c[2].end), (402, 620));
+    assert_eq!((c[1].start, c[1].end), (295, 300 + l));
+    assert_eq!((c[2].start, c[2].end), (402 + l, 620 + l));
     assert!(
-        r0.contains(&Event::Marker(Marker::FinalizeStart { time: 815 })),
+        r0.contains(&Event::Marker(Marker::FinalizeStart { time: 815 + l })),
         "{r0:?}"
     );
     // Rank 1 needed nothing: it is exactly the DP'-removed trace.
@@ -429,7 +432,16 @@ fn failed_equalisation_is_found_and_repaired() {
         calls(&read_lane(&fixed, 1, 0)),
         calls(&read_lane(&plain, 1, 0))
     );
-    assert_eq!(s.hb.max_shift_s, 215e-9);
+    assert_eq!(s.hb.max_shift_s, (215 + l) as f64 * 1e-9);
+    // The summary describes what was written: rank 0's span grew by its shift.
+    let plain_span = rebuild(&dir, &plain, Remove::DpPrime, false).per_rank[0]
+        .reconstructed_plus_s
+        .unwrap();
+    let fixed_span = s.per_rank[0].reconstructed_plus_s.unwrap();
+    assert!(
+        ((fixed_span - plain_span) - (215 + l) as f64 * 1e-9).abs() < 1e-12,
+        "{plain_span} -> {fixed_span}"
+    );
     for d in [dir, plain, fixed] {
         std::fs::remove_dir_all(d).unwrap();
     }
@@ -685,10 +697,11 @@ fn sendrecv_rooted_and_nonblocking_collectives_follow_their_semantics() {
     let s = rebuild(&dir, &out, Remove::DpPrime, true);
     assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
     let c0 = calls(&read_lane(&out, 0, 0));
-    // Rank 1 was shifted by 10 ns at its broadcast exit, so it entered the Ibarrier at 1210;
-    // rank 0's Wait now ends then.
-    assert_eq!(calls(&read_lane(&out, 1, 0))[2].start, 1_210);
-    assert_eq!(c0[3].end, 1_210);
+    // Rank 1 was shifted by 10 ns + the minimum latency L at its broadcast exit, so it entered
+    // the Ibarrier at 1310 + L; rank 0's Wait ends L after that.
+    let l = reconstruct::hb::DEFAULT_MIN_LATENCY_NS;
+    assert_eq!(calls(&read_lane(&out, 1, 0))[2].start, 1_210 + l);
+    assert_eq!(c0[3].end, 1_210 + 2 * l);
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(out).unwrap();
 }
