@@ -51,6 +51,7 @@ pub(super) enum Class {
     WinCreate,
     WinFree,
     WinFence,
+    IntercommCreate,
     Other,
 }
 
@@ -84,6 +85,7 @@ impl Class {
             "win_create" | "win_allocate" => Class::WinCreate,
             "win_free" => Class::WinFree,
             "win_fence" => Class::WinFence,
+            "intercomm_create" => Class::IntercommCreate,
             l if l.starts_with("neighbor_") => Class::Collective(None),
             l if l.starts_with("ineighbor_") => Class::Icollective(None),
             _ => Class::Other,
@@ -143,6 +145,9 @@ pub(super) struct Probe {
     tag: Option<i32>,
 }
 
+/// Global ids of intercommunicator pairs start here, above any the context interned.
+const INTER_GLOBAL: u32 = 1 << 31;
+
 /// Which collective: (communicator, space, instance); space 0 are the communicator's
 /// collectives, space 1 + k the fences of its k-th window.
 pub(super) type CollKey = (u32, u32, u64);
@@ -183,8 +188,22 @@ struct Window {
     fences: u64,
 }
 
+/// One side of an intercommunicator: its local group, and, once the other side was created too,
+/// the communicator its point-to-point calls use (global id of the pair, the remote group as
+/// members: a peer rank on an intercommunicator names a rank of the remote group).
+pub(super) struct InterSide {
+    pairing: (i32, u32),
+    local: Arc<[u32]>,
+    pub(super) paired: Option<Comm>,
+}
+
 #[derive(Default)]
 pub(super) struct RankState {
+    /// Intercommunicators by local id. Their `CommDef` names the local group only (what
+    /// `MPI_Comm_group` returns), so they are recognised by the `Intercomm_create` that follows
+    /// the definition, and paired with the other side by tag and occurrence.
+    pub(super) intercomms: FastMap<CommId, InterSide>,
+    intercomms_made: FastMap<(i32, Arc<[u32]>), u32>,
     posts: Vec<Slot>,
     icolls: FastMap<u64, CollRef>,
     coll_counter: FastMap<(u32, u32), u64>,
@@ -208,11 +227,91 @@ impl Shared<'_> {
         self.ctx.ranks.get(lane_rank)?.comms.get(&comm)
     }
 
+    /// The communicator point-to-point calls on `comm` use: for an intercommunicator, the pair
+    /// (`None` while the other side is not known).
+    pub(super) fn p2p_comm(&self, lane_rank: usize, comm: CommId) -> Option<Comm> {
+        match self.ranks[lane_rank].intercomms.get(&comm) {
+            Some(side) => side.paired.clone(),
+            None => self.comm(lane_rank, comm).cloned(),
+        }
+    }
+
+    /// Whether `comm` is an intercommunicator whose other side is not known yet.
+    pub(super) fn unpaired(&self, lane_rank: usize, comm: CommId) -> bool {
+        self.ranks[lane_rank]
+            .intercomms
+            .get(&comm)
+            .is_some_and(|s| s.paired.is_none())
+    }
+
+    /// `id` (defined just before `Intercomm_create` with `tag`) is an intercommunicator: pairs it
+    /// with the other side's, created with the same tag for the same time, whose local group is
+    /// disjoint from ours.
+    pub(super) fn define_intercomm(&mut self, lane_rank: usize, id: CommId, tag: i32) {
+        let Some(local) = self.comm(lane_rank, id).map(|c| Arc::clone(&c.members)) else {
+            return;
+        };
+        let state = &mut self.ranks[lane_rank];
+        let n = state
+            .intercomms_made
+            .entry((tag, Arc::clone(&local)))
+            .or_default();
+        let pairing = (tag, *n);
+        *n += 1;
+        state.intercomms.insert(
+            id,
+            InterSide {
+                pairing,
+                local: Arc::clone(&local),
+                paired: None,
+            },
+        );
+        let groups = self.inter_groups.entry(pairing).or_default();
+        if !groups.iter().any(|g| **g == *local) {
+            groups.push(local);
+        }
+        self.pair_intercomms(pairing);
+    }
+
+    fn pair_intercomms(&mut self, pairing: (i32, u32)) {
+        let Some(groups) = self.inter_groups.get(&pairing).cloned() else {
+            return;
+        };
+        // Only the members of the groups can hold a side of this pairing.
+        let holders: Vec<usize> = groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .filter_map(|&m| self.ctx.index_of(m))
+            .collect();
+        for r in holders {
+            let state = &mut self.ranks[r];
+            for side in state.intercomms.values_mut() {
+                if side.paired.is_some() || side.pairing != pairing {
+                    continue;
+                }
+                let remote = groups
+                    .iter()
+                    .find(|g| !g.iter().any(|m| side.local.contains(m)));
+                if let Some(remote) = remote {
+                    let (a, b) = (side.local.first().copied(), remote.first().copied());
+                    let pair = (pairing, a.min(b), a.max(b));
+                    let n = self.inter_globals.len() as u32;
+                    let global = *self.inter_globals.entry(pair).or_insert(INTER_GLOBAL + n);
+                    side.paired = Some(Comm {
+                        global,
+                        members: Arc::clone(remote),
+                        me: None,
+                    });
+                }
+            }
+        }
+    }
+
     fn record_send<I>(&mut self, lane: &Lane<I>, index: u64, removed: u64, c: &MpiCall) {
         if c.peer < 0 {
             return;
         }
-        let Some(comm) = self.comm(lane.rank_idx, c.comm) else {
+        let Some(comm) = self.p2p_comm(lane.rank_idx, c.comm) else {
             return;
         };
         let Some(&dest) = comm.members.get(c.peer as usize) else {
@@ -352,7 +451,7 @@ impl Shared<'_> {
     }
 
     fn probe_of<I>(&self, lane: &Lane<I>, c: &MpiCall) -> Option<Probe> {
-        let comm = self.comm(lane.rank_idx, c.comm)?.clone();
+        let comm = self.p2p_comm(lane.rank_idx, c.comm)?;
         let source = (c.peer >= 0)
             .then(|| comm.members.get(c.peer as usize).copied())
             .flatten();
@@ -385,7 +484,7 @@ impl Shared<'_> {
             Class::Irecv => {
                 if c.peer != PROC_NULL
                     && c.request != NO_REQUEST
-                    && let Some(comm) = self.comm(lane.rank_idx, c.comm).cloned()
+                    && let Some(comm) = self.p2p_comm(lane.rank_idx, c.comm)
                 {
                     self.post_receive(lane, index, comm, Some(c.peer), c.tag, c.request);
                 }
@@ -412,7 +511,7 @@ impl Shared<'_> {
                     if p.send {
                         self.record_send(lane, index, removed, &started);
                     } else if started.peer != PROC_NULL
-                        && let Some(comm) = self.comm(lane.rank_idx, started.comm).cloned()
+                        && let Some(comm) = self.p2p_comm(lane.rank_idx, started.comm)
                     {
                         // A receive started again while its previous start is still open would
                         // be erroneous MPI; a stale slot of one never completed is replaced.
@@ -462,6 +561,13 @@ impl Shared<'_> {
                         c.request,
                     );
                 }
+                Action::Emit
+            }
+            // Collectives on intercommunicators (both groups, roots named by MPI_ROOT) are not
+            // matched.
+            Class::Icollective(_) | Class::Collective(_)
+                if self.ranks[lane.rank_idx].intercomms.contains_key(&c.comm) =>
+            {
                 Action::Emit
             }
             Class::Icollective(shape) => {
@@ -527,7 +633,7 @@ impl Shared<'_> {
                 let r = self.enter_collective(lane, removed, &comm, space, &c, shape);
                 Action::Hold(r)
             }
-            Class::Other => Action::Emit,
+            Class::IntercommCreate | Class::Other => Action::Emit,
         }
     }
 
@@ -582,7 +688,7 @@ impl Shared<'_> {
                         (_, true) if call.peer >= 0 && call.tag >= 0 => (call.peer, call.tag),
                         _ => (ANY_SOURCE, ANY_TAG),
                     };
-                    (self.comm(lane.rank_idx, call.comm).cloned(), peer, tag)
+                    (self.p2p_comm(lane.rank_idx, call.comm), peer, tag)
                 };
                 if peer >= 0
                     && tag >= 0

@@ -285,6 +285,9 @@ struct Lane<I> {
     /// An emptied needs list kept for the next held call, so holding a call allocates nothing.
     spare_needs: Vec<Need>,
     done: bool,
+    /// The communicator defined by the event just before, if that was a definition: an
+    /// `Intercomm_create` right after it created it.
+    last_commdef: Option<format::CommId>,
 }
 
 /// What to do with an event that is not part of a held call.
@@ -311,6 +314,10 @@ struct Shared<'c> {
     /// Per rank: lanes that still have events. A rank with none left provides nothing more, so
     /// nobody waits for it.
     live_lanes: Vec<usize>,
+    /// Intercommunicator sides seen, by (tag, occurrence): their local groups; and the global
+    /// id of each pair.
+    inter_groups: FastMap<(i32, u32), Vec<std::sync::Arc<[u32]>>>,
+    inter_globals: FastMap<((i32, u32), Option<u32>, Option<u32>), u32>,
 }
 
 /// How many events a lane may process before the next lane gets its turn; bounds how far one
@@ -362,6 +369,8 @@ pub fn run<I: LaneSource>(
             })
             .collect(),
         live_lanes,
+        inter_groups: FastMap::default(),
+        inter_globals: FastMap::default(),
     };
     let mut lanes: Vec<Lane<I>> = lanes
         .into_iter()
@@ -379,6 +388,7 @@ pub fn run<I: LaneSource>(
             needs: None,
             spare_needs: Vec::new(),
             done: false,
+            last_commdef: None,
         })
         .collect();
     loop {
@@ -481,14 +491,26 @@ impl Shared<'_> {
                 lane.needs = Some(self.needs_of(lane));
                 continue;
             }
+            if let Event::CommDef { id, .. } = &event {
+                lane.last_commdef = Some(*id);
+            }
             if let Event::Call(c) = &event {
+                if let Some(id) = lane.last_commdef.take()
+                    && self.class(lane.rank_idx, c.func) == Class::IntercommCreate
+                {
+                    self.define_intercomm(lane.rank_idx, id, c.tag);
+                }
+                // Point-to-point on an intercommunicator waits until its other side is known
+                // (a forced step gives up on it: its messages stay unmatched).
+                let unpaired = !gate_off && self.unpaired(lane.rank_idx, c.comm);
                 // The threads of one rank share its sends, receives and collectives: MPI orders
                 // them as the program made them, in time, so a call waits until no other lane
                 // of its rank can still make an earlier one.
-                let gated = !gate_off
-                    && self.siblings[li]
-                        .iter()
-                        .any(|&other| self.frontier[other] < c.start);
+                let gated = unpaired
+                    || !gate_off
+                        && self.siblings[li]
+                            .iter()
+                            .any(|&other| self.frontier[other] < c.start);
                 gate_off = false;
                 self.frontier[li] = self.frontier[li].max(c.start);
                 if gated {
