@@ -126,6 +126,7 @@ impl Shared<'_> {
                 end = required.max(start).max(raw_end).min(end);
             }
             lane.shift = end - raw_end;
+            lane.max_shift = lane.max_shift.max(lane.shift);
         }
         if let Some(Event::Call(c)) = lane.held.first_mut() {
             c.start = start;
