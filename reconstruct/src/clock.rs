@@ -140,7 +140,9 @@ const RTT_OUTLIER_FACTOR: f64 = 4.0;
 /// host is the global clock itself, so its offset is exactly 0; other hosts get the offsets their
 /// ranks measured, weighted by round trip, outliers rejected, converted to the host's calibration.
 pub fn align_clocks(metas: &mut [RankMeta]) {
-    let mut groups: Vec<(Option<(String, ClockSource)>, Vec<usize>)> = Vec::new();
+    // (host and clock source, or none when the clock is the rank's alone; members)
+    type Group = (Option<(String, ClockSource)>, Vec<usize>);
+    let mut groups: Vec<Group> = Vec::new();
     for (i, meta) in metas.iter().enumerate() {
         let key = meta
             .host

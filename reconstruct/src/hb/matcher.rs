@@ -145,6 +145,9 @@ pub(super) struct Probe {
     tag: Option<i32>,
 }
 
+/// An intercommunicator pair: (tag, occurrence) and the first members of its two groups.
+pub(super) type InterPair = ((i32, u32), Option<u32>, Option<u32>);
+
 /// Global ids of intercommunicator pairs start here, above any the context interned.
 const INTER_GLOBAL: u32 = 1 << 31;
 

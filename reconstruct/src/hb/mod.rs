@@ -319,7 +319,7 @@ struct Shared<'c> {
     /// Intercommunicator sides seen, by (tag, occurrence): their local groups; and the global
     /// id of each pair.
     inter_groups: FastMap<(i32, u32), Vec<std::sync::Arc<[u32]>>>,
-    inter_globals: FastMap<((i32, u32), Option<u32>, Option<u32>), u32>,
+    inter_globals: FastMap<matcher::InterPair, u32>,
 }
 
 /// How many events a lane may process before the next lane gets its turn; bounds how far one
