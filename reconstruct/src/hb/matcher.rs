@@ -171,6 +171,10 @@ pub(super) struct CollInst {
     pub(super) recorded_starts: Vec<Option<u64>>,
     pub(super) starts: Vec<Option<u64>>,
     pub(super) exits_left: usize,
+    /// Members that entered.
+    pub(super) entered: usize,
+    /// Built at the first exit once every entry is known, for the exits that wait for everybody.
+    pub(super) summary: Option<Box<super::violations::EntrySummary>>,
 }
 
 pub(super) enum Need {
@@ -416,8 +420,11 @@ impl Shared<'_> {
             recorded_starts: vec![None; n],
             starts: vec![None; n],
             exits_left: n,
+            entered: 0,
+            summary: None,
         });
         if let Some(slot) = inst.starts.get_mut(me as usize) {
+            inst.entered += usize::from(slot.is_none());
             *slot = Some(c.start.saturating_add(lane.shift));
             inst.raw_starts[me as usize] = Some(c.start);
             inst.recorded_starts[me as usize] = Some(c.start.saturating_add(removed));

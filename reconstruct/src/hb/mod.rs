@@ -111,8 +111,9 @@ pub struct HbReport {
     /// Receives numbered while an earlier wildcard receive that could have taken their message
     /// was still open (its completion came later); their match assumes it did not.
     pub ambiguous_receives: u64,
-    /// Waits that ended without what they waited for because the rank that would provide it had
-    /// no events left (it ended early, stopped recording, or its file was damaged).
+    /// Receives, and collective instances, that went on without what they waited for because the
+    /// rank that would provide it had no events left (it ended early, stopped recording, or its
+    /// file was damaged).
     pub waits_on_absent_ranks: u64,
     /// Largest forward shift the repair gave a lane, ns of the lane's time unit.
     pub max_shift: u64,
@@ -316,6 +317,8 @@ struct Shared<'c> {
     /// Per rank: lanes that still have events. A rank with none left provides nothing more, so
     /// nobody waits for it.
     live_lanes: Vec<usize>,
+    /// Ranks whose lanes all ended.
+    absent_ranks: usize,
     /// Intercommunicator sides seen, by (tag, occurrence): their local groups; and the global
     /// id of each pair.
     inter_groups: FastMap<(i32, u32), Vec<std::sync::Arc<[u32]>>>,
@@ -371,6 +374,7 @@ pub fn run<I: LaneSource>(
             })
             .collect(),
         live_lanes,
+        absent_ranks: 0,
         inter_groups: FastMap::default(),
         inter_globals: FastMap::default(),
     };
@@ -482,6 +486,7 @@ impl Shared<'_> {
                 self.frontier[li] = u64::MAX;
                 if let Some(n) = self.live_lanes.get_mut(lane.rank_idx) {
                     *n = n.saturating_sub(1);
+                    self.absent_ranks += usize::from(*n == 0);
                 }
                 return true;
             };

@@ -10,7 +10,7 @@
 use format::Event;
 
 use super::matcher::Need;
-use super::violations::{entries_known, waited_for};
+use super::violations::{EntrySummary, entries_known, waited_for};
 use super::{Lane, MessageMatch, Shared};
 
 impl Shared<'_> {
@@ -90,24 +90,37 @@ impl Shared<'_> {
                     });
                 }
                 Need::Coll(r) => {
-                    let Some(inst) = self.colls.remove(&r.key) else {
+                    let Some(mut inst) = self.colls.remove(&r.key) else {
                         continue;
                     };
-                    self.count_exit(lane.rank_idx, r, &inst, raw_end, recorded_end);
                     let range = waited_for(r, inst.starts.len());
+                    let everybody = range.len() == inst.starts.len() && !range.is_empty();
+                    if everybody && inst.summary.is_none() {
+                        if inst.starts.iter().any(Option::is_none) {
+                            self.report.waits_on_absent_ranks += 1;
+                        }
+                        inst.summary = Some(Box::new(EntrySummary::of(self.ctx, &inst)));
+                    }
+                    self.count_exit(lane.rank_idx, r, &inst, raw_end, recorded_end);
                     if !range.is_empty() {
                         depends = true;
                     }
-                    if range.clone().any(|k| inst.starts[k].is_none()) {
-                        self.report.waits_on_absent_ranks += 1;
-                    }
-                    for k in range {
-                        if let Some(s) = inst.starts[k] {
-                            let gap = if k == r.me as usize { 0 } else { latency };
-                            required = required.max(s.saturating_add(gap));
+                    match inst.summary.as_deref().filter(|_| everybody) {
+                        Some(summary) => {
+                            required = required.max(summary.required(r.me as usize, latency));
+                        }
+                        None => {
+                            if range.clone().any(|k| inst.starts[k].is_none()) {
+                                self.report.waits_on_absent_ranks += 1;
+                            }
+                            for k in range {
+                                if let Some(s) = inst.starts[k] {
+                                    let gap = if k == r.me as usize { 0 } else { latency };
+                                    required = required.max(s.saturating_add(gap));
+                                }
+                            }
                         }
                     }
-                    let mut inst = inst;
                     inst.exits_left = inst.exits_left.saturating_sub(1);
                     if inst.exits_left > 0 {
                         self.colls.insert(r.key, inst);
