@@ -268,12 +268,18 @@ fn map_and_match(world: u32, events: u64) -> (u64, f64) {
                     rank: r as u32,
                     stream: 0,
                 },
-                iter,
+                reconstruct::hb::Plain(iter),
             )
         })
         .collect();
     let mut seen = 0u64;
-    let report = reconstruct::hb::run(&ctx, lanes, false, |_, _| seen += 1, |_| {});
+    let report = reconstruct::hb::run(
+        &ctx,
+        lanes,
+        reconstruct::hb::Repair::OFF,
+        |_, _| seen += 1,
+        |_| {},
+    );
     let secs = start.elapsed().as_secs_f64();
     assert_eq!(seen, total);
     assert!(

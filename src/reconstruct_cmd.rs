@@ -35,7 +35,9 @@ pub struct ReconstructArgs {
     #[arg(long, value_enum, default_value = "dpprime")]
     pub remove: RemoveArg,
     /// Repair happened-before violations (receives ending before their send started, ranks leaving
-    /// a collective before another entered) by shifting later events forward.
+    /// a collective before another entered) by shifting later events forward: a receive then ends
+    /// at least 100 ns after its send started, and a shift is given back at the lane's next wait
+    /// that had room for it.
     #[arg(long)]
     pub hb: bool,
     /// Print the summary as JSON instead of a table.

@@ -5,10 +5,22 @@
 //!
 //! Convention: a rank's "local nanoseconds" are `ticks · 1e9 / ticks_per_sec` (no epoch), and
 //! `ClockSample::offset_ns` is rank 0's local nanoseconds minus ours at tick `local`.
+//!
+//! Ranks of one host read one clock (an invariant TSC, or `CLOCK_MONOTONIC`), but each calibrates
+//! its own `ticks_per_sec` over a few milliseconds. A calibration error of 1e-7 is invisible in a
+//! duration, yet times counted from the host's boot (10^13 ns and more) differ by a millisecond
+//! between two ranks, and the offsets the recorder measures are mostly that difference plus the
+//! exchange's noise (± half its round trip, microseconds). Applying those samples on one host
+//! turned the noise into causality violations between ranks that share one clock. So
+//! [`align_clocks`] gives every rank of a host its host's calibration (that of its lowest rank)
+//! and one offset function, which is exactly zero on rank 0's host; only hosts without rank 0
+//! use measured offsets, fitted from all their ranks' samples.
 
 use std::collections::{BTreeSet, HashMap};
 
-use format::{ClockCalibration, ClockSample, CommId, Event, FunctionId, Marker, Suspension};
+use format::{
+    ClockCalibration, ClockSample, ClockSource, CommId, Event, FunctionId, Marker, Suspension,
+};
 
 use crate::trace::{RankFiles, Skipped, TraceError, for_each_misc_event};
 
@@ -30,6 +42,35 @@ pub struct RankMeta {
     pub streams: BTreeSet<u32>,
     pub events: u64,
     pub skipped: Vec<Skipped>,
+    /// The host name of the rank's `RankInfo` record.
+    pub host: Option<String>,
+    /// The rank's clock as [`align_clocks`] placed it among the others; without it (metadata
+    /// built by hand), the rank's own calibration and samples.
+    pub aligned: Option<AlignedClock>,
+}
+
+/// How one rank's ticks become global nanoseconds: `epoch_ns + base_ns + (t − base_tick) ·
+/// ns_per_tick + offset(t)`, the offset piecewise linear through `knots`, the first term added in
+/// integers by whoever writes absolute times. Absolute TSC values pass 2^53 after a month of
+/// uptime and nanoseconds since boot after three, where an f64 no longer holds every tick or
+/// nanosecond: so the base tick is subtracted in integers and the floating-point part stays small.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AlignedClock {
+    /// The same for every rank of a trace.
+    pub epoch_ns: u64,
+    pub ns_per_tick: f64,
+    pub base_tick: u64,
+    pub base_ns: f64,
+    /// (tick, offset ns), ticks strictly increasing.
+    pub knots: Vec<(u64, f64)>,
+    /// Offset change per tick before the first knot and after the last: the drift fitted over all
+    /// knots (the longest baseline, so the least noisy).
+    pub drift: f64,
+    /// Ranks with the same group read the same clock: between them no offset is applied and
+    /// none is uncertain.
+    pub group: u32,
+    /// Bound on the error of this clock's offset to rank 0's, in ns (0 on rank 0's host).
+    pub uncertainty_ns: f64,
 }
 
 /// The first pass over one rank: reads every chunk once, keeps only the metadata (so it decodes
@@ -63,6 +104,9 @@ pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
                 meta.functions.insert(*id, name.clone());
             }
             Event::CommDef { id, members } => meta.comms.push((*id, members.clone())),
+            Event::RankInfo(info) if meta.host.is_none() && !info.host.is_empty() => {
+                meta.host = Some(info.host.clone());
+            }
             _ => {}
         },
     )?;
@@ -83,14 +127,234 @@ pub fn ns_per_tick(clock: &ClockCalibration) -> f64 {
     }
 }
 
+/// Samples taken within this long of each other measure the same offset (drift between hosts is
+/// parts per million: under 0.1 µs here) and are combined into one knot.
+const KNOT_WINDOW_NS: f64 = 10e6;
+
+/// A sample whose round trip is this many times the median one waited somewhere (a descheduled
+/// rank, a busy link): its error bound is loose, and it is dropped when better ones exist.
+const RTT_OUTLIER_FACTOR: f64 = 4.0;
+
+/// The host clocks of all ranks: ranks of one host (same host name and clock source; a virtual
+/// clock is never shared) get one calibration, one base tick and one offset function. Rank 0's
+/// host is the global clock itself, so its offset is exactly 0; other hosts get the offsets their
+/// ranks measured, weighted by round trip, outliers rejected, converted to the host's calibration.
+pub fn align_clocks(metas: &mut [RankMeta]) {
+    // (host and clock source, or none when the clock is the rank's alone; members)
+    type Group = (Option<(String, ClockSource)>, Vec<usize>);
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, meta) in metas.iter().enumerate() {
+        let key = meta
+            .host
+            .clone()
+            .filter(|_| meta.clock.source != ClockSource::Virtual)
+            .map(|h| (h, meta.clock.source));
+        match groups.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((key, vec![i])),
+        }
+    }
+    let reference = |members: &[usize]| {
+        let r = *members
+            .iter()
+            .min_by_key(|&&i| metas[i].rank)
+            .expect("a group has a member");
+        let base_tick = members
+            .iter()
+            .map(|&i| metas[i].clock.tick_at_epoch)
+            .filter(|&t| t > 0)
+            .min()
+            .unwrap_or(0);
+        (ns_per_tick(&metas[r].clock), base_tick, metas[r].rank)
+    };
+    // The epoch is the global clock at the base of the host that holds rank 0 (or the lowest
+    // rank), so that host's times need no floating-point base at all.
+    let refs: Vec<(f64, u64, u32)> = groups.iter().map(|(_, m)| reference(m)).collect();
+    let Some(epoch_ns) = refs
+        .iter()
+        .copied()
+        .min_by_key(|r| r.2)
+        .map(|(npt, base, _)| (base as f64 * npt) as u64)
+    else {
+        return;
+    };
+    for (g, (_, members)) in groups.iter().enumerate() {
+        let (npt, base_tick, _) = refs[g];
+        let mut aligned = AlignedClock {
+            epoch_ns,
+            ns_per_tick: npt,
+            base_tick,
+            base_ns: if (base_tick as f64 * npt) as u64 == epoch_ns {
+                0.0
+            } else {
+                base_tick as f64 * npt - epoch_ns as f64
+            },
+            group: g as u32,
+            ..Default::default()
+        };
+        if !members.iter().any(|&i| metas[i].rank == 0) {
+            // Each rank measured rank 0's clock minus its own local ns; in the host's calibration
+            // that is the same quantity plus the difference of the two conversions at that tick.
+            let samples: Vec<Sample> = members
+                .iter()
+                .flat_map(|&i| {
+                    let own = ns_per_tick(&metas[i].clock);
+                    metas[i].samples.iter().map(move |s| Sample {
+                        tick: s.local,
+                        offset: s.offset_ns + s.local as f64 * (own - npt),
+                        rtt: s.rtt_ns,
+                    })
+                })
+                .collect();
+            fit_offsets(samples, npt, &mut aligned);
+        }
+        for &i in members {
+            metas[i].aligned = Some(aligned.clone());
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    tick: u64,
+    offset: f64,
+    rtt: f64,
+}
+
+impl Sample {
+    /// The true offset lies within this of the measured one.
+    fn bound(&self) -> f64 {
+        self.rtt.max(0.0) / 2.0
+    }
+    /// Weight of a measurement with this error bound (inverse variance, a floor so an exchange
+    /// reported as instantaneous cannot take all the weight by division by zero).
+    fn weight(&self) -> f64 {
+        1.0 / self.bound().max(1.0).powi(2)
+    }
+}
+
+/// Fits `aligned`'s knots, drift and uncertainty to `samples` (one host's, in its calibration).
+fn fit_offsets(mut samples: Vec<Sample>, npt: f64, aligned: &mut AlignedClock) {
+    samples.retain(|s| s.offset.is_finite() && s.rtt.is_finite());
+    if samples.is_empty() {
+        return;
+    }
+    let mut rtts: Vec<f64> = samples.iter().map(|s| s.rtt.max(0.0)).collect();
+    rtts.sort_by(f64::total_cmp);
+    let median = rtts[rtts.len() / 2];
+    if median > 0.0 {
+        samples.retain(|s| s.rtt <= RTT_OUTLIER_FACTOR * median);
+    }
+    samples.sort_by_key(|s| s.tick);
+    let window = (KNOT_WINDOW_NS / npt.max(f64::MIN_POSITIVE)) as u64;
+    let base = aligned.base_tick;
+    let rel = |t: u64| t.wrapping_sub(base) as i64 as f64;
+    let mut knots: Vec<(u64, f64, f64, f64)> = Vec::new(); // tick, offset, weight, bound
+    let mut i = 0;
+    while i < samples.len() {
+        let mut j = i + 1;
+        while j < samples.len() && samples[j].tick - samples[i].tick <= window {
+            j += 1;
+        }
+        let cluster = &samples[i..j];
+        // Every measurement brackets the true offset within its bound: one whose bracket misses
+        // the tightest measurement's is wrong, not just imprecise.
+        let best = *cluster
+            .iter()
+            .min_by(|a, b| a.rtt.total_cmp(&b.rtt))
+            .expect("a cluster has a sample");
+        let consistent = |s: &Sample| (s.offset - best.offset).abs() <= s.bound() + best.bound();
+        let kept: Vec<Sample> = cluster.iter().copied().filter(consistent).collect();
+        push_knot(&mut knots, &kept, base);
+        // As precise as the best yet disagreeing with it: the offset moved (fast drift), a knot
+        // of its own. Less precise and disagreeing: an outlier, dropped.
+        for s in cluster
+            .iter()
+            .filter(|s| !consistent(s) && s.bound() <= best.bound())
+        {
+            push_knot(&mut knots, std::slice::from_ref(s), base);
+        }
+        i = j;
+    }
+    knots.sort_by_key(|k| k.0);
+    // Rounding may land two knots on one tick: keep the better one.
+    knots.dedup_by(|later, earlier| {
+        if later.0 == earlier.0 {
+            if later.2 > earlier.2 {
+                *earlier = *later;
+            }
+            true
+        } else {
+            false
+        }
+    });
+    if knots.len() >= 2 {
+        let w: f64 = knots.iter().map(|k| k.2).sum();
+        let mx = knots.iter().map(|k| rel(k.0) * k.2).sum::<f64>() / w;
+        let my = knots.iter().map(|k| k.1 * k.2).sum::<f64>() / w;
+        let sxx: f64 = knots.iter().map(|k| k.2 * (rel(k.0) - mx).powi(2)).sum();
+        let sxy: f64 = knots
+            .iter()
+            .map(|k| k.2 * (rel(k.0) - mx) * (k.1 - my))
+            .sum();
+        if sxx > 0.0 {
+            aligned.drift = sxy / sxx;
+        }
+    }
+    aligned.uncertainty_ns = knots.iter().map(|k| k.3).fold(0.0, f64::max);
+    aligned.knots = knots.iter().map(|k| (k.0, k.1)).collect();
+}
+
+/// One knot from samples that measured the same offset: their weighted mean.
+fn push_knot(knots: &mut Vec<(u64, f64, f64, f64)>, kept: &[Sample], base: u64) {
+    let rel = |t: u64| t.wrapping_sub(base) as i64 as f64;
+    let w: f64 = kept.iter().map(Sample::weight).sum();
+    if kept.is_empty() || w <= 0.0 {
+        return;
+    }
+    let offset = kept.iter().map(|s| s.offset * s.weight()).sum::<f64>() / w;
+    let tick_rel = kept.iter().map(|s| rel(s.tick) * s.weight()).sum::<f64>() / w;
+    let tick = base.wrapping_add(tick_rel.round() as i64 as u64);
+    let bound = kept.iter().map(Sample::bound).fold(f64::INFINITY, f64::min);
+    knots.push((tick, offset, w, bound));
+}
+
+impl AlignedClock {
+    /// A rank on its own: its calibration and its samples as they are.
+    pub fn own(meta: &RankMeta) -> AlignedClock {
+        let npt = ns_per_tick(&meta.clock);
+        let mut aligned = AlignedClock {
+            ns_per_tick: npt,
+            group: u32::MAX - meta.rank,
+            ..Default::default()
+        };
+        let samples = meta
+            .samples
+            .iter()
+            .map(|s| Sample {
+                tick: s.local,
+                offset: s.offset_ns,
+                rtt: s.rtt_ns,
+            })
+            .collect();
+        fit_offsets(samples, npt, &mut aligned);
+        aligned
+    }
+}
+
 /// Maps one rank's ticks to the global clock, with or without its suspensions.
 #[derive(Clone, Debug)]
 pub struct TimeMap {
+    epoch_ns: u64,
     ns_per_tick: f64,
+    base_tick: u64,
+    base_ns: f64,
     sample_at: Vec<u64>,
     sample_off: Vec<f64>,
     /// Offset change per tick between sample k and k+1.
     slope: Vec<f64>,
+    /// Offset change per tick outside the samples.
+    drift: f64,
     sus_start: Vec<u64>,
     sus_end: Vec<u64>,
     /// Global time of each suspension's start.
@@ -105,6 +369,11 @@ pub struct TimeMap {
 pub struct MapCursor {
     samples_at_or_before: usize,
     suspensions_started: usize,
+}
+
+/// `b − a` in ticks, exact in integers, then as f64.
+fn tick_diff(b: u64, a: u64) -> f64 {
+    b.wrapping_sub(a) as i64 as f64
 }
 
 impl TimeMap {
@@ -123,32 +392,24 @@ impl TimeMap {
     }
 
     fn with_suspensions(meta: &RankMeta, pauses_lane: impl Fn(usize) -> bool) -> TimeMap {
-        let ns_per_tick = ns_per_tick(&meta.clock);
-        let mut samples: Vec<(u64, f64)> = meta
-            .samples
-            .iter()
-            .filter(|s| s.offset_ns.is_finite())
-            .map(|s| (s.local, s.offset_ns))
-            .collect();
-        samples.sort_by_key(|s| s.0);
-        // Two samples at one tick would make an infinite slope: the later measurement wins.
-        samples.dedup_by(|later, earlier| {
-            if later.0 == earlier.0 {
-                earlier.1 = later.1;
-                true
-            } else {
-                false
-            }
-        });
-        let slope = samples
+        let aligned = meta
+            .aligned
+            .clone()
+            .unwrap_or_else(|| AlignedClock::own(meta));
+        let slope = aligned
+            .knots
             .windows(2)
-            .map(|w| (w[1].1 - w[0].1) / (w[1].0 - w[0].0) as f64)
+            .map(|w| (w[1].1 - w[0].1) / tick_diff(w[1].0, w[0].0))
             .collect();
         let mut map = TimeMap {
-            ns_per_tick,
-            sample_at: samples.iter().map(|s| s.0).collect(),
-            sample_off: samples.iter().map(|s| s.1).collect(),
+            epoch_ns: aligned.epoch_ns,
+            ns_per_tick: aligned.ns_per_tick,
+            base_tick: aligned.base_tick,
+            base_ns: aligned.base_ns,
+            sample_at: aligned.knots.iter().map(|s| s.0).collect(),
+            sample_off: aligned.knots.iter().map(|s| s.1).collect(),
             slope,
+            drift: aligned.drift,
             sus_start: Vec::new(),
             sus_end: Vec::new(),
             sus_g_start: Vec::new(),
@@ -187,6 +448,22 @@ impl TimeMap {
         self.ns_per_tick
     }
 
+    /// What every time this map returns is relative to (the same for all ranks of a trace): an
+    /// absolute global time is `epoch_ns() + round(t)`.
+    pub fn epoch_ns(&self) -> u64 {
+        self.epoch_ns
+    }
+
+    /// An absolute global time from one of this map's times (saturating at 0).
+    pub fn absolute(&self, t: f64) -> u64 {
+        let rounded = (t + 0.5).floor();
+        if rounded >= 0.0 {
+            self.epoch_ns.saturating_add(rounded as u64)
+        } else {
+            self.epoch_ns.saturating_sub((-rounded) as u64)
+        }
+    }
+
     /// Rank 0's clock minus ours at tick `t`, in ns.
     fn offset_ns(&self, t: u64, cur: &mut MapCursor) -> f64 {
         let n = self.sample_at.len();
@@ -201,15 +478,17 @@ impl TimeMap {
             *k -= 1;
         }
         match *k {
-            0 => self.sample_off[0],
-            k if k == n => self.sample_off[n - 1],
-            k => self.sample_off[k - 1] + self.slope[k - 1] * (t - self.sample_at[k - 1]) as f64,
+            0 => self.sample_off[0] + self.drift * tick_diff(t, self.sample_at[0]),
+            k if k == n => {
+                self.sample_off[n - 1] + self.drift * tick_diff(t, self.sample_at[n - 1])
+            }
+            k => self.sample_off[k - 1] + self.slope[k - 1] * tick_diff(t, self.sample_at[k - 1]),
         }
     }
 
-    /// Tick `t` in the global clock (rank 0's local nanoseconds).
+    /// Tick `t` in the global clock (rank 0's local nanoseconds), relative to [`Self::epoch_ns`].
     pub fn global_ns(&self, t: u64, cur: &mut MapCursor) -> f64 {
-        t as f64 * self.ns_per_tick + self.offset_ns(t, cur)
+        self.base_ns + tick_diff(t, self.base_tick) * self.ns_per_tick + self.offset_ns(t, cur)
     }
 
     /// Tick `t` in the global clock with every suspension before it removed; a tick inside a
@@ -286,14 +565,117 @@ mod tests {
     }
 
     #[test]
-    fn offsets_interpolate_between_samples_and_hold_outside() {
-        let m = TimeMap::new(&meta(&[(1000, 10.0), (2000, 30.0)], &[]));
+    fn offsets_interpolate_between_samples_and_follow_the_drift_outside() {
+        let m = TimeMap::new(&meta(&[(100_000_000, 10.0), (200_000_000, 30.0)], &[]));
         let mut c = MapCursor::default();
-        assert_eq!(m.global_ns(500, &mut c), 510.0);
-        assert_eq!(m.global_ns(1500, &mut c), 1520.0);
-        assert_eq!(m.global_ns(3000, &mut c), 3030.0);
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(near(m.global_ns(150_000_000, &mut c), 150_000_020.0));
+        // Past the last sample the clocks keep drifting apart at the rate measured between them.
+        assert!(near(m.global_ns(300_000_000, &mut c), 300_000_050.0));
+        assert!(near(m.global_ns(50_000_000, &mut c), 50_000_000.0));
         // Going back in time must give the same answers as going forward.
-        assert_eq!(m.global_ns(1500, &mut c), 1520.0);
+        assert!(near(m.global_ns(150_000_000, &mut c), 150_000_020.0));
+    }
+
+    fn ranked(rank: u32, host: &str, tps: f64, samples: &[(u64, f64, f64)]) -> RankMeta {
+        RankMeta {
+            rank,
+            host: Some(host.into()),
+            clock: ClockCalibration {
+                ticks_per_sec: tps,
+                tick_at_epoch: 30_000_000_000_000,
+                ..Default::default()
+            },
+            samples: samples
+                .iter()
+                .map(|&(local, offset_ns, rtt_ns)| ClockSample {
+                    local,
+                    offset_ns,
+                    rtt_ns,
+                    when: SampleKind::Init,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// As recorded on one host: each rank calibrated its own ticks per second, so converted from
+    /// boot their local ns differ by ~0.5 ms, and that is what the exchange measured, ± 2 µs.
+    #[test]
+    fn ranks_of_one_host_share_its_clock_exactly() {
+        let t = 30_000_000_000_000u64;
+        let mut metas = vec![
+            ranked(0, "a", 3.0e9, &[(t, 0.0, 0.0)]),
+            ranked(1, "a", 3.0e9 * (1.0 + 5e-8), &[(t, 500_123.0, 4000.0)]),
+            ranked(2, "a", 3.0e9 * (1.0 - 2e-8), &[(t + 9, -200_456.0, 3500.0)]),
+        ];
+        align_clocks(&mut metas);
+        let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
+        for tick in [t - 1_000_000, t, t + 3_000_000_000] {
+            let g: Vec<u64> = maps
+                .iter()
+                .map(|m| m.absolute(m.global_ns(tick, &mut MapCursor::default())))
+                .collect();
+            assert_eq!(g[0], g[1]);
+            assert_eq!(g[0], g[2]);
+        }
+        // Rank 0's clock is the global one.
+        let m = &maps[0];
+        let g = m.absolute(m.global_ns(t + 3_000_000_000, &mut MapCursor::default()));
+        assert_eq!(g, ((t + 3_000_000_000) as f64 / 3.0) as u64);
+        assert_eq!(metas[1].aligned.as_ref().unwrap().uncertainty_ns, 0.0);
+    }
+
+    /// Another host's offset comes from all its ranks' samples: the long round trip (a rank
+    /// descheduled during the exchange) is dropped, the others weighted by their round trips.
+    #[test]
+    fn another_hosts_offset_is_weighted_by_round_trip_without_outliers() {
+        let t = 30_000_000_000_000u64;
+        let tps = 1e9;
+        let mut metas = vec![
+            ranked(0, "a", tps, &[(t, 0.0, 0.0)]),
+            ranked(1, "b", tps, &[(t, 1000.0, 2000.0), (t + 5, 1600.0, 8000.0)]),
+            ranked(
+                2,
+                "b",
+                tps,
+                &[(t + 10, 1100.0, 1000.0), (t + 20, 90_000.0, 400_000.0)],
+            ),
+        ];
+        align_clocks(&mut metas);
+        let b = metas[1].aligned.clone().unwrap();
+        assert_eq!(metas[2].aligned.as_ref().unwrap(), &b);
+        assert_eq!(b.knots.len(), 1);
+        // Weights 1/1000² and 1/500² (half the round trips), and the 8 µs sample's error bound
+        // covers the best one's, so it stays with weight 1/4000².
+        let (w1, w2, w3) = (1.0 / 1e6, 1.0 / 25e4, 1.0 / 16e6);
+        let expect = (1000.0 * w1 + 1100.0 * w2 + 1600.0 * w3) / (w1 + w2 + w3);
+        assert!((b.knots[0].1 - expect).abs() < 1e-6, "{b:?}");
+        assert_eq!(b.uncertainty_ns, 500.0);
+        let m = TimeMap::new(&metas[2]);
+        let g = m.absolute(m.global_ns(t + 1_000_000, &mut MapCursor::default()));
+        assert_eq!(g, t + 1_000_000 + expect.round() as u64);
+    }
+
+    /// Ticks past 2^53 (a month of TSC uptime) still map one tick apart.
+    #[test]
+    fn huge_ticks_keep_their_resolution() {
+        let t = (1u64 << 60) + 1;
+        let mut metas = vec![
+            ranked(0, "a", 1e9, &[(t, 0.0, 0.0)]),
+            ranked(1, "a", 1e9, &[]),
+        ];
+        for m in &mut metas {
+            m.clock.tick_at_epoch = t;
+        }
+        align_clocks(&mut metas);
+        let m = TimeMap::new(&metas[1]);
+        let mut c = MapCursor::default();
+        let a = m.absolute(m.global_ns(t + 1, &mut c));
+        let b = m.absolute(m.global_ns(t + 2, &mut c));
+        assert_eq!(b - a, 1);
+        // The epoch itself is the base in f64: exact to its precision (256 ns at 2^60).
+        assert!(a.abs_diff(t + 1) <= 256, "{a} vs {}", t + 1);
     }
 
     #[test]

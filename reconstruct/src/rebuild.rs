@@ -19,8 +19,8 @@ use std::rc::Rc;
 use format::{ChunkEncoder, Event, EventBuf, FileHeader, Marker, RankFileWriter, rank_file_name};
 use serde::Serialize;
 
-use crate::clock::{MapCursor, RankMeta, TimeMap, scan_rank};
-use crate::hb::{self, HbContext, HbReport, MessageMatch};
+use crate::clock::{MapCursor, RankMeta, TimeMap, align_clocks, scan_rank};
+use crate::hb::{self, HbContext, HbReport, MessageMatch, Repair};
 use crate::lanes::{LaneId, LaneReader, OpenRank};
 use crate::trace::{Skipped, Trace, TraceError};
 
@@ -60,6 +60,8 @@ pub struct Options {
     /// Events per output chunk and stream.
     pub chunk_events: usize,
     pub zstd_level: i32,
+    /// With `hb`: no message arrives sooner than this after its send started (ns).
+    pub min_latency_ns: u64,
 }
 
 impl Default for Options {
@@ -69,6 +71,7 @@ impl Default for Options {
             hb: false,
             chunk_events: 1 << 16,
             zstd_level: 1,
+            min_latency_ns: hb::DEFAULT_MIN_LATENCY_NS,
         }
     }
 }
@@ -116,6 +119,11 @@ pub struct SuspensionSummary {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct HbSummary {
     pub repaired: bool,
+    /// In the trace as recorded (global clock, nothing removed): a clean trace of one host has
+    /// none.
+    pub violations_recorded: u64,
+    /// In the times with DP' (and DP) removed, before the repair: more than recorded when a
+    /// suspension was not equal on every rank (an overshoot), which the repair undoes.
     pub violations_before: u64,
     /// Counted again on the written output when repaired; equal to `violations_before` otherwise.
     pub violations_after: u64,
@@ -152,7 +160,13 @@ pub struct Summary {
 
 /// The first pass over every rank.
 pub fn scan(trace: &Trace) -> Result<Vec<RankMeta>, TraceError> {
-    trace.ranks.iter().map(scan_rank).collect()
+    let mut metas = trace
+        .ranks
+        .iter()
+        .map(scan_rank)
+        .collect::<Result<Vec<_>, _>>()?;
+    align_clocks(&mut metas);
+    Ok(metas)
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -160,6 +174,9 @@ struct Mark {
     global: f64,
     collapsed: f64,
     dp_ns: f64,
+    /// The marker's time as mapped, before the repair, and how far the repair moved it.
+    mapped: u64,
+    shift_ns: f64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -177,6 +194,14 @@ struct Mapped<'a> {
     remove_dp: bool,
     dp_ticks: u64,
     marks: Rc<RefCell<LaneMarks>>,
+    /// Time removed at the last event returned (ns).
+    removed: u64,
+}
+
+impl hb::LaneSource for Mapped<'_> {
+    fn removed_ns(&self) -> u64 {
+        self.removed
+    }
 }
 
 impl Iterator for Mapped<'_> {
@@ -210,13 +235,22 @@ impl Mapped<'_> {
             } else {
                 map.global_ns(t, cur)
             };
-            // `as` saturates: a time before the global clock's zero becomes 0 (and adding ½ then
-            // truncating rounds every time that can be represented).
-            (g - removed_dp + 0.5) as u64
+            map.absolute(g - removed_dp)
         };
         // Calls and completions are nearly every event: handled here without the generic walk.
         match e {
             Event::Call(c) => {
+                if collapse || self.remove_dp {
+                    // What the mapping took out here, so that the matcher can also judge the
+                    // times as recorded.
+                    let g = map.global_ns(c.end, cur);
+                    let out = if collapse {
+                        map.collapsed_ns(c.end, cur)
+                    } else {
+                        g
+                    };
+                    self.removed = (g - out + removed_dp).max(0.0).round() as u64;
+                }
                 c.start = to_out(c.start, cur);
                 c.end = to_out(c.end, cur);
                 // The cost of an event is spent after its end, so it delays the next events only.
@@ -237,6 +271,8 @@ impl Mapped<'_> {
                 global: map.global_ns(time, cur),
                 collapsed: map.collapsed_ns(time, cur),
                 dp_ns,
+                mapped: to_out(time, cur),
+                shift_ns: 0.0,
             };
             let mut marks = self.marks.borrow_mut();
             if matches!(e, Event::Marker(Marker::InitDone { .. })) {
@@ -275,8 +311,8 @@ fn run_pass(
     trace: &Trace,
     metas: &[RankMeta],
     remove: Option<Remove>,
-    repair: bool,
-    on_event: impl FnMut(usize, &Event),
+    repair: Repair,
+    mut on_event: impl FnMut(usize, &Event),
     on_match: impl FnMut(&MessageMatch),
 ) -> Result<PassResult, TraceError> {
     let open: Vec<OpenRank> = trace
@@ -306,11 +342,29 @@ fn run_pass(
                 remove_dp: remove.is_some_and(Remove::dp),
                 dp_ticks: 0,
                 marks: Rc::clone(marks),
+                removed: 0,
             };
             (*id, mapped)
         })
         .collect();
     let ctx = HbContext::new(metas, trace.world_size);
+    // The spans must describe the output written, so the repair's move of each marker counts.
+    let on_event = |li: usize, e: &Event| {
+        if let Event::Marker(m @ (Marker::InitDone { time } | Marker::FinalizeStart { time })) = e {
+            let mut lane = marks[li].borrow_mut();
+            let mark = if matches!(m, Marker::InitDone { .. }) {
+                lane.init.as_mut()
+            } else {
+                lane.finalize.as_mut()
+            };
+            if let Some(mark) = mark
+                && mark.shift_ns == 0.0
+            {
+                mark.shift_ns = time.saturating_sub(mark.mapped) as f64;
+            }
+        }
+        on_event(li, e);
+    };
     let report = hb::run(&ctx, lanes, repair, on_event, on_match);
     Ok(PassResult {
         report,
@@ -323,14 +377,21 @@ fn run_pass(
 pub fn matched_messages(trace: &Trace) -> Result<(Vec<MessageMatch>, HbReport), TraceError> {
     let metas = scan(trace)?;
     let mut out = Vec::new();
-    let pass = run_pass(trace, &metas, None, false, |_, _| {}, |m| out.push(*m))?;
+    let pass = run_pass(
+        trace,
+        &metas,
+        None,
+        Repair::OFF,
+        |_, _| {},
+        |m| out.push(*m),
+    )?;
     Ok((out, pass.report))
 }
 
 /// Counts happened-before violations of a trace as it is (global clock, nothing removed).
 pub fn check_happened_before(trace: &Trace) -> Result<HbReport, TraceError> {
     let metas = scan(trace)?;
-    Ok(run_pass(trace, &metas, None, false, |_, _| {}, |_| {})?.report)
+    Ok(run_pass(trace, &metas, None, Repair::OFF, |_, _| {}, |_| {})?.report)
 }
 
 struct LaneOut {
@@ -404,7 +465,10 @@ pub fn reconstruct(
         trace,
         &metas,
         Some(opts.remove),
-        opts.hb,
+        Repair {
+            enabled: opts.hb,
+            min_latency_ns: opts.min_latency_ns,
+        },
         |li, e| {
             let lane = &mut lanes[li];
             lane.buf.push(e);
@@ -562,7 +626,7 @@ fn summarize(
         }) = marks
         {
             let measured = (f.global - i.global) / 1e9;
-            let plus = (f.collapsed - i.collapsed) / 1e9;
+            let plus = (f.collapsed + f.shift_ns - i.collapsed - i.shift_ns) / 1e9;
             let dp = (f.dp_ns - i.dp_ns) / 1e9;
             r.measured_s = Some(measured);
             r.reconstructed_plus_s = Some(plus);
@@ -607,6 +671,7 @@ fn summarize(
     };
     s.hb = HbSummary {
         repaired: opts.hb,
+        violations_recorded: pass.report.recorded_violations(),
         violations_before: pass.report.violations(),
         violations_after: pass.report.violations(),
         before: pass.report,
@@ -670,9 +735,11 @@ pub fn render_table(s: &Summary) -> String {
     let hb = &s.hb;
     let _ = writeln!(
         o,
-        "happened-before  {} messages, {} collective exits; violations {} before, {} after{}",
+        "happened-before  {} messages, {} collective exits; violations {} as recorded, {} before \
+         repair, {} after{}",
         hb.before.messages,
         hb.before.collective_exits,
+        hb.violations_recorded,
         hb.violations_before,
         hb.violations_after,
         if hb.repaired {

@@ -412,16 +412,19 @@ fn failed_equalisation_is_found_and_repaired() {
     let fixed = dir.with_extension("fixed");
     let s = rebuild(&dir, &fixed, Remove::DpPrime, true);
     assert_eq!(s.hb.violations_before, 2);
+    // As recorded the trace is consistent: the removal of the unequal suspension made both.
+    assert_eq!(s.hb.violations_recorded, 0, "{:?}", s.hb);
     assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
-    // Rank 0: the receive now ends when the send started (2 ns later than before); the barrier's
-    // entry moves by those 2 ns and its exit waits for rank 1's entry at 620; the finalize marker
-    // keeps its 195 ns gap after the barrier exit.
+    // Rank 0: the receive now ends the minimum latency L after the send started (2 + L ns later
+    // than before); the barrier's entry moves by as much and its exit waits for rank 1's entry at
+    // 620 (plus L); the finalize marker keeps its 195 ns gap after the barrier exit.
+    let l = reconstruct::hb::DEFAULT_MIN_LATENCY_NS;
     let r0 = read_lane(&fixed, 0, 0);
     let c = calls(&r0);
-    assert_eq!((c[1].start, c[1].end), (295, 300));
-    assert_eq!((c[2].start, c[2].end), (402, 620));
+    assert_eq!((c[1].start, c[1].end), (295, 300 + l));
+    assert_eq!((c[2].start, c[2].end), (402 + l, 620 + l));
     assert!(
-        r0.contains(&Event::Marker(Marker::FinalizeStart { time: 815 })),
+        r0.contains(&Event::Marker(Marker::FinalizeStart { time: 815 + l })),
         "{r0:?}"
     );
     // Rank 1 needed nothing: it is exactly the DP'-removed trace.
@@ -429,7 +432,16 @@ fn failed_equalisation_is_found_and_repaired() {
         calls(&read_lane(&fixed, 1, 0)),
         calls(&read_lane(&plain, 1, 0))
     );
-    assert_eq!(s.hb.max_shift_s, 215e-9);
+    assert_eq!(s.hb.max_shift_s, (215 + l) as f64 * 1e-9);
+    // The summary describes what was written: rank 0's span grew by its shift.
+    let plain_span = rebuild(&dir, &plain, Remove::DpPrime, false).per_rank[0]
+        .reconstructed_plus_s
+        .unwrap();
+    let fixed_span = s.per_rank[0].reconstructed_plus_s.unwrap();
+    assert!(
+        ((fixed_span - plain_span) - (215 + l) as f64 * 1e-9).abs() < 1e-12,
+        "{plain_span} -> {fixed_span}"
+    );
     for d in [dir, plain, fixed] {
         std::fs::remove_dir_all(d).unwrap();
     }
@@ -685,10 +697,11 @@ fn sendrecv_rooted_and_nonblocking_collectives_follow_their_semantics() {
     let s = rebuild(&dir, &out, Remove::DpPrime, true);
     assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
     let c0 = calls(&read_lane(&out, 0, 0));
-    // Rank 1 was shifted by 10 ns at its broadcast exit, so it entered the Ibarrier at 1210;
-    // rank 0's Wait now ends then.
-    assert_eq!(calls(&read_lane(&out, 1, 0))[2].start, 1_210);
-    assert_eq!(c0[3].end, 1_210);
+    // Rank 1 was shifted by 10 ns + the minimum latency L at its broadcast exit, so it entered
+    // the Ibarrier at 1310 + L; rank 0's Wait ends L after that.
+    let l = reconstruct::hb::DEFAULT_MIN_LATENCY_NS;
+    assert_eq!(calls(&read_lane(&out, 1, 0))[2].start, 1_210 + l);
+    assert_eq!(c0[3].end, 1_210 + 2 * l);
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(out).unwrap();
 }
@@ -751,4 +764,179 @@ fn a_known_clock_skew_causes_violations_that_hb_removes() {
     for d in [dir, plain, fixed] {
         std::fs::remove_dir_all(d).unwrap();
     }
+}
+
+fn one_stream(rank: u32, events: Vec<Event>) -> RankTrace {
+    RankTrace {
+        rank,
+        ticks_per_sec: 1e9,
+        streams: vec![(0, events)],
+    }
+}
+
+fn recv_status(source: i32, tag: i32) -> Event {
+    Event::Completion(Completion {
+        request: NO_REQUEST,
+        source,
+        tag,
+        bytes: 8,
+        cancelled: false,
+    })
+}
+
+/// Rank 2 stopped recording before it sent what rank 1 waits for. Rank 1 must go on without it
+/// (rank 2 has nothing left), not hold everybody until somebody is forced forward: forcing rank
+/// 0's receive first would number it before rank 1's send exists and mispair the channel 1 → 0
+/// for the rest of the trace.
+#[test]
+fn a_rank_that_stopped_is_absent_not_waited_for() {
+    let dir = temp_dir("absent");
+    let mut r0 = function_defs();
+    let mut r1 = function_defs();
+    let mut r2 = function_defs();
+    for i in 0..3u64 {
+        let t = 1_000 + i * 1_000;
+        r0.extend([Event::Call(call(RECV, t, t + 400, 1, 5)), recv_status(1, 5)]);
+    }
+    r1.extend([
+        // Waits for rank 2, which never sends.
+        Event::Call(call(RECV, 100, 900, 2, 1)),
+        recv_status(2, 1),
+    ]);
+    for i in 0..3u64 {
+        let t = 1_100 + i * 1_000;
+        r1.push(Event::Call(call(SEND, t, t + 10, 0, 5)));
+    }
+    r2.push(Event::Marker(Marker::RecordingStopped { time: 50 }));
+    write_trace(
+        &dir,
+        3,
+        &[one_stream(0, r0), one_stream(1, r1), one_stream(2, r2)],
+        4,
+    );
+    let (matches, report) = rebuild::matched_messages(&Trace::open(&dir).unwrap()).unwrap();
+    assert_eq!(report.messages, 3, "{report:?}");
+    assert_eq!(report.unmatched_sends, 0, "{report:?}");
+    assert_eq!(report.unmatched_receives, 1, "{report:?}");
+    assert_eq!(report.waits_on_absent_ranks, 1, "{report:?}");
+    assert_eq!(report.violations(), 0, "{report:?}");
+    // The k-th send pairs with the k-th receive.
+    for m in &matches {
+        assert_eq!(m.recv_end - m.send_start, 300, "{m:?}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Rank 0's receive ends 50 ns before its send started (say, a failed equalisation); the repair
+/// moves it, and with it rank 0's next events. Rank 0 then reaches a barrier long before rank 1:
+/// it waited there anyway, so the correction is given back in that wait (the exit follows rank
+/// 1's entry, not rank 0's shifted exit), and the finalize marker after it moves only as far as
+/// rank 1's entry requires.
+#[test]
+fn a_correction_is_given_back_at_the_next_wait() {
+    let dir = temp_dir("amortise");
+    let l = reconstruct::hb::DEFAULT_MIN_LATENCY_NS;
+    let r0 = {
+        let mut e = function_defs();
+        e.extend([
+            Event::Marker(Marker::InitDone { time: 0 }),
+            Event::Call(call(RECV, 500, 550, 1, 3)),
+            recv_status(1, 3),
+            Event::Call(barrier(1_000, 3_010)),
+            Event::Marker(Marker::FinalizeStart { time: 3_100 }),
+        ]);
+        e
+    };
+    let r1 = {
+        let mut e = function_defs();
+        e.extend([
+            Event::Marker(Marker::InitDone { time: 0 }),
+            Event::Call(call(SEND, 600, 610, 0, 3)),
+            Event::Call(barrier(3_000, 3_010)),
+            Event::Marker(Marker::FinalizeStart { time: 3_100 }),
+        ]);
+        e
+    };
+    write_trace(&dir, 2, &[one_stream(0, r0), one_stream(1, r1)], 3);
+    let out = dir.with_extension("out");
+    let s = rebuild(&dir, &out, Remove::DpPrime, true);
+    assert_eq!(s.hb.violations_before, 1, "{:?}", s.hb);
+    assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
+    let r0 = read_lane(&out, 0, 0);
+    let c = calls(&r0);
+    // The receive ends L after the send started: a shift of 50 + L.
+    assert_eq!(c[0].end, 600 + l);
+    assert_eq!(c[1].start, 1_000 + 50 + l);
+    // Not 3_010 + 50 + L: the barrier's exit waits for rank 1's entry (+ L) only.
+    assert_eq!(c[1].end, (3_000 + l).max(3_010));
+    let shift_after = (3_000 + l).max(3_010) - 3_010;
+    assert!(
+        r0.contains(&Event::Marker(Marker::FinalizeStart {
+            time: 3_100 + shift_after
+        })),
+        "{r0:?}"
+    );
+    // The largest shift is still the one reported.
+    assert_eq!(s.hb.max_shift_s, (50 + l) as f64 / 1e9);
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+fn on_host(rank: u32, host: &str, offset: f64, rtt: f64, mut events: Vec<Event>) -> RankTrace {
+    let mut head = vec![
+        Event::RankInfo(format::RankInfo {
+            rank,
+            world_size: 2,
+            host: host.into(),
+            ..Default::default()
+        }),
+        Event::Clock(ClockSample {
+            local: 10,
+            offset_ns: offset,
+            rtt_ns: rtt,
+            when: SampleKind::Init,
+        }),
+    ];
+    head.append(&mut events);
+    one_stream(rank, head)
+}
+
+/// Two hosts whose clocks are related within ± 500 ns (half the 1 µs round trip of the offset
+/// exchange): a receive that ends 300 ns before its send started may be that error and is not a
+/// violation; one that ends 800 ns before is. On one host, where there is no offset, 300 ns is.
+#[test]
+fn across_hosts_a_violation_must_exceed_the_offsets_uncertainty() {
+    let trace = |host1: &str, rtt: f64| {
+        let dir = temp_dir(&format!("hosts-{host1}-{rtt}"));
+        let mut r0 = function_defs();
+        r0.extend([
+            Event::Call(call(SEND, 1_000, 1_010, 1, 1)),
+            Event::Call(call(SEND, 5_000, 5_010, 1, 2)),
+        ]);
+        let mut r1 = function_defs();
+        r1.extend([
+            Event::Call(call(RECV, 600, 700, 0, 1)),
+            recv_status(0, 1),
+            Event::Call(call(RECV, 4_000, 4_200, 0, 2)),
+            recv_status(0, 2),
+        ]);
+        write_trace(
+            &dir,
+            2,
+            &[
+                on_host(0, "a", 0.0, 0.0, r0),
+                on_host(1, host1, 0.0, rtt, r1),
+            ],
+            4,
+        );
+        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+        report
+    };
+    let other_host = trace("b", 1_000.0);
+    assert_eq!(other_host.messages, 2);
+    assert_eq!(other_host.message_violations, 1, "{other_host:?}");
+    assert_eq!(other_host.recorded_message_violations, 1, "{other_host:?}");
+    let same_host = trace("a", 1_000.0);
+    assert_eq!(same_host.message_violations, 2, "{same_host:?}");
 }

@@ -63,6 +63,7 @@ build_f fortran_f08
 # GCC mistakes MPICH's MPI_STATUSES_IGNORE for a zero-sized status array.
 build_c smoke -ldl -Wno-stringop-overflow
 build_c coverage -Wno-stringop-overflow
+build_c matching -Wno-stringop-overflow
 build_c abnormal -pthread
 build_f smoke_f77
 build_f smoke_f08

@@ -294,8 +294,8 @@ mod imp {
 
     impl Writer<'_> {
         /// A time for `lane`: never before its previous one.
-        fn ts(&mut self, lane: &mut Lane, global_ns: f64) -> u64 {
-            let t = (global_ns.round().max(0.0) as u64).max(lane.last);
+        fn ts(&mut self, lane: &mut Lane, global_ns: u64) -> u64 {
+            let t = global_ns.max(lane.last);
             lane.last = t;
             self.min_ts = self.min_ts.min(t);
             self.max_ts = self.max_ts.max(t);
@@ -343,7 +343,7 @@ mod imp {
             .or_else(|| rc.regions.get(UNNAMED))
             .copied()
             .unwrap_or(0);
-        let start = wr.ts(lane, map.global_ns(c.start, cur));
+        let start = wr.ts(lane, map.absolute(map.global_ns(c.start, cur)));
         let w = lane.writer;
         let nil = ptr::null_mut();
         // SAFETY (every FFI call below): `w` is a live event writer of the open archive, the
@@ -403,7 +403,7 @@ mod imp {
             }
             _ => {}
         }
-        let end = wr.ts(lane, map.global_ns(c.end, cur));
+        let end = wr.ts(lane, map.absolute(map.global_ns(c.end, cur)));
         match class {
             FuncClass::Recv | FuncClass::SendRecv => {
                 if let (Some(comm), Some(status)) = (
@@ -640,7 +640,7 @@ mod imp {
                         Event::Call(c) => lane.pending = Some((*c, Vec::new())),
                         Event::Suspension(s) => {
                             let w = lane.writer;
-                            let a = wr.ts(lane, map.global_ns(s.start, cur));
+                            let a = wr.ts(lane, map.absolute(map.global_ns(s.start, cur)));
                             // SAFETY: live writer, null attribute list, plain values.
                             let code = unsafe {
                                 ffi::OTF2_EvtWriter_MeasurementOnOff(
@@ -654,7 +654,7 @@ mod imp {
                                 failed = Some(err);
                                 return;
                             }
-                            let b = wr.ts(lane, map.global_ns(s.end, cur));
+                            let b = wr.ts(lane, map.absolute(map.global_ns(s.end, cur)));
                             // SAFETY: as above.
                             let code = unsafe {
                                 ffi::OTF2_EvtWriter_MeasurementOnOff(

@@ -51,10 +51,6 @@ fn us(ns: i64) -> String {
     format!("{}.{:03}", ns / 1000, ns % 1000)
 }
 
-fn round_ns(v: f64) -> i64 {
-    v.round() as i64
-}
-
 /// Writes `trace` as Chrome Trace Event JSON to `out`. `progress(done, total)` in events.
 pub fn export(
     trace: &Trace,
@@ -135,7 +131,7 @@ pub fn export(
                     *i - 1
                 };
                 let cur = cursors.entry(stream).or_default();
-                let mut g = |t: u64| round_ns(map.global_ns(t, cur));
+                let mut g = |t: u64| map.absolute(map.global_ns(t, cur)) as i64;
                 line.clear();
                 let mut counter_reset = false;
                 match e {

@@ -1,0 +1,790 @@
+//! Which send a receive takes and which instance of a collective a call joins, by MPI's rules,
+//! not by timestamps:
+//! - point-to-point: per (communicator, source, destination, tag) messages are non-overtaking, so
+//!   the k-th send on a key matches the k-th receive on that key at the destination. A specific
+//!   receive takes its number when posted; a wildcard one (`ANY_SOURCE`/`ANY_TAG`) when the
+//!   completion tells its real source and tag. The send is the call that starts it (`Send`,
+//!   `Isend`, the send half of `Sendrecv`, the `Start` of a persistent send); the receive ends at
+//!   the call that completes it (`Recv`, `Mrecv`, the receive half of `Sendrecv`, or the
+//!   `Wait*`/`Test*` whose completion names its request: `Irecv`, `Imrecv`, a started persistent
+//!   receive). A matched probe (`Mprobe`, `Improbe`) lends the communicator, which the
+//!   `Mrecv`/`Imrecv` record does not carry.
+//! - collectives: the k-th collective a rank makes on a communicator is the k-th of every member;
+//!   neighbourhood collectives too (the topology is not recorded, so they wait for nobody); the
+//!   k-th `Win_fence` of a window is the k-th of every member of the window's communicator.
+//! - the calls of one rank's threads are taken in time order (the scheduler sees to it).
+//!
+//! Communicators are recorder-local ids; two ranks' communicators are the same when they have the
+//! same members and are the same-numbered communicator with those members on both ranks.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use format::{
+    ANY_SOURCE, ANY_TAG, CommId, Completion, Event, FunctionId, MpiCall, NO_REQUEST, PROC_NULL,
+};
+
+use super::{Action, EventRef, FastMap, Lane, Shared};
+use crate::funcs::{CollShape, FuncClass};
+
+/// What a function does for matching.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Class {
+    Send,
+    Isend,
+    Recv,
+    Irecv,
+    SendRecv,
+    Completion,
+    Collective(Option<CollShape>),
+    Icollective(Option<CollShape>),
+    /// `*send_init`, `Recv_init`: a persistent request, started later.
+    SendInit,
+    RecvInit,
+    /// `Start`/`Startall` (one record per started request).
+    Start,
+    /// `Mprobe`; `Improbe` (which may have found nothing: only the last one counts).
+    Mprobe,
+    Improbe,
+    Mrecv,
+    Imrecv,
+    WinCreate,
+    WinFree,
+    WinFence,
+    IntercommCreate,
+    Other,
+}
+
+impl Class {
+    pub(super) fn of(name: &str) -> Class {
+        match FuncClass::of(name) {
+            FuncClass::Send => return Class::Send,
+            FuncClass::Isend => return Class::Isend,
+            FuncClass::Recv => return Class::Recv,
+            FuncClass::Irecv => return Class::Irecv,
+            FuncClass::SendRecv => return Class::SendRecv,
+            FuncClass::Completion => return Class::Completion,
+            FuncClass::Collective(s) => return Class::Collective(Some(s)),
+            FuncClass::Icollective(s) => return Class::Icollective(Some(s)),
+            FuncClass::Other => {}
+        }
+        let Some(base) = name
+            .strip_prefix("MPI_")
+            .or_else(|| name.strip_prefix("PMPI_"))
+        else {
+            return Class::Other;
+        };
+        match base.to_ascii_lowercase().as_str() {
+            "send_init" | "bsend_init" | "ssend_init" | "rsend_init" => Class::SendInit,
+            "recv_init" => Class::RecvInit,
+            "start" | "startall" => Class::Start,
+            "mprobe" => Class::Mprobe,
+            "improbe" => Class::Improbe,
+            "mrecv" => Class::Mrecv,
+            "imrecv" => Class::Imrecv,
+            "win_create" | "win_allocate" => Class::WinCreate,
+            "win_free" => Class::WinFree,
+            "win_fence" => Class::WinFence,
+            "intercomm_create" => Class::IntercommCreate,
+            l if l.starts_with("neighbor_") => Class::Collective(None),
+            l if l.starts_with("ineighbor_") => Class::Icollective(None),
+            _ => Class::Other,
+        }
+    }
+}
+
+/// (communicator, source, destination, tag), world ranks.
+pub(super) type Key = (u32, u32, u32, i32);
+
+#[derive(Clone)]
+pub(super) struct Comm {
+    pub(super) global: u32,
+    pub(super) members: Arc<[u32]>,
+    /// Our position in `members`.
+    pub(super) me: Option<u32>,
+}
+
+pub(super) struct SendRec {
+    /// Start in the times given, before the repair moved it, and as recorded.
+    pub(super) raw_start: u64,
+    pub(super) recorded_start: u64,
+    /// Start after the repair moved it.
+    pub(super) start: u64,
+    pub(super) at: EventRef,
+    pub(super) bytes: u64,
+}
+
+/// A posted nonblocking receive, in posting order, until it is numbered and completed.
+pub(super) struct Slot {
+    request: u64,
+    global: u32,
+    members: Arc<[u32]>,
+    /// `None` for `ANY_SOURCE` / `ANY_TAG`.
+    source: Option<u32>,
+    tag: Option<i32>,
+    key: Option<Key>,
+    seq: Option<u64>,
+    at: EventRef,
+}
+
+impl Slot {
+    /// Whether this receive, while its real source and tag are unknown, could take a message of `key`.
+    fn could_take(&self, key: Key) -> bool {
+        self.key.is_none()
+            && self.global == key.0
+            && self.source.is_none_or(|s| s == key.1)
+            && self.tag.is_none_or(|t| t == key.3)
+    }
+}
+
+/// A matched probe waiting for the receive of its message.
+#[derive(Clone)]
+pub(super) struct Probe {
+    comm: Comm,
+    source: Option<u32>,
+    tag: Option<i32>,
+}
+
+/// An intercommunicator pair: (tag, occurrence) and the first members of its two groups.
+pub(super) type InterPair = ((i32, u32), Option<u32>, Option<u32>);
+
+/// Global ids of intercommunicator pairs start here, above any the context interned.
+const INTER_GLOBAL: u32 = 1 << 31;
+
+/// Which collective: (communicator, space, instance); space 0 are the communicator's
+/// collectives, space 1 + k the fences of its k-th window.
+pub(super) type CollKey = (u32, u32, u64);
+
+#[derive(Clone, Copy)]
+pub(super) struct CollRef {
+    pub(super) key: CollKey,
+    /// `None`: waits for nobody (known to be matched, with no order to check).
+    pub(super) shape: Option<CollShape>,
+    pub(super) root: u32,
+    pub(super) me: u32,
+}
+
+pub(super) struct CollInst {
+    /// Per member: world rank, and its entry in the times given, as recorded, and repaired.
+    pub(super) members: Arc<[u32]>,
+    pub(super) raw_starts: Vec<Option<u64>>,
+    pub(super) recorded_starts: Vec<Option<u64>>,
+    pub(super) starts: Vec<Option<u64>>,
+    pub(super) exits_left: usize,
+    /// Members that entered.
+    pub(super) entered: usize,
+    /// Built at the first exit once every entry is known, for the exits that wait for everybody.
+    pub(super) summary: Option<Box<super::violations::EntrySummary>>,
+}
+
+pub(super) enum Need {
+    Msg { key: Key, seq: u64, post: EventRef },
+    Coll(CollRef),
+}
+
+/// A persistent request's arguments, used again at every start.
+#[derive(Clone, Copy)]
+struct Persistent {
+    send: bool,
+    call: MpiCall,
+}
+
+struct Window {
+    comm: Comm,
+    ordinal: u32,
+    fences: u64,
+}
+
+/// One side of an intercommunicator: its local group, and, once the other side was created too,
+/// the communicator its point-to-point calls use (global id of the pair, the remote group as
+/// members: a peer rank on an intercommunicator names a rank of the remote group).
+pub(super) struct InterSide {
+    pairing: (i32, u32),
+    local: Arc<[u32]>,
+    pub(super) paired: Option<Comm>,
+}
+
+#[derive(Default)]
+pub(super) struct RankState {
+    /// Intercommunicators by local id. Their `CommDef` names the local group only (what
+    /// `MPI_Comm_group` returns), so they are recognised by the `Intercomm_create` that follows
+    /// the definition, and paired with the other side by tag and occurrence.
+    pub(super) intercomms: FastMap<CommId, InterSide>,
+    intercomms_made: FastMap<(i32, Arc<[u32]>), u32>,
+    posts: Vec<Slot>,
+    icolls: FastMap<u64, CollRef>,
+    coll_counter: FastMap<(u32, u32), u64>,
+    persistent: FastMap<u64, Persistent>,
+    probes: VecDeque<Probe>,
+    last_improbe: Option<Probe>,
+    windows: Vec<Window>,
+    windows_created: FastMap<u32, u32>,
+}
+
+impl Shared<'_> {
+    pub(super) fn class(&self, lane_rank: usize, func: FunctionId) -> Class {
+        self.ctx
+            .ranks
+            .get(lane_rank)
+            .and_then(|r| r.classes.get(usize::from(func)).copied())
+            .unwrap_or(Class::Other)
+    }
+
+    pub(super) fn comm(&self, lane_rank: usize, comm: CommId) -> Option<&Comm> {
+        self.ctx.ranks.get(lane_rank)?.comms.get(&comm)
+    }
+
+    /// The communicator point-to-point calls on `comm` use: for an intercommunicator, the pair
+    /// (`None` while the other side is not known).
+    pub(super) fn p2p_comm(&self, lane_rank: usize, comm: CommId) -> Option<Comm> {
+        match self.ranks[lane_rank].intercomms.get(&comm) {
+            Some(side) => side.paired.clone(),
+            None => self.comm(lane_rank, comm).cloned(),
+        }
+    }
+
+    /// Whether `comm` is an intercommunicator whose other side is not known yet.
+    pub(super) fn unpaired(&self, lane_rank: usize, comm: CommId) -> bool {
+        self.ranks[lane_rank]
+            .intercomms
+            .get(&comm)
+            .is_some_and(|s| s.paired.is_none())
+    }
+
+    /// `id` (defined just before `Intercomm_create` with `tag`) is an intercommunicator: pairs it
+    /// with the other side's, created with the same tag for the same time, whose local group is
+    /// disjoint from ours.
+    pub(super) fn define_intercomm(&mut self, lane_rank: usize, id: CommId, tag: i32) {
+        let Some(local) = self.comm(lane_rank, id).map(|c| Arc::clone(&c.members)) else {
+            return;
+        };
+        let state = &mut self.ranks[lane_rank];
+        let n = state
+            .intercomms_made
+            .entry((tag, Arc::clone(&local)))
+            .or_default();
+        let pairing = (tag, *n);
+        *n += 1;
+        state.intercomms.insert(
+            id,
+            InterSide {
+                pairing,
+                local: Arc::clone(&local),
+                paired: None,
+            },
+        );
+        let groups = self.inter_groups.entry(pairing).or_default();
+        if !groups.iter().any(|g| **g == *local) {
+            groups.push(local);
+        }
+        self.pair_intercomms(pairing);
+    }
+
+    fn pair_intercomms(&mut self, pairing: (i32, u32)) {
+        let Some(groups) = self.inter_groups.get(&pairing).cloned() else {
+            return;
+        };
+        // Only the members of the groups can hold a side of this pairing.
+        let holders: Vec<usize> = groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .filter_map(|&m| self.ctx.index_of(m))
+            .collect();
+        for r in holders {
+            let state = &mut self.ranks[r];
+            for side in state.intercomms.values_mut() {
+                if side.paired.is_some() || side.pairing != pairing {
+                    continue;
+                }
+                let remote = groups
+                    .iter()
+                    .find(|g| !g.iter().any(|m| side.local.contains(m)));
+                if let Some(remote) = remote {
+                    let (a, b) = (side.local.first().copied(), remote.first().copied());
+                    let pair = (pairing, a.min(b), a.max(b));
+                    let n = self.inter_globals.len() as u32;
+                    let global = *self.inter_globals.entry(pair).or_insert(INTER_GLOBAL + n);
+                    side.paired = Some(Comm {
+                        global,
+                        members: Arc::clone(remote),
+                        me: None,
+                    });
+                }
+            }
+        }
+    }
+
+    fn record_send<I>(&mut self, lane: &Lane<I>, index: u64, removed: u64, c: &MpiCall) {
+        if c.peer < 0 {
+            return;
+        }
+        let Some(comm) = self.p2p_comm(lane.rank_idx, c.comm) else {
+            return;
+        };
+        let Some(&dest) = comm.members.get(c.peer as usize) else {
+            return;
+        };
+        let key = (comm.global, lane.id.rank, dest, c.tag);
+        let counter = self.send_counter.entry(key).or_default();
+        let seq = *counter;
+        *counter += 1;
+        let rec = SendRec {
+            raw_start: c.start,
+            recorded_start: c.start.saturating_add(removed),
+            start: c.start.saturating_add(lane.shift),
+            at: Self::at(lane, index),
+            bytes: c.bytes,
+        };
+        self.sends.insert((key, seq), rec);
+    }
+
+    /// Posts a nonblocking receive on `comm` from `peer` (communicator rank, or a wildcard) with
+    /// `tag`, completed later by the completion that names `request`.
+    fn post_receive<I>(
+        &mut self,
+        lane: &Lane<I>,
+        index: u64,
+        comm: Comm,
+        peer: Option<i32>,
+        tag: i32,
+        request: u64,
+    ) {
+        let source = peer
+            .filter(|&p| p >= 0)
+            .and_then(|p| comm.members.get(p as usize).copied());
+        let tag = (tag >= 0).then_some(tag);
+        let key = match (source, tag) {
+            (Some(s), Some(t)) => Some((comm.global, s, lane.id.rank, t)),
+            _ => None,
+        };
+        let slot = Slot {
+            request,
+            global: comm.global,
+            members: comm.members,
+            source,
+            tag,
+            key,
+            seq: None,
+            at: Self::at(lane, index),
+        };
+        self.ranks[lane.rank_idx].posts.push(slot);
+        self.number_posts(lane.rank_idx);
+    }
+
+    /// Numbers, in posting order, every open receive whose key is known and that no earlier
+    /// open wildcard receive could still take a message from.
+    fn number_posts(&mut self, rank_idx: usize) {
+        let posts = &mut self.ranks[rank_idx].posts;
+        for i in 0..posts.len() {
+            if posts[i].seq.is_some() {
+                continue;
+            }
+            let Some(key) = posts[i].key else { continue };
+            if posts[..i].iter().any(|p| p.could_take(key)) {
+                continue;
+            }
+            let counter = self.recv_counter.entry(key).or_default();
+            posts[i].seq = Some(*counter);
+            *counter += 1;
+        }
+    }
+
+    fn number_receive(&mut self, key: Key) -> u64 {
+        let counter = self.recv_counter.entry(key).or_default();
+        *counter += 1;
+        *counter - 1
+    }
+
+    /// Joins the next instance of `space` on `comm` (as entered at `c.start`).
+    fn enter_collective<I>(
+        &mut self,
+        lane: &Lane<I>,
+        removed: u64,
+        comm: &Comm,
+        space: u32,
+        c: &MpiCall,
+        shape: Option<CollShape>,
+    ) -> Option<CollRef> {
+        let me = comm.me?;
+        let counter = self.ranks[lane.rank_idx]
+            .coll_counter
+            .entry((comm.global, space))
+            .or_default();
+        let instance = *counter;
+        *counter += 1;
+        let key = (comm.global, space, instance);
+        let n = comm.members.len();
+        let inst = self.colls.entry(key).or_insert_with(|| CollInst {
+            members: Arc::clone(&comm.members),
+            raw_starts: vec![None; n],
+            recorded_starts: vec![None; n],
+            starts: vec![None; n],
+            exits_left: n,
+            entered: 0,
+            summary: None,
+        });
+        if let Some(slot) = inst.starts.get_mut(me as usize) {
+            inst.entered += usize::from(slot.is_none());
+            *slot = Some(c.start.saturating_add(lane.shift));
+            inst.raw_starts[me as usize] = Some(c.start);
+            inst.recorded_starts[me as usize] = Some(c.start.saturating_add(removed));
+        }
+        let root = if c.root >= 0 { c.root as u32 } else { 0 };
+        Some(CollRef {
+            key,
+            shape,
+            root,
+            me,
+        })
+    }
+
+    /// The probe a matched receive (`Mrecv`, `Imrecv`) takes: the oldest blocking one that could
+    /// have found a message from `source` with `tag` (when known), else the last `Improbe`.
+    fn take_probe(
+        &mut self,
+        rank_idx: usize,
+        source: Option<i32>,
+        tag: Option<i32>,
+    ) -> Option<Probe> {
+        let state = &mut self.ranks[rank_idx];
+        let fits = |p: &Probe| {
+            let src = source
+                .filter(|&s| s >= 0)
+                .and_then(|s| p.comm.members.get(s as usize).copied());
+            (p.source.is_none() || src.is_none() || p.source == src)
+                && (p.tag.is_none() || tag.is_none_or(|t| t < 0) || p.tag == tag)
+        };
+        if let Some(pos) = state.probes.iter().position(fits) {
+            return state.probes.remove(pos);
+        }
+        state.last_improbe.take()
+    }
+
+    fn probe_of<I>(&self, lane: &Lane<I>, c: &MpiCall) -> Option<Probe> {
+        let comm = self.p2p_comm(lane.rank_idx, c.comm)?;
+        let source = (c.peer >= 0)
+            .then(|| comm.members.get(c.peer as usize).copied())
+            .flatten();
+        Some(Probe {
+            comm,
+            source,
+            tag: (c.tag >= 0).then_some(c.tag),
+        })
+    }
+
+    /// Handles one event not part of a held call: says whether it can be emitted now or must
+    /// be held until what its end depends on is known. Borrows the event, so the hot path moves
+    /// each event once.
+    #[inline]
+    pub(super) fn process<I>(
+        &mut self,
+        lane: &Lane<I>,
+        index: u64,
+        removed: u64,
+        event: &Event,
+    ) -> Action {
+        let Event::Call(c) = event else {
+            return Action::Emit;
+        };
+        match self.class(lane.rank_idx, c.func) {
+            Class::Send | Class::Isend => {
+                self.record_send(lane, index, removed, c);
+                Action::Emit
+            }
+            Class::Irecv => {
+                if c.peer != PROC_NULL
+                    && c.request != NO_REQUEST
+                    && let Some(comm) = self.p2p_comm(lane.rank_idx, c.comm)
+                {
+                    self.post_receive(lane, index, comm, Some(c.peer), c.tag, c.request);
+                }
+                Action::Emit
+            }
+            Class::SendInit | Class::RecvInit => {
+                if c.request != NO_REQUEST {
+                    let send = matches!(self.class(lane.rank_idx, c.func), Class::SendInit);
+                    self.ranks[lane.rank_idx]
+                        .persistent
+                        .insert(c.request, Persistent { send, call: *c });
+                }
+                Action::Emit
+            }
+            Class::Start => {
+                if let Some(p) = self.ranks[lane.rank_idx]
+                    .persistent
+                    .get(&c.request)
+                    .copied()
+                {
+                    let mut started = p.call;
+                    started.start = c.start;
+                    started.end = c.end;
+                    if p.send {
+                        self.record_send(lane, index, removed, &started);
+                    } else if started.peer != PROC_NULL
+                        && let Some(comm) = self.p2p_comm(lane.rank_idx, started.comm)
+                    {
+                        // A receive started again while its previous start is still open would
+                        // be erroneous MPI; a stale slot of one never completed is replaced.
+                        self.ranks[lane.rank_idx]
+                            .posts
+                            .retain(|s| s.request != c.request);
+                        self.post_receive(
+                            lane,
+                            index,
+                            comm,
+                            Some(started.peer),
+                            started.tag,
+                            c.request,
+                        );
+                    }
+                }
+                Action::Emit
+            }
+            Class::Mprobe => {
+                if let Some(p) = self.probe_of(lane, c) {
+                    self.ranks[lane.rank_idx].probes.push_back(p);
+                }
+                Action::Emit
+            }
+            Class::Improbe => {
+                self.ranks[lane.rank_idx].last_improbe = self.probe_of(lane, c);
+                Action::Emit
+            }
+            Class::Imrecv => {
+                if c.request != NO_REQUEST
+                    && let Some(p) = self.take_probe(lane.rank_idx, None, None)
+                {
+                    let peer = p.source.and_then(|s| {
+                        p.comm
+                            .members
+                            .iter()
+                            .position(|&m| m == s)
+                            .map(|i| i as i32)
+                    });
+                    let tag = p.tag.unwrap_or(ANY_TAG);
+                    self.post_receive(
+                        lane,
+                        index,
+                        p.comm,
+                        peer.or(Some(ANY_SOURCE)),
+                        tag,
+                        c.request,
+                    );
+                }
+                Action::Emit
+            }
+            // Collectives on intercommunicators (both groups, roots named by MPI_ROOT) are not
+            // matched.
+            Class::Icollective(_) | Class::Collective(_)
+                if self.ranks[lane.rank_idx].intercomms.contains_key(&c.comm) =>
+            {
+                Action::Emit
+            }
+            Class::Icollective(shape) => {
+                let c = *c;
+                if let Some(comm) = self.comm(lane.rank_idx, c.comm).cloned()
+                    && let Some(r) = self.enter_collective(lane, removed, &comm, 0, &c, shape)
+                    && c.request != NO_REQUEST
+                {
+                    self.ranks[lane.rank_idx].icolls.insert(c.request, r);
+                }
+                Action::Emit
+            }
+            Class::SendRecv => {
+                self.record_send(lane, index, removed, c);
+                Action::Hold(None)
+            }
+            Class::Recv | Class::Mrecv | Class::Completion => Action::Hold(None),
+            Class::Collective(shape) => {
+                let c = *c;
+                let r = self
+                    .comm(lane.rank_idx, c.comm)
+                    .cloned()
+                    .and_then(|comm| self.enter_collective(lane, removed, &comm, 0, &c, shape));
+                Action::Hold(r)
+            }
+            Class::WinCreate => {
+                if let Some(comm) = self.comm(lane.rank_idx, c.comm).cloned() {
+                    let state = &mut self.ranks[lane.rank_idx];
+                    let n = state.windows_created.entry(comm.global).or_default();
+                    let ordinal = *n;
+                    *n += 1;
+                    state.windows.push(Window {
+                        comm,
+                        ordinal,
+                        fences: 0,
+                    });
+                }
+                Action::Emit
+            }
+            Class::WinFree => {
+                // Which window is not recorded: with one open it is that one; with several the
+                // fences are not matched anyway.
+                let state = &mut self.ranks[lane.rank_idx];
+                if state.windows.len() == 1 {
+                    state.windows.clear();
+                } else {
+                    state.windows.pop();
+                }
+                Action::Emit
+            }
+            Class::WinFence => {
+                let state = &mut self.ranks[lane.rank_idx];
+                if state.windows.len() != 1 {
+                    return Action::Emit;
+                }
+                let w = &mut state.windows[0];
+                // A fence that ends an epoch is a barrier (MPI 3.1, 11.5.1); the window's first
+                // fence ends none.
+                let shape = (w.fences > 0).then_some(CollShape::AllToAll);
+                w.fences += 1;
+                let (comm, space) = (w.comm.clone(), 1 + w.ordinal);
+                let c = *c;
+                let r = self.enter_collective(lane, removed, &comm, space, &c, shape);
+                Action::Hold(r)
+            }
+            Class::IntercommCreate | Class::Other => Action::Emit,
+        }
+    }
+
+    /// What the held call's end depends on, now that its completions are known.
+    pub(super) fn needs_of<I>(&mut self, lane: &mut Lane<I>) -> Vec<Need> {
+        let mut needs = std::mem::take(&mut lane.spare_needs);
+        needs.clear();
+        let Some(Event::Call(call)) = lane.held.first() else {
+            return needs;
+        };
+        let call = *call;
+        let here = Self::at(lane, lane.held_index);
+        let completions = lane.held[1..].iter().filter_map(|e| match e {
+            Event::Completion(c) => Some(*c),
+            _ => None,
+        });
+        let blocking_status: Option<Completion> =
+            completions.clone().find(|c| c.request == NO_REQUEST);
+        let class = self.class(lane.rank_idx, call.func);
+        match class {
+            Class::Recv | Class::SendRecv | Class::Mrecv => {
+                // Sendrecv's peer and tag name the send half; its receive half is known only from
+                // the status. Mrecv's communicator is its probe's.
+                let status = blocking_status.filter(|s| s.source >= 0 && s.tag >= 0);
+                let (comm, peer, tag) = if class == Class::Mrecv {
+                    let probe = self.take_probe(
+                        lane.rank_idx,
+                        status.map(|s| s.source),
+                        status.map(|s| s.tag),
+                    );
+                    match (probe, status) {
+                        (Some(p), Some(s)) => (Some(p.comm), s.source, s.tag),
+                        (Some(p), None) => {
+                            let peer = p.source.and_then(|s| {
+                                p.comm
+                                    .members
+                                    .iter()
+                                    .position(|&m| m == s)
+                                    .map(|i| i as i32)
+                            });
+                            (
+                                Some(p.comm),
+                                peer.unwrap_or(ANY_SOURCE),
+                                p.tag.unwrap_or(ANY_TAG),
+                            )
+                        }
+                        (None, _) => (None, ANY_SOURCE, ANY_TAG),
+                    }
+                } else {
+                    let (peer, tag) = match (status, class == Class::Recv) {
+                        (Some(s), _) => (s.source, s.tag),
+                        (_, true) if call.peer >= 0 && call.tag >= 0 => (call.peer, call.tag),
+                        _ => (ANY_SOURCE, ANY_TAG),
+                    };
+                    (self.p2p_comm(lane.rank_idx, call.comm), peer, tag)
+                };
+                if peer >= 0
+                    && tag >= 0
+                    && let Some(comm) = comm
+                    && let Some(&src) = comm.members.get(peer as usize)
+                {
+                    let key = (comm.global, src, lane.id.rank, tag);
+                    if self.ranks[lane.rank_idx]
+                        .posts
+                        .iter()
+                        .any(|p| p.seq.is_none() && (p.could_take(key) || p.key == Some(key)))
+                    {
+                        self.report.ambiguous_receives += 1;
+                    }
+                    let seq = self.number_receive(key);
+                    needs.push(Need::Msg {
+                        key,
+                        seq,
+                        post: here,
+                    });
+                } else if !(class == Class::Recv && call.peer == PROC_NULL)
+                    && blocking_status.is_some()
+                {
+                    self.report.unmatched_receives += 1;
+                }
+            }
+            Class::Completion => {
+                for c in completions {
+                    if c.request == NO_REQUEST {
+                        continue;
+                    }
+                    let rank_idx = lane.rank_idx;
+                    if let Some(pos) = self.ranks[rank_idx]
+                        .posts
+                        .iter()
+                        .position(|p| p.request == c.request)
+                    {
+                        if c.cancelled {
+                            self.ranks[rank_idx].posts.remove(pos);
+                            self.number_posts(rank_idx);
+                            continue;
+                        }
+                        if self.ranks[rank_idx].posts[pos].key.is_none() {
+                            let slot = &self.ranks[rank_idx].posts[pos];
+                            let resolved = usize::try_from(c.source)
+                                .ok()
+                                .and_then(|s| slot.members.get(s).copied())
+                                .filter(|_| c.tag >= 0)
+                                .map(|src| (slot.global, src, lane.id.rank, c.tag));
+                            self.ranks[rank_idx].posts[pos].key = resolved;
+                            self.number_posts(rank_idx);
+                        }
+                        let slot = self.ranks[rank_idx].posts.remove(pos);
+                        let Some(key) = slot.key else {
+                            self.report.unmatched_receives += 1;
+                            continue;
+                        };
+                        let seq = match slot.seq {
+                            Some(seq) => seq,
+                            None => {
+                                // An earlier wildcard receive, still open, could have taken a message
+                                // of this key; its completion comes later, so assume it did not.
+                                self.report.ambiguous_receives += 1;
+                                self.number_receive(key)
+                            }
+                        };
+                        needs.push(Need::Msg {
+                            key,
+                            seq,
+                            post: slot.at,
+                        });
+                        self.number_posts(rank_idx);
+                        continue;
+                    }
+                    if let Some(r) = self.ranks[rank_idx].icolls.remove(&c.request) {
+                        needs.push(Need::Coll(r));
+                    }
+                }
+            }
+            Class::Collective(_) | Class::WinFence => {
+                if let Some(r) = lane.held_coll {
+                    needs.push(Need::Coll(r));
+                }
+            }
+            _ => {}
+        }
+        needs
+    }
+}

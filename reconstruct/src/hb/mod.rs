@@ -1,0 +1,564 @@
+//! Happened-before: matching sends to receives and the ranks of each collective, finding where a
+//! trace's times contradict causality, and repairing it. One concept per file:
+//!
+//! - here: the public types and the scheduler, which runs every lane (thread of a rank) as far
+//!   as it can, holding only what is in flight (unmatched sends, open collectives, one held call
+//!   per lane), so memory does not grow with the length of the trace;
+//! - [`matcher`]: which send a receive takes and which instance of a collective a call joins,
+//!   by MPI's rules, not by timestamps;
+//! - [`violations`]: what counts as a causality violation (by the collective's shape, and
+//!   within the clocks' measured uncertainty);
+//! - [`repair`]: the controlled logical clock that moves times so that none remains.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use format::Event;
+
+use crate::clock::RankMeta;
+use crate::lanes::LaneId;
+
+mod matcher;
+mod repair;
+mod violations;
+
+use matcher::{Class, CollRef, Comm, Key, Need, RankState, SendRec};
+
+/// A multiply-rotate hash for the small integer keys of the hot maps: the default SipHash
+/// costs more than the rest of matching an event.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl FastHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.add(u64::from(v));
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.add(u64::from(v));
+    }
+    fn write_i32(&mut self, v: i32) {
+        self.add(v as u32 as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+    fn finish(&self) -> u64 {
+        // Spread the low bits' entropy into the high bits the table's control bytes use.
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// One event of one lane: `index` counts every event of the lane from 0, in file order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct EventRef {
+    pub rank: u32,
+    pub stream: u32,
+    pub index: u64,
+}
+
+/// A matched message, in the times of the lanes the engine was given (after any repair).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MessageMatch {
+    /// The send (or send half of a `Sendrecv`, or the `Start` of a persistent send).
+    pub send: EventRef,
+    /// Where the receive was posted (`Irecv`, `Start`), or the receive call itself.
+    pub recv_post: EventRef,
+    /// The call that completed the receive.
+    pub recv_done: EventRef,
+    pub source: u32,
+    pub dest: u32,
+    pub tag: i32,
+    pub bytes: u64,
+    pub send_start: u64,
+    pub recv_end: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HbReport {
+    pub messages: u64,
+    /// Collective exits checked (one per rank per collective).
+    pub collective_exits: u64,
+    /// Violations in the times the engine was given (after DP' and DP were removed, before any
+    /// repair).
+    pub message_violations: u64,
+    pub collective_violations: u64,
+    /// The same in the trace as recorded (global clock, nothing removed): on one host a clean
+    /// trace has none; any there is a matching error or clock noise. The difference to the
+    /// counts above was made by the removal (a suspension that was not equal on every rank).
+    pub recorded_message_violations: u64,
+    pub recorded_collective_violations: u64,
+    pub unmatched_sends: u64,
+    pub unmatched_receives: u64,
+    /// Receives numbered while an earlier wildcard receive that could have taken their message
+    /// was still open (its completion came later); their match assumes it did not.
+    pub ambiguous_receives: u64,
+    /// Receives, and collective instances, that went on without what they waited for because the
+    /// rank that would provide it had no events left (it ended early, stopped recording, or its
+    /// file was damaged).
+    pub waits_on_absent_ranks: u64,
+    /// Largest forward shift the repair gave a lane, ns of the lane's time unit.
+    pub max_shift: u64,
+    pub lanes_shifted: u64,
+}
+
+impl HbReport {
+    pub fn violations(&self) -> u64 {
+        self.message_violations + self.collective_violations
+    }
+    pub fn recorded_violations(&self) -> u64 {
+        self.recorded_message_violations + self.recorded_collective_violations
+    }
+}
+
+/// How the repair moves times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repair {
+    /// Move times at all (otherwise violations are only counted).
+    pub enabled: bool,
+    /// No message arrives sooner than this after its send started, nor does anybody leave a
+    /// collective sooner than this after the last rank it waits for entered.
+    pub min_latency_ns: u64,
+}
+
+/// A lower bound of one-way latency between two ranks of one node with shared memory (a few
+/// hundred ns on current hardware): small enough never to exceed a real one.
+pub const DEFAULT_MIN_LATENCY_NS: u64 = 100;
+
+impl Repair {
+    pub const OFF: Repair = Repair {
+        enabled: false,
+        min_latency_ns: 0,
+    };
+    pub fn on() -> Repair {
+        Repair {
+            enabled: true,
+            min_latency_ns: DEFAULT_MIN_LATENCY_NS,
+        }
+    }
+}
+
+/// A lane's events, and how much time the mapping took out before each of them.
+pub trait LaneSource: Iterator<Item = Event> {
+    /// Nanoseconds the mapping removed (DP', DP) at the event last returned: its recorded time in
+    /// the global clock is the returned time plus this.
+    fn removed_ns(&self) -> u64 {
+        0
+    }
+}
+
+/// A lane whose times are used as they are.
+pub struct Plain<I>(pub I);
+
+impl<I: Iterator<Item = Event>> Iterator for Plain<I> {
+    type Item = Event;
+    #[inline]
+    fn next(&mut self) -> Option<Event> {
+        self.0.next()
+    }
+}
+
+impl<I: Iterator<Item = Event>> LaneSource for Plain<I> {}
+
+/// Per rank: function classes, the global identity of each communicator, and its clock.
+pub struct HbContext {
+    ranks: Vec<RankCtx>,
+    /// World rank → index into `ranks`.
+    by_world: Vec<Option<usize>>,
+}
+
+struct RankCtx {
+    world_rank: u32,
+    /// Indexed by function id; ids without a definition are `Other`.
+    classes: Vec<Class>,
+    comms: FastMap<format::CommId, Comm>,
+    /// Ranks with the same clock group read one clock.
+    clock_group: u32,
+    /// Bound on the error of this rank's offset to the global clock, ns.
+    clock_uncertainty_ns: u64,
+}
+
+impl HbContext {
+    /// `metas` in rank order, one per rank of the world.
+    pub fn new(metas: &[RankMeta], world_size: u32) -> HbContext {
+        let mut interned: HashMap<(Vec<u32>, u32), u32> = HashMap::new();
+        let mut ranks = Vec::with_capacity(metas.len());
+        for meta in metas {
+            let mut seen: HashMap<Vec<u32>, u32> = HashMap::new();
+            let mut comms = FastMap::default();
+            let mut define =
+                |id: format::CommId, members: Vec<u32>, comms: &mut FastMap<_, Comm>| {
+                    let occurrence = seen.entry(members.clone()).or_default();
+                    let key = (members.clone(), *occurrence);
+                    *occurrence += 1;
+                    let n = interned.len() as u32;
+                    let global = *interned.entry(key).or_insert(n);
+                    let me = members
+                        .iter()
+                        .position(|&m| m == meta.rank)
+                        .map(|p| p as u32);
+                    comms.insert(
+                        id,
+                        Comm {
+                            global,
+                            members: members.into(),
+                            me,
+                        },
+                    );
+                };
+            if !meta.comms.iter().any(|(id, _)| *id == 0) {
+                define(0, (0..world_size).collect(), &mut comms);
+            }
+            if !meta.comms.iter().any(|(id, _)| *id == 1) {
+                define(1, vec![meta.rank], &mut comms);
+            }
+            for (id, members) in &meta.comms {
+                define(*id, members.clone(), &mut comms);
+            }
+            let len = meta
+                .functions
+                .keys()
+                .map(|&id| usize::from(id) + 1)
+                .max()
+                .unwrap_or(0);
+            let mut classes = vec![Class::Other; len];
+            for (id, name) in &meta.functions {
+                classes[usize::from(*id)] = Class::of(name);
+            }
+            let aligned = meta.aligned.as_ref();
+            ranks.push(RankCtx {
+                world_rank: meta.rank,
+                classes,
+                comms,
+                clock_group: aligned.map_or(u32::MAX - meta.rank, |a| a.group),
+                clock_uncertainty_ns: aligned.map_or(0, |a| a.uncertainty_ns.ceil() as u64),
+            });
+        }
+        let mut by_world = vec![None; world_size as usize];
+        for (i, r) in ranks.iter().enumerate() {
+            let w = r.world_rank as usize;
+            if w >= by_world.len() {
+                by_world.resize(w + 1, None);
+            }
+            by_world[w] = Some(i);
+        }
+        HbContext { ranks, by_world }
+    }
+
+    fn index_of(&self, world_rank: u32) -> Option<usize> {
+        self.by_world.get(world_rank as usize).copied().flatten()
+    }
+}
+
+struct Lane<I> {
+    id: LaneId,
+    /// Index into the context's ranks.
+    rank_idx: usize,
+    src: I,
+    next_index: u64,
+    /// An event read but not processed yet, with its index and removed time.
+    peeked: Option<(u64, Event, u64)>,
+    shift: u64,
+    /// The largest `shift` had (the repair gives shifts back at later waits).
+    max_shift: u64,
+    /// A call whose end depends on others, with the completions that follow it.
+    held: Vec<Event>,
+    held_index: u64,
+    held_removed: u64,
+    held_coll: Option<CollRef>,
+    needs: Option<Vec<Need>>,
+    /// An emptied needs list kept for the next held call, so holding a call allocates nothing.
+    spare_needs: Vec<Need>,
+    done: bool,
+    /// The communicator defined by the event just before, if that was a definition: an
+    /// `Intercomm_create` right after it created it.
+    last_commdef: Option<format::CommId>,
+}
+
+/// What to do with an event that is not part of a held call.
+enum Action {
+    Emit,
+    /// Hold it: its end depends on others (with the collective it exits, if any).
+    Hold(Option<CollRef>),
+}
+
+struct Shared<'c> {
+    ctx: &'c HbContext,
+    repair: Repair,
+    ranks: Vec<RankState>,
+    sends: FastMap<(Key, u64), SendRec>,
+    send_counter: FastMap<Key, u64>,
+    recv_counter: FastMap<Key, u64>,
+    colls: FastMap<matcher::CollKey, matcher::CollInst>,
+    report: HbReport,
+    /// Per lane: no later call of the lane starts before this (its last time seen, the end of
+    /// the call it holds, or the start of the call it waits to process).
+    frontier: Vec<u64>,
+    /// Per lane: the other lanes of its rank (empty for single-threaded ranks, the usual case).
+    siblings: Vec<Vec<usize>>,
+    /// Per rank: lanes that still have events. A rank with none left provides nothing more, so
+    /// nobody waits for it.
+    live_lanes: Vec<usize>,
+    /// Ranks whose lanes all ended.
+    absent_ranks: usize,
+    /// Intercommunicator sides seen, by (tag, occurrence): their local groups; and the global
+    /// id of each pair.
+    inter_groups: FastMap<(i32, u32), Vec<std::sync::Arc<[u32]>>>,
+    inter_globals: FastMap<matcher::InterPair, u32>,
+}
+
+/// How many events a lane may process before the next lane gets its turn; bounds how far one
+/// lane runs ahead, and so how many unmatched sends are held.
+const TURN: usize = 4096;
+
+/// Runs the matching (and, with `repair.enabled`, the repair) over `lanes`, each yielding its
+/// events in order. `on_event` is shown every event of every lane exactly once, in lane order,
+/// with its times moved by the repair; `on_match` every matched message.
+pub fn run<I: LaneSource>(
+    ctx: &HbContext,
+    lanes: Vec<(LaneId, I)>,
+    repair: Repair,
+    mut on_event: impl FnMut(usize, &Event),
+    mut on_match: impl FnMut(&MessageMatch),
+) -> HbReport {
+    let rank_of = |id: &LaneId| {
+        ctx.ranks
+            .iter()
+            .position(|r| r.world_rank == id.rank)
+            .unwrap_or(0)
+    };
+    let mut live_lanes = vec![0usize; ctx.ranks.len()];
+    for (id, _) in &lanes {
+        if let Some(n) = live_lanes.get_mut(rank_of(id)) {
+            *n += 1;
+        }
+    }
+    let mut shared = Shared {
+        ctx,
+        repair,
+        ranks: ctx.ranks.iter().map(|_| RankState::default()).collect(),
+        sends: FastMap::default(),
+        send_counter: FastMap::default(),
+        recv_counter: FastMap::default(),
+        colls: FastMap::default(),
+        report: HbReport::default(),
+        frontier: vec![0; lanes.len()],
+        siblings: lanes
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| {
+                lanes
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, (other, _))| *j != i && other.rank == id.rank)
+                    .map(|(j, _)| j)
+                    .collect()
+            })
+            .collect(),
+        live_lanes,
+        absent_ranks: 0,
+        inter_groups: FastMap::default(),
+        inter_globals: FastMap::default(),
+    };
+    let mut lanes: Vec<Lane<I>> = lanes
+        .into_iter()
+        .map(|(id, src)| Lane {
+            id,
+            rank_idx: rank_of(&id),
+            src,
+            next_index: 0,
+            peeked: None,
+            shift: 0,
+            max_shift: 0,
+            held: Vec::new(),
+            held_index: 0,
+            held_removed: 0,
+            held_coll: None,
+            needs: None,
+            spare_needs: Vec::new(),
+            done: false,
+            last_commdef: None,
+        })
+        .collect();
+    loop {
+        let mut progressed = false;
+        let mut open = false;
+        for (li, lane) in lanes.iter_mut().enumerate() {
+            if lane.done {
+                continue;
+            }
+            open = true;
+            progressed |= shared.step(li, lane, false, &mut on_event, &mut on_match);
+        }
+        if !open {
+            break;
+        }
+        if !progressed {
+            // Every open lane waits for something no lane will provide before it moves itself (a
+            // cycle only contradicting times or a mismatch can make): let the first one go on
+            // without it.
+            if let Some((li, lane)) = lanes.iter_mut().enumerate().find(|(_, l)| !l.done) {
+                shared.step(li, lane, true, &mut on_event, &mut on_match);
+            }
+        }
+    }
+    shared.report.unmatched_sends += shared.sends.len() as u64;
+    shared.report.lanes_shifted = lanes.iter().filter(|l| l.max_shift > 0).count() as u64;
+    shared.report.max_shift = lanes.iter().map(|l| l.max_shift).max().unwrap_or(0);
+    shared.report
+}
+
+fn shift_times(e: &mut Event, by: u64) {
+    if by == 0 {
+        return;
+    }
+    crate::times::for_each_time(e, |t| *t = t.saturating_add(by));
+}
+
+impl Shared<'_> {
+    /// Advances one lane until it blocks, ends, or used its turn. Returns whether it moved.
+    fn step<I: LaneSource>(
+        &mut self,
+        li: usize,
+        lane: &mut Lane<I>,
+        mut force: bool,
+        on_event: &mut impl FnMut(usize, &Event),
+        on_match: &mut impl FnMut(&MessageMatch),
+    ) -> bool {
+        let mut moved = false;
+        let mut budget = TURN;
+        // A forced step may also take a call out of time order with its sibling lanes.
+        let mut gate_off = force;
+        loop {
+            if lane.needs.is_some() {
+                if !self.resolve(lane, force, on_match) {
+                    return moved;
+                }
+                force = false;
+                moved = true;
+                let shift = lane.shift;
+                for mut e in lane.held.drain(..) {
+                    // The call's times were set by resolve; what follows it moves with the lane.
+                    if !matches!(e, Event::Call(_)) {
+                        shift_times(&mut e, shift);
+                    }
+                    on_event(li, &e);
+                }
+                lane.needs = None;
+                lane.held_coll = None;
+            }
+            if budget == 0 {
+                return moved;
+            }
+            let (index, next, removed) = match lane.peeked.take() {
+                Some((index, event, removed)) => (index, Some(event), removed),
+                None => {
+                    let event = lane.src.next();
+                    let index = lane.next_index;
+                    lane.next_index += u64::from(event.is_some());
+                    (index, event, lane.src.removed_ns())
+                }
+            };
+            let Some(mut event) = next else {
+                if !lane.held.is_empty() {
+                    lane.needs = Some(self.needs_of(lane));
+                    continue;
+                }
+                lane.done = true;
+                self.frontier[li] = u64::MAX;
+                if let Some(n) = self.live_lanes.get_mut(lane.rank_idx) {
+                    *n = n.saturating_sub(1);
+                    self.absent_ranks += usize::from(*n == 0);
+                }
+                return true;
+            };
+            if !lane.held.is_empty() {
+                if matches!(event, Event::Completion(_)) {
+                    lane.held.push(event);
+                    continue;
+                }
+                lane.peeked = Some((index, event, removed));
+                lane.needs = Some(self.needs_of(lane));
+                continue;
+            }
+            if let Event::CommDef { id, .. } = &event {
+                lane.last_commdef = Some(*id);
+            }
+            if let Event::Call(c) = &event {
+                if let Some(id) = lane.last_commdef.take()
+                    && self.class(lane.rank_idx, c.func) == Class::IntercommCreate
+                {
+                    self.define_intercomm(lane.rank_idx, id, c.tag);
+                }
+                // Point-to-point on an intercommunicator waits until its other side is known
+                // (a forced step gives up on it: its messages stay unmatched).
+                let unpaired = !gate_off && self.unpaired(lane.rank_idx, c.comm);
+                // The threads of one rank share its sends, receives and collectives: MPI orders
+                // them as the program made them, in time, so a call waits until no other lane
+                // of its rank can still make an earlier one.
+                let gated = unpaired
+                    || !gate_off
+                        && self.siblings[li]
+                            .iter()
+                            .any(|&other| self.frontier[other] < c.start);
+                gate_off = false;
+                self.frontier[li] = self.frontier[li].max(c.start);
+                if gated {
+                    lane.peeked = Some((index, event, removed));
+                    return moved;
+                }
+            }
+            budget -= 1;
+            moved = true;
+            match self.process(lane, index, removed, &event) {
+                Action::Emit => {
+                    shift_times(&mut event, lane.shift);
+                    on_event(li, &event);
+                }
+                Action::Hold(coll) => {
+                    if let Event::Call(c) = &event {
+                        self.frontier[li] = self.frontier[li].max(c.end);
+                    }
+                    lane.held.push(event);
+                    lane.held_index = index;
+                    lane.held_removed = removed;
+                    lane.held_coll = coll;
+                }
+            }
+        }
+    }
+
+    fn at<I>(lane: &Lane<I>, index: u64) -> EventRef {
+        EventRef {
+            rank: lane.id.rank,
+            stream: lane.id.stream,
+            index,
+        }
+    }
+
+    /// Whether the rank with this world rank will provide nothing more: none of its lanes has an
+    /// event left, or it is not in the trace at all.
+    fn absent(&self, world_rank: u32) -> bool {
+        self.ctx
+            .index_of(world_rank)
+            .is_none_or(|i| self.live_lanes.get(i).is_none_or(|&n| n == 0))
+    }
+}

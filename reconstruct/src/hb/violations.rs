@@ -1,0 +1,179 @@
+//! What counts as a causality violation: a receive that completes before its send started; a
+//! rank leaving a collective before a rank it must wait for (by the collective's shape) entered.
+//!
+//! Both are judged in the clock the two ranks share. Ranks of one host read one clock, so any
+//! violation between them is real (a matching error, or a trace that is not what ran). Between
+//! hosts the clocks are related by measured offsets, each known within its round trip: a
+//! violation smaller than the two offsets' uncertainties together may be measurement noise and
+//! is not counted (it is still repaired: the output must be consistent either way).
+
+use super::matcher::{CollInst, CollRef};
+use super::{HbContext, Shared};
+use crate::funcs::CollShape;
+
+impl HbContext {
+    /// How far apart two ranks' clocks may be without it being measurable, ns.
+    pub(super) fn tolerance(&self, a: usize, b: usize) -> u64 {
+        match (self.ranks.get(a), self.ranks.get(b)) {
+            (Some(x), Some(y)) if x.clock_group != y.clock_group => x
+                .clock_uncertainty_ns
+                .saturating_add(y.clock_uncertainty_ns),
+            _ => 0,
+        }
+    }
+}
+
+/// Positions in the communicator whose entry this exit waits for.
+pub(super) fn waited_for(r: &CollRef, n: usize) -> std::ops::Range<usize> {
+    let me = r.me as usize;
+    let root = r.root as usize;
+    let range = match r.shape {
+        None => 0..0,
+        Some(CollShape::AllToAll) => 0..n,
+        // Bcast, Scatter: the root sends, so only the others wait for it; it may leave at once.
+        Some(CollShape::OneToAll) if me != root => root..root + 1,
+        // Reduce, Gather: the root receives from everybody; the others may leave before it or
+        // anybody else entered (their contribution can be buffered).
+        Some(CollShape::AllToOne) if me == root => 0..n,
+        Some(CollShape::OneToAll | CollShape::AllToOne) => 0..0,
+        Some(CollShape::Prefix) => 0..me + 1,
+        Some(CollShape::ExclusivePrefix) => 0..me,
+    };
+    // A root outside the communicator (a damaged record) waits for nobody.
+    range.start.min(n)..range.end.min(n)
+}
+
+/// Whether every entry this exit waits for is known, or will never be (its rank has nothing
+/// left).
+pub(super) fn entries_known(shared: &Shared<'_>, r: &CollRef, inst: &CollInst) -> bool {
+    let range = waited_for(r, inst.starts.len());
+    // Checked at every turn of a waiting lane: the common cases without a walk over the members.
+    if inst.entered == inst.starts.len() || range.is_empty() {
+        return true;
+    }
+    if range.len() == inst.starts.len() && shared.absent_ranks == 0 {
+        return false;
+    }
+    inst.starts[range.clone()]
+        .iter()
+        .zip(&inst.members[range])
+        .all(|(s, &m)| s.is_some() || shared.absent(m))
+}
+
+/// The latest entries of a collective instance, so that an exit that waits for every member is
+/// judged in O(clock groups), not O(members): a barrier of 10^4 ranks has 10^4 exits.
+pub(super) struct EntrySummary {
+    /// Per clock group: (group, its offset uncertainty, latest entry in the given times, latest
+    /// as recorded).
+    groups: Vec<(u32, u64, u64, u64)>,
+    /// The two latest repaired entries with their positions: an exit waits for the others'
+    /// (plus the latency), its own only as itself.
+    top: [(u64, usize); 2],
+}
+
+impl EntrySummary {
+    pub(super) fn of(ctx: &HbContext, inst: &CollInst) -> EntrySummary {
+        let mut groups: Vec<(u32, u64, u64, u64)> = Vec::new();
+        let mut top = [(0u64, usize::MAX); 2];
+        for (k, &m) in inst.members.iter().enumerate() {
+            if let Some(s) = inst.starts[k] {
+                if s > top[0].0 || top[0].1 == usize::MAX {
+                    top[1] = top[0];
+                    top[0] = (s, k);
+                } else if s > top[1].0 || top[1].1 == usize::MAX {
+                    top[1] = (s, k);
+                }
+            }
+            let Some(r) = ctx.index_of(m).and_then(|i| ctx.ranks.get(i)) else {
+                continue;
+            };
+            let raw = inst.raw_starts[k].unwrap_or(0);
+            let recorded = inst.recorded_starts[k].unwrap_or(0);
+            match groups.iter_mut().find(|g| g.0 == r.clock_group) {
+                Some(g) => {
+                    g.2 = g.2.max(raw);
+                    g.3 = g.3.max(recorded);
+                }
+                None => groups.push((r.clock_group, r.clock_uncertainty_ns, raw, recorded)),
+            }
+        }
+        EntrySummary { groups, top }
+    }
+
+    /// The latest repaired entry of the others plus `latency`, or `me`'s own.
+    pub(super) fn required(&self, me: usize, latency: u64) -> u64 {
+        let mut required = 0u64;
+        for &(s, k) in &self.top {
+            if k == usize::MAX {
+                continue;
+            }
+            let gap = if k == me { 0 } else { latency };
+            required = required.max(s.saturating_add(gap));
+        }
+        required
+    }
+}
+
+impl Shared<'_> {
+    /// Counts a message whose receive ended at `end` (given times) and `recorded_end`, against
+    /// its send's start; `sender` and `receiver` are rank indices.
+    pub(super) fn count_message(
+        &mut self,
+        sender: usize,
+        receiver: usize,
+        send_raw: u64,
+        send_recorded: u64,
+        end: u64,
+        recorded_end: u64,
+    ) {
+        let tol = self.ctx.tolerance(sender, receiver);
+        self.report.message_violations += u64::from(end.saturating_add(tol) < send_raw);
+        self.report.recorded_message_violations +=
+            u64::from(recorded_end.saturating_add(tol) < send_recorded);
+    }
+
+    /// Counts one exit of a collective instance at `end` (given times) and `recorded_end`.
+    pub(super) fn count_exit(
+        &mut self,
+        me_idx: usize,
+        r: &CollRef,
+        inst: &CollInst,
+        end: u64,
+        recorded_end: u64,
+    ) {
+        self.report.collective_exits += 1;
+        let mut raw = false;
+        let mut recorded = false;
+        let range = waited_for(r, inst.starts.len());
+        if let Some(summary) = inst
+            .summary
+            .as_deref()
+            .filter(|_| range.len() == inst.starts.len())
+        {
+            let me = self.ctx.ranks.get(me_idx);
+            for &(group, unc, raw_max, recorded_max) in &summary.groups {
+                let tol = match me {
+                    Some(x) if x.clock_group != group => x.clock_uncertainty_ns.saturating_add(unc),
+                    _ => 0,
+                };
+                raw |= end.saturating_add(tol) < raw_max;
+                recorded |= recorded_end.saturating_add(tol) < recorded_max;
+            }
+        } else {
+            for k in range {
+                let Some(other) = self.ctx.index_of(inst.members[k]) else {
+                    continue;
+                };
+                let tol = self.ctx.tolerance(me_idx, other);
+                if let Some(s) = inst.raw_starts[k] {
+                    raw |= end.saturating_add(tol) < s;
+                }
+                if let Some(s) = inst.recorded_starts[k] {
+                    recorded |= recorded_end.saturating_add(tol) < s;
+                }
+            }
+        }
+        self.report.collective_violations += u64::from(raw);
+        self.report.recorded_collective_violations += u64::from(recorded);
+    }
+}
