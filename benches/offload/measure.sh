@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures the offload protocol's targets on this machine, with real MPI jobs:
 #   - suspension cost without a flush at 2 ranks (pause p50/p99), and the resume spread;
-#   - flush throughput against what dd achieves on the same disk, in the same run.
+#   - flush throughput against what dd achieves on the same disk, in the same run, like for like:
+#     as many concurrent streams as ranks, the same bytes, fdatasync after each flush-sized piece.
 # Usage: benches/offload/measure.sh [openmpi|mpich] [out-dir]   (after cargo build --release)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,6 +38,23 @@ $ef run --out "$work/flush" --mode dynamic --threshold 128MiB --limit 1GiB -- "$
 $ef info "$work/flush" --json > "$work/flush.json"
 echo "flushes $(field "$work/flush.json" suspension flushes); resume spread p99 $(field "$work/flush.json" suspension spread_us p99) µs; pause inequality p99 $(field "$work/flush.json" suspension pause_diff_us p99) µs"
 echo "flush: $(field "$work/flush.json" suspension flush_raw_mb_per_s) MB/s raw, $(field "$work/flush.json" suspension flush_stored_mb_per_s) MB/s compressed"
-echo "== dd on the same disk (1 GiB, fdatasync)"
-dd if=/dev/zero of="$work/dd.bin" bs=4M count=256 conv=fdatasync 2>&1 | tail -n 1
-rm -f "$work/dd.bin"
+echo "== dd on the same disk, like for like: 2 concurrent streams, 8 x 128 MiB each, fdatasync after each"
+# What the flush run does per rank: 8 flushes of 128 MiB of incompressible bytes, each made
+# durable before the program goes on, two ranks at once. The source is random bytes held in
+# memory (/dev/shm), so that dd, like the recorder, writes from RAM.
+src=/dev/shm/evenflush-dd-src.bin
+head -c $((128 << 20)) /dev/urandom > "$src"
+stream() { # stream N: prints its MB/s (1 MB = 10^6 bytes)
+  local out="$work/dd-$1.bin" t0 t1
+  rm -f "$out"
+  t0=$(date +%s.%N)
+  for _ in 1 2 3 4 5 6 7 8; do
+    dd if="$src" of="$out" bs=4M oflag=append conv=notrunc,fdatasync status=none
+  done
+  t1=$(date +%s.%N)
+  /usr/bin/python3 -c "import sys; print(f'{8 * 128 * 2**20 / (float(sys.argv[2]) - float(sys.argv[1])) / 1e6:.0f}')" "$t0" "$t1"
+  rm -f "$out"
+}
+stream 0 > "$work/dd-0.rate" & stream 1 > "$work/dd-1.rate" & wait
+rm -f "$src"
+echo "dd per stream: $(cat "$work/dd-0.rate") and $(cat "$work/dd-1.rate") MB/s (compare with the flush's raw MB/s per rank above)"
