@@ -98,6 +98,12 @@ enum Cmd {
 mod run_args;
 
 fn main() -> ExitCode {
+    // A reader that stops early (`evenflush dump t | head`) closes the pipe: end quietly, as
+    // other command-line tools do, instead of panicking inside print!.
+    // SAFETY: first thing in main, before any thread exists; only restores the default action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match run_args::parse_cli() {
         Ok(cli) => cli,
         Err(e) => {
