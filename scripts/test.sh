@@ -23,7 +23,7 @@ export EVENFLUSH_TEST_ALLOW_SKIP="${EVENFLUSH_TEST_ALLOW_SKIP:+$EVENFLUSH_TEST_A
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --release --workspace 2>&1 | tee "$log" || status=$?
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 # -o: with one test thread, libtest prints "test name ... " before the test writes its line.
 skips="$(grep -ao 'SKIPPED:.*' "$log" | sort | uniq -c || true)"
 if [ -n "$skips" ]; then
