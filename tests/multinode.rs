@@ -459,7 +459,10 @@ fn check_tools(dir: &Path, what: &str) {
     // error (tens of percent, as before the one-clock-per-host fix) still fails.
     let recorded = hb["violations_recorded"].as_u64().unwrap();
     let exits = hb["before"]["collective_exits"].as_u64().unwrap().max(1);
-    assert!(recorded * 10 <= exits, "{what}: {recorded} of {exits} exits: {hb}");
+    assert!(
+        recorded * 10 <= exits,
+        "{what}: {recorded} of {exits} exits: {hb}"
+    );
     assert_eq!(hb["before"]["unmatched_sends"], 0, "{what}: {hb}");
     assert_eq!(hb["before"]["unmatched_receives"], 0, "{what}: {hb}");
     let report = evenflush(&["report", &d], &format!("{what}: report"));
