@@ -36,7 +36,7 @@ zinfo() {
   "$ef" info --json "$1" 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 s = json.load(sys.stdin)["suspension"]
-print(f"{s[\"z_us\"][\"p50\"] / 1000:.3f} {s[\"flushes\"]}")'
+print("%.3f %d" % (s["z_us"]["p50"] / 1000, s["flushes"]))'
 }
 files() { find "$1" -maxdepth 1 \( -name '*.evf' -o -name '*.reserve' \) | wc -l; }
 for rep in $(seq 1 "$reps"); do
