@@ -689,18 +689,7 @@ fn sync_eio_twice(mpi: Mpi) {
 fn disk_full_mpiio(mpi: Mpi) {
     let _guard = mpi_lock();
     let out = scratch(&format!("hardening-enospc-mpiio-{}", mpi.name()));
-    let mount = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=32k", "tmpfs"])
-        .arg(&out)
-        .status();
-    if !matches!(mount, Ok(s) if s.success()) {
-        common::skip_or_fail(
-            "tmpfs",
-            &format!(
-                "disk_full_mpiio ({}): cannot mount a tmpfs here (needs root)",
-                mpi.name()
-            ),
-        );
+    if !common::mount_small_tmpfs(&out, &format!("disk_full_mpiio ({})", mpi.name())) {
         return;
     }
     let output = common::run_iterative(

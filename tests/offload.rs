@@ -288,18 +288,7 @@ fn off(mpi: Mpi) {
 fn disk_full(mpi: Mpi) {
     let _guard = mpi_lock();
     let out = scratch(&format!("offload-enospc-{}", mpi.name()));
-    let mount = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=32k", "tmpfs"])
-        .arg(&out)
-        .status();
-    if !matches!(mount, Ok(s) if s.success()) {
-        common::skip_or_fail(
-            "tmpfs",
-            &format!(
-                "disk_full ({}): cannot mount a tmpfs here (needs root)",
-                mpi.name()
-            ),
-        );
+    if !common::mount_small_tmpfs(&out, &format!("disk_full ({})", mpi.name())) {
         return;
     }
     // A decision at every barrier and a small S, so that flushes come often enough to fill the
@@ -449,18 +438,7 @@ fn group_disk_full(mpi: Mpi) {
     let _guard = mpi_lock();
     let out = scratch(&format!("offload-group-enospc-{}", mpi.name()));
     let more = scratch(&format!("offload-group-enospc-more-{}", mpi.name()));
-    let mount = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=32k", "tmpfs"])
-        .arg(&out)
-        .status();
-    if !matches!(mount, Ok(s) if s.success()) {
-        common::skip_or_fail(
-            "tmpfs",
-            &format!(
-                "group_disk_full ({}): cannot mount a tmpfs here",
-                mpi.name()
-            ),
-        );
+    if !common::mount_small_tmpfs(&out, &format!("group_disk_full ({})", mpi.name())) {
         return;
     }
     let dirs = format!("{},{}", out.display(), more.display());

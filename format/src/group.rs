@@ -56,14 +56,7 @@ pub fn parse_group_file_name(name: &str) -> Option<u32> {
 
 /// The bytes of a group header (FORMAT.md "Group files").
 pub fn encode_group_header(h: &GroupHeader) -> Vec<u8> {
-    let mut producer = h.producer.as_str();
-    if producer.len() > MAX_PRODUCER_LEN {
-        let mut cut = MAX_PRODUCER_LEN;
-        while !producer.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        producer = &producer[..cut];
-    }
+    let producer = crate::writer::producer_cut(&h.producer);
     let total = GROUP_HEADER_FIXED_LEN + producer.len() + 4;
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(&GROUP_MAGIC);

@@ -29,14 +29,7 @@ pub struct FileHeader {
 
 /// The bytes of a file header (FORMAT.md "File header").
 pub fn encode_file_header(h: &FileHeader) -> Vec<u8> {
-    let mut producer = h.producer.as_str();
-    if producer.len() > MAX_PRODUCER_LEN {
-        let mut cut = MAX_PRODUCER_LEN;
-        while !producer.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        producer = &producer[..cut];
-    }
+    let producer = producer_cut(&h.producer);
     let total = FILE_HEADER_FIXED_LEN + producer.len() + 4;
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(&FILE_MAGIC);
@@ -58,6 +51,15 @@ pub fn encode_file_header(h: &FileHeader) -> Vec<u8> {
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// A producer string as stored: at most [`MAX_PRODUCER_LEN`] bytes, cut at a character boundary.
+pub(crate) fn producer_cut(producer: &str) -> &str {
+    let mut cut = producer.len().min(MAX_PRODUCER_LEN);
+    while !producer.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &producer[..cut]
 }
 
 pub(crate) fn clock_source_from(v: u8) -> Option<ClockSource> {

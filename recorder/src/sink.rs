@@ -308,11 +308,7 @@ impl Sink {
         let group = self.group.as_mut().expect("checked above");
         match group.write_round(&self.plan, &chunks) {
             GroupOutcome::Written => {
-                let mut w = offload::writer::WriteStats::default();
-                for c in &chunks {
-                    w.add_chunk(c);
-                }
-                self.account(&w);
+                self.account_chunks(&chunks);
             }
             GroupOutcome::Failed {
                 reason,
@@ -367,11 +363,7 @@ impl Sink {
                 let group = self.group.as_mut().expect("checked above");
                 match group.write_tail(&chunks) {
                     Ok(()) => {
-                        let mut w = offload::writer::WriteStats::default();
-                        for c in &chunks {
-                            w.add_chunk(c);
-                        }
-                        self.account(&w);
+                        self.account_chunks(&chunks);
                         return;
                     }
                     Err(why) => {
@@ -424,22 +416,14 @@ impl Sink {
         let result = match self.writer() {
             Err(e) => Err(e),
             Ok(_) => {
+                // The writer's own record goes first, through that writer, into the part it names.
+                let note = self.note.take().map(|n| self.encode_note(n));
                 let Sink {
                     encoder,
                     seq,
                     writer,
-                    note,
                     ..
                 } = self;
-                // The writer's own record goes first, through that writer, into the part it names.
-                let note = note.take().map(|w| {
-                    let mut buf = RawBuf::new();
-                    buf.push_event(&Event::Writer(w));
-                    let n = seq.entry(0).or_insert(0);
-                    let chunk = encoder.encode(rank, 0, *n, &buf);
-                    *n += 1;
-                    chunk
-                });
                 events += note.as_ref().map_or(0, |c| c.events);
                 // Chunks are encoded as the writer pulls them, so a backend that overlaps
                 // compression with writing (io_uring) can; each piece's blocks are dropped right
@@ -516,6 +500,15 @@ impl Sink {
                 self.stop(e.to_string(), events);
             }
         }
+    }
+
+    /// Counts chunks that a group write (or a tail slot) took whole.
+    fn account_chunks(&mut self, chunks: &[EncodedChunk]) {
+        let mut w = offload::writer::WriteStats::default();
+        for c in chunks {
+            w.add_chunk(c);
+        }
+        self.account(&w);
     }
 
     fn account(&mut self, w: &offload::writer::WriteStats) {

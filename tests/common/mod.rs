@@ -428,3 +428,20 @@ pub fn run_iterative_work(
         &format!("iterative run ({})", mpi.name()),
     )
 }
+
+/// Mounts a 32 KiB tmpfs on `dir` (a disk that fills after a few flushes). False, after
+/// [`skip_or_fail`] said why, where it cannot be mounted here (needs root).
+pub fn mount_small_tmpfs(dir: &Path, test: &str) -> bool {
+    let mount = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=32k", "tmpfs"])
+        .arg(dir)
+        .status();
+    if matches!(mount, Ok(s) if s.success()) {
+        return true;
+    }
+    skip_or_fail(
+        "tmpfs",
+        &format!("{test}: cannot mount a tmpfs here (needs root)"),
+    );
+    false
+}
