@@ -1,11 +1,11 @@
-//! Reconstruct throughput on one core, and its memory at two trace lengths.
+//! Reconstruct throughput on one core and on two, and its memory at two trace lengths.
 //!
 //! Writes a synthetic multi-rank trace (the format crate's halo-exchange generator, with an
 //! equalised suspension injected after every 200th Allreduce and clock samples at init, each
 //! suspension and finalize), then measures, each in a child process so peak RSS is its own:
 //! - `decode`: reading every lane's events (the floor any reconstruction pays);
-//! - `reconstruct`: the whole `evenflush reconstruct` (both passes, DP' and DP removed,
-//!   happened-before matching, zstd level 1 writing).
+//! - `reconstruct Nt`: the whole `evenflush reconstruct` on N threads (both passes, DP' and DP
+//!   removed, happened-before matching, zstd level 1 writing); `hb Nt` the same with the repair.
 //!   And in-process: `map+match`, the time mapping and happened-before engine alone over events
 //!   already in memory (no decoding, no encoding).
 //!
@@ -183,8 +183,15 @@ fn child(what: &str, dir: &Path) {
         }
         _ => {
             let out = dir.with_extension("out");
+            let threads = what
+                .split_whitespace()
+                .nth(1)
+                .and_then(|t| t.trim_end_matches('t').parse().ok())
+                .unwrap_or(1);
             let opts = Options {
                 remove: Remove::Both,
+                hb: what.starts_with("hb"),
+                threads,
                 ..Options::default()
             };
             rebuild::reconstruct(&trace, &out, &opts, &mut |_, _| {})
@@ -306,7 +313,7 @@ fn main() {
         "evenflush-bench-reconstruct-{}",
         std::process::id()
     ));
-    println!("reconstruct throughput, {world} ranks, one core");
+    println!("reconstruct throughput, {world} ranks, on 1 and 2 threads");
     for per_rank in [short, 4 * short] {
         let dir = base.join(format!("trace-{per_rank}"));
         let total = write_trace(&dir, world, per_rank);
@@ -319,11 +326,26 @@ fn main() {
             "trace: {total} events, {:.1} MiB on disk",
             bytes as f64 / (1 << 20) as f64
         );
-        for what in ["decode", "reconstruct"] {
+        let mut one_thread = 0.0;
+        for what in [
+            "decode",
+            "reconstruct 1t",
+            "reconstruct 2t",
+            "hb 1t",
+            "hb 2t",
+        ] {
             let (events, secs, hwm, anon) = run_child(what, &dir);
+            let rate = events / secs / 1e6;
+            let speedup = if what.ends_with("1t") {
+                one_thread = rate;
+                String::new()
+            } else if what.ends_with("2t") && one_thread > 0.0 {
+                format!("  {:.2}x of 1 thread", rate / one_thread)
+            } else {
+                String::new()
+            };
             println!(
-                "  {what:<12} {:>8.2} M events/s  ({events} events in {secs:.3} s)  peak RSS {hwm:.1} MiB (anonymous {anon:.1} MiB)",
-                events / secs / 1e6
+                "  {what:<15} {rate:>8.2} M events/s  ({events} events in {secs:.3} s)  peak RSS {hwm:.1} MiB (anonymous {anon:.1} MiB){speedup}"
             );
         }
         if std::env::var_os("EVF_BENCH_KEEP").is_none() {

@@ -43,6 +43,10 @@ pub struct ReconstructArgs {
     /// Print the summary as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Threads to read, map and write on [default: every core]. The output is the same for any
+    /// number.
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
+    pub threads: usize,
 }
 
 /// `DIR.reconstructed` next to `DIR`.
@@ -62,6 +66,7 @@ pub fn run(args: &ReconstructArgs) -> Result<()> {
         args.remove,
         args.hb,
         args.json,
+        args.threads,
     )
 }
 
@@ -71,6 +76,7 @@ pub fn reconstruct(
     remove: RemoveArg,
     hb: bool,
     json: bool,
+    threads: usize,
 ) -> Result<()> {
     let trace = Trace::open(dir)?;
     let out = out.map_or_else(|| default_out(dir), Path::to_path_buf);
@@ -81,6 +87,7 @@ pub fn reconstruct(
             RemoveArg::Both => Remove::Both,
         },
         hb,
+        threads,
         ..Options::default()
     };
     let bar = if json {

@@ -2,26 +2,28 @@
 //! suspensions DP', G also without the recorder's own cost DP), written as a trace of the same
 //! format, with a summary of what was removed.
 //!
-//! Two streaming passes: the first keeps per-rank metadata ([`crate::clock::RankMeta`]), the
-//! second maps every timestamp and writes it. Memory is bounded by ranks × streams × one chunk in
-//! and one chunk out, plus what happened-before matching holds in flight.
+//! Two streaming passes, both on every core: the first keeps per-rank metadata
+//! ([`crate::clock::RankMeta`]), the second ([`crate::pipeline`]) maps every timestamp
+//! ([`crate::mapping`]), matches communication, and writes ([`crate::output`]). Memory is bounded
+//! by lanes × one decoded chunk, plus what happened-before matching holds in flight; it does not
+//! grow with the length of the trace.
 //!
 //! The output's clock is the global one in nanoseconds: every rank file says 1e9 ticks per second,
 //! its clock samples say offset 0, suspensions are zero-length markers, and with DP removed every
 //! call's cost is 0, so reconstructing an output again changes nothing.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
-use format::{ChunkEncoder, Event, EventBuf, FileHeader, Marker, RankFileWriter, rank_file_name};
+use format::ChunkEncoder;
 use serde::Serialize;
 
-use crate::clock::{MapCursor, RankMeta, TimeMap, align_clocks, scan_rank};
-use crate::hb::{self, HbContext, HbReport, MessageMatch, Repair};
-use crate::lanes::{LaneId, LaneReader, OpenRank};
+use crate::clock::{RankMeta, align_clocks, scan_rank};
+use crate::hb::{self, HbReport, MessageMatch, Repair};
+use crate::lanes::LaneId;
+use crate::mapping::LaneMarks;
+use crate::output::{LaneOut, RankOutput, prepare_out_dir, write_meta};
+use crate::pipeline::{self, PassConfig, PassResult, WorkerOutput};
 use crate::trace::{Skipped, Trace, TraceError};
 
 /// Which perturbation to take out.
@@ -62,6 +64,18 @@ pub struct Options {
     pub zstd_level: i32,
     /// With `hb`: no message arrives sooner than this after its send started (ns).
     pub min_latency_ns: u64,
+    /// Threads to read, map and write on (0: every core). The output does not depend on it.
+    pub threads: usize,
+}
+
+impl Options {
+    fn threads_or_all(&self) -> usize {
+        if self.threads == 0 {
+            pipeline::default_threads()
+        } else {
+            self.threads
+        }
+    }
 }
 
 impl Default for Options {
@@ -72,6 +86,7 @@ impl Default for Options {
             chunk_events: 1 << 16,
             zstd_level: 1,
             min_latency_ns: hb::DEFAULT_MIN_LATENCY_NS,
+            threads: 0,
         }
     }
 }
@@ -158,218 +173,36 @@ pub struct Summary {
     pub skipped: Vec<Skipped>,
 }
 
-/// The first pass over every rank.
+/// The first pass over every rank, on every core.
 pub fn scan(trace: &Trace) -> Result<Vec<RankMeta>, TraceError> {
-    let mut metas = trace
-        .ranks
-        .iter()
-        .map(scan_rank)
-        .collect::<Result<Vec<_>, _>>()?;
+    scan_with(trace, 0)
+}
+
+/// [`scan`] on `threads` threads (0: every core).
+pub fn scan_with(trace: &Trace, threads: usize) -> Result<Vec<RankMeta>, TraceError> {
+    let threads = if threads == 0 {
+        pipeline::default_threads()
+    } else {
+        threads
+    };
+    let mut metas =
+        pipeline::map_indexed(trace.ranks.len(), threads, |i| scan_rank(&trace.ranks[i]))
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
     align_clocks(&mut metas);
     Ok(metas)
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-struct Mark {
-    global: f64,
-    collapsed: f64,
-    dp_ns: f64,
-    /// The marker's time as mapped, before the repair, and how far the repair moved it.
-    mapped: u64,
-    shift_ns: f64,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct LaneMarks {
-    init: Option<Mark>,
-    finalize: Option<Mark>,
-}
-
-/// One lane's events with every time mapped to the output clock.
-struct Mapped<'a> {
-    reader: LaneReader<'a>,
-    map: &'a TimeMap,
-    cur: MapCursor,
-    remove_dp_prime: bool,
-    remove_dp: bool,
-    dp_ticks: u64,
-    marks: Rc<RefCell<LaneMarks>>,
-    /// Time removed at the last event returned (ns).
-    removed: u64,
-}
-
-impl hb::LaneSource for Mapped<'_> {
-    fn removed_ns(&self) -> u64 {
-        self.removed
+/// A pass that writes nothing can only fail reading.
+fn read_error(e: RebuildError) -> TraceError {
+    match e {
+        RebuildError::Trace(t) => t,
+        RebuildError::Output { path, source } => TraceError::Io {
+            path,
+            what: source.to_string(),
+        },
+        RebuildError::BadOutput { path, what } => TraceError::Io { path, what },
     }
-}
-
-impl Iterator for Mapped<'_> {
-    type Item = Event;
-
-    #[inline]
-    fn next(&mut self) -> Option<Event> {
-        // Changed in place and returned as read: the event is not copied again on the way (a
-        // copy right after the decoder's field-wise writes costs a store-forwarding stall).
-        let mut out = self.reader.next();
-        if let Some(e) = &mut out {
-            self.map_event(e);
-        }
-        out
-    }
-}
-
-impl Mapped<'_> {
-    #[inline]
-    fn map_event(&mut self, e: &mut Event) {
-        let npt = self.map.ns_per_tick();
-        let (map, cur, collapse) = (self.map, &mut self.cur, self.remove_dp_prime);
-        let removed_dp = if self.remove_dp {
-            self.dp_ticks as f64 * npt
-        } else {
-            0.0
-        };
-        let to_out = |t: u64, cur: &mut MapCursor| {
-            let g = if collapse {
-                map.collapsed_ns(t, cur)
-            } else {
-                map.global_ns(t, cur)
-            };
-            map.absolute(g - removed_dp)
-        };
-        // Calls and completions are nearly every event: handled here without the generic walk.
-        match e {
-            Event::Call(c) => {
-                if collapse || self.remove_dp {
-                    // What the mapping took out here, so that the matcher can also judge the
-                    // times as recorded.
-                    let g = map.global_ns(c.end, cur);
-                    let out = if collapse {
-                        map.collapsed_ns(c.end, cur)
-                    } else {
-                        g
-                    };
-                    self.removed = (g - out + removed_dp).max(0.0).round() as u64;
-                }
-                c.start = to_out(c.start, cur);
-                c.end = to_out(c.end, cur);
-                // The cost of an event is spent after its end, so it delays the next events only.
-                self.dp_ticks = self.dp_ticks.saturating_add(u64::from(c.cost));
-                c.cost = if self.remove_dp {
-                    0
-                } else {
-                    (f64::from(c.cost) * npt).round() as u32
-                };
-                return;
-            }
-            Event::Completion(_) => return,
-            _ => {}
-        }
-        let dp_ns = self.dp_ticks as f64 * npt;
-        if let Event::Marker(Marker::InitDone { time } | Marker::FinalizeStart { time }) = *e {
-            let mark = Mark {
-                global: map.global_ns(time, cur),
-                collapsed: map.collapsed_ns(time, cur),
-                dp_ns,
-                mapped: to_out(time, cur),
-                shift_ns: 0.0,
-            };
-            let mut marks = self.marks.borrow_mut();
-            if matches!(e, Event::Marker(Marker::InitDone { .. })) {
-                marks.init.get_or_insert(mark);
-            } else {
-                marks.finalize.get_or_insert(mark);
-            }
-        }
-        crate::times::for_each_time(e, |t| *t = to_out(*t, cur));
-        if let Event::Clock(s) = e {
-            s.offset_ns = 0.0;
-        }
-    }
-}
-
-/// The lanes of a trace in processing order: ranks in trace order, streams ascending.
-fn lane_ids(metas: &[RankMeta]) -> Vec<LaneId> {
-    metas
-        .iter()
-        .flat_map(|m| {
-            m.streams.iter().map(|&stream| LaneId {
-                rank: m.rank,
-                stream,
-            })
-        })
-        .collect()
-}
-
-struct PassResult {
-    report: HbReport,
-    marks: Vec<LaneMarks>,
-}
-
-/// The second pass: maps every lane's times and runs happened-before matching over them.
-fn run_pass(
-    trace: &Trace,
-    metas: &[RankMeta],
-    remove: Option<Remove>,
-    repair: Repair,
-    mut on_event: impl FnMut(usize, &Event),
-    on_match: impl FnMut(&MessageMatch),
-) -> Result<PassResult, TraceError> {
-    let open: Vec<OpenRank> = trace
-        .ranks
-        .iter()
-        .map(OpenRank::open)
-        .collect::<Result<_, _>>()?;
-    let ids = lane_ids(metas);
-    let rank_index = |id: &LaneId| metas.iter().position(|m| m.rank == id.rank).unwrap_or(0);
-    // One map per lane: a suspension pauses only the thread that ran it.
-    let maps: Vec<TimeMap> = ids
-        .iter()
-        .map(|id| TimeMap::for_stream(&metas[rank_index(id)], id.stream))
-        .collect();
-    let marks: Vec<Rc<RefCell<LaneMarks>>> = ids.iter().map(|_| Rc::default()).collect();
-    let lanes = ids
-        .iter()
-        .zip(&marks)
-        .zip(&maps)
-        .map(|((id, marks), map)| {
-            let r = rank_index(id);
-            let mapped = Mapped {
-                reader: LaneReader::new(&open[r], id.stream),
-                map,
-                cur: MapCursor::default(),
-                remove_dp_prime: remove.is_some_and(Remove::dp_prime),
-                remove_dp: remove.is_some_and(Remove::dp),
-                dp_ticks: 0,
-                marks: Rc::clone(marks),
-                removed: 0,
-            };
-            (*id, mapped)
-        })
-        .collect();
-    let ctx = HbContext::new(metas, trace.world_size);
-    // The spans must describe the output written, so the repair's move of each marker counts.
-    let on_event = |li: usize, e: &Event| {
-        if let Event::Marker(m @ (Marker::InitDone { time } | Marker::FinalizeStart { time })) = e {
-            let mut lane = marks[li].borrow_mut();
-            let mark = if matches!(m, Marker::InitDone { .. }) {
-                lane.init.as_mut()
-            } else {
-                lane.finalize.as_mut()
-            };
-            if let Some(mark) = mark
-                && mark.shift_ns == 0.0
-            {
-                mark.shift_ns = time.saturating_sub(mark.mapped) as f64;
-            }
-        }
-        on_event(li, e);
-    };
-    let report = hb::run(&ctx, lanes, repair, on_event, on_match);
-    Ok(PassResult {
-        report,
-        marks: marks.iter().map(|m| *m.borrow()).collect(),
-    })
 }
 
 /// Every matched message of a trace, in its global clock (suspensions kept): for timelines that
@@ -377,215 +210,128 @@ fn run_pass(
 pub fn matched_messages(trace: &Trace) -> Result<(Vec<MessageMatch>, HbReport), TraceError> {
     let metas = scan(trace)?;
     let mut out = Vec::new();
-    let pass = run_pass(
+    let pass = pipeline::run(
         trace,
-        &metas,
-        None,
-        Repair::OFF,
+        PassConfig {
+            metas: &metas,
+            remove: None,
+            repair: Repair::OFF,
+            threads: 0,
+            output: None,
+        },
         |_, _| {},
         |m| out.push(*m),
-    )?;
+        &mut |_| {},
+    )
+    .map_err(read_error)?;
     Ok((out, pass.report))
 }
 
 /// Counts happened-before violations of a trace as it is (global clock, nothing removed).
 pub fn check_happened_before(trace: &Trace) -> Result<HbReport, TraceError> {
-    let metas = scan(trace)?;
-    Ok(run_pass(trace, &metas, None, Repair::OFF, |_, _| {}, |_| {})?.report)
+    check_happened_before_with(trace, 0)
 }
 
-struct LaneOut {
-    rank_slot: usize,
-    stream: u32,
-    buf: EventBuf,
-    events: usize,
-    seq: u64,
+fn check_happened_before_with(trace: &Trace, threads: usize) -> Result<HbReport, TraceError> {
+    let metas = scan_with(trace, threads)?;
+    let pass = pipeline::run(
+        trace,
+        PassConfig {
+            metas: &metas,
+            remove: None,
+            repair: Repair::OFF,
+            threads,
+            output: None,
+        },
+        |_, _| {},
+        |_| {},
+        &mut |_| {},
+    )
+    .map_err(read_error)?;
+    Ok(pass.report)
 }
 
-/// Reconstructs `trace` into `out`. `progress(done, total)` is called as events are written.
+/// Reconstructs `trace` into `out`. `progress(done, total)` is called as events are read.
 pub fn reconstruct(
     trace: &Trace,
     out: &Path,
     opts: &Options,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Summary, RebuildError> {
-    let metas = scan(trace)?;
+    let metas = scan_with(trace, opts.threads)?;
     prepare_out_dir(trace, out)?;
-
-    let mut writers = Vec::with_capacity(trace.ranks.len());
-    for files in &trace.ranks {
-        let first = files.parts[0].open().map_err(TraceError::from)?;
-        let original = first.header();
-        let header = FileHeader {
-            part: 0,
-            clock: format::ClockCalibration {
-                ticks_per_sec: 1e9,
-                ..original.clock
-            },
-            producer: format!(
-                "{} | reconstructed by evenflush {} (remove {})",
-                original.producer,
-                env!("CARGO_PKG_VERSION"),
-                opts.remove.name()
-            ),
-            ..original.clone()
-        };
-        let path = out.join(rank_file_name(files.rank, 0));
-        let file = std::fs::File::create(&path).map_err(|source| output_error(&path, source))?;
-        let writer = RankFileWriter::new(BufWriter::with_capacity(1 << 20, file), &header)
-            .map_err(|source| output_error(&path, source))?;
-        writers.push(RankOut {
-            rank: files.rank,
-            path,
-            writer,
-        });
-    }
-    let ids = lane_ids(&metas);
-    let mut lanes: Vec<LaneOut> = ids
-        .iter()
-        .map(|id| LaneOut {
-            rank_slot: trace
-                .ranks
-                .iter()
-                .position(|r| r.rank == id.rank)
-                .unwrap_or(0),
-            stream: id.stream,
-            buf: EventBuf::new(),
-            events: 0,
-            seq: 0,
-        })
-        .collect();
+    let outputs = pipeline::map_indexed(trace.ranks.len(), opts.threads_or_all(), |i| {
+        RankOutput::create(&trace.ranks[i], out, opts)
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
+    let ids = pipeline::lane_ids(&metas);
     let total: u64 = metas.iter().map(|m| m.events).sum();
-    let mut encoder = ChunkEncoder::new(opts.zstd_level);
-    let mut write_error: Option<RebuildError> = None;
-    let mut done = 0u64;
     let chunk_events = opts.chunk_events.max(1);
     progress(0, total);
-    let pass = run_pass(
+    let repair = Repair {
+        enabled: opts.hb,
+        min_latency_ns: opts.min_latency_ns,
+    };
+    // With the repair on, the output times come from the matcher, so this thread writes them;
+    // otherwise the workers do.
+    let mut lanes: Vec<LaneOut> = ids.iter().map(|id| LaneOut::new(id.stream)).collect();
+    let lane_rank: Vec<usize> = ids
+        .iter()
+        .map(|id| metas.iter().position(|m| m.rank == id.rank).unwrap_or(0))
+        .collect();
+    let mut encoder = ChunkEncoder::new(opts.zstd_level);
+    let mut write_error: Option<RebuildError> = None;
+    let pass = pipeline::run(
         trace,
-        &metas,
-        Some(opts.remove),
-        Repair {
-            enabled: opts.hb,
-            min_latency_ns: opts.min_latency_ns,
+        PassConfig {
+            metas: &metas,
+            remove: Some(opts.remove),
+            repair,
+            threads: opts.threads,
+            output: (!opts.hb).then_some(WorkerOutput {
+                ranks: &outputs,
+                chunk_events,
+                zstd_level: opts.zstd_level,
+            }),
         },
         |li, e| {
+            if !opts.hb || write_error.is_some() {
+                return;
+            }
             let lane = &mut lanes[li];
-            lane.buf.push(e);
-            lane.events += 1;
-            done += 1;
-            if lane.events >= chunk_events && write_error.is_none() {
-                if let Err(err) = lane.emit(&mut encoder, &mut writers) {
+            if lane.push(e, chunk_events) {
+                let target = &outputs[lane_rank[li]];
+                let chunk = lane.take_chunk(&mut encoder, target.rank);
+                if let Err(err) = target.append(&[chunk]) {
                     write_error = Some(err);
                 }
-                progress(done, total);
             }
         },
         |_| {},
+        &mut |done| progress(done.min(total), total),
     )?;
     if let Some(err) = write_error {
         return Err(err);
     }
-    for lane in &mut lanes {
-        if lane.events > 0 {
-            lane.emit(&mut encoder, &mut writers)?;
+    for (li, lane) in lanes.iter_mut().enumerate() {
+        if !lane.is_empty() {
+            let target = &outputs[lane_rank[li]];
+            let chunk = lane.take_chunk(&mut encoder, target.rank);
+            target.append(&[chunk])?;
         }
     }
-    for w in &mut writers {
-        w.writer
-            .flush()
-            .map_err(|source| output_error(&w.path, source))?;
-    }
-    drop(writers);
     progress(total, total);
     write_meta(trace, out, opts)?;
 
     let mut summary = summarize(trace, out, opts, &metas, &ids, &pass);
     if opts.hb {
         let written = Trace::open(out)?;
-        let after = check_happened_before(&written)?;
+        let after = check_happened_before_with(&written, opts.threads)?;
         summary.hb.violations_after = after.violations();
         summary.hb.after = Some(after);
     }
     Ok(summary)
-}
-
-fn output_error(path: &Path, source: std::io::Error) -> RebuildError {
-    RebuildError::Output {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-struct RankOut {
-    rank: u32,
-    path: PathBuf,
-    writer: RankFileWriter<BufWriter<std::fs::File>>,
-}
-
-impl LaneOut {
-    /// Writes the lane's buffered events as one chunk.
-    fn emit(
-        &mut self,
-        encoder: &mut ChunkEncoder,
-        writers: &mut [RankOut],
-    ) -> Result<(), RebuildError> {
-        let out = &mut writers[self.rank_slot];
-        let chunk = encoder.encode_events(out.rank, self.stream, self.seq, &self.buf);
-        self.seq += 1;
-        self.buf.clear();
-        self.events = 0;
-        out.writer
-            .write_chunk(&chunk)
-            .map_err(|source| output_error(&out.path, source))
-    }
-}
-
-fn prepare_out_dir(trace: &Trace, out: &Path) -> Result<(), RebuildError> {
-    let err = |source| RebuildError::Output {
-        path: out.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(out).map_err(err)?;
-    if let (Ok(a), Ok(b)) = (out.canonicalize(), trace.dir.canonicalize())
-        && a == b
-    {
-        return Err(RebuildError::BadOutput {
-            path: out.to_path_buf(),
-            what: "is the trace directory itself; choose another --out".into(),
-        });
-    }
-    // Rank files of an earlier reconstruction would mix with ours; nothing else is touched.
-    for entry in format::open_dir(out).map_err(TraceError::from)? {
-        std::fs::remove_file(&entry.path).map_err(|source| RebuildError::Output {
-            path: entry.path,
-            source,
-        })?;
-    }
-    Ok(())
-}
-
-fn write_meta(trace: &Trace, out: &Path, opts: &Options) -> Result<(), RebuildError> {
-    let mut meta = trace.meta.clone().unwrap_or_else(|| serde_json::json!({}));
-    if let Some(obj) = meta.as_object_mut() {
-        // Every part now lives in `out`: a pointer to the original output directories would make
-        // readers pick up the unreconstructed files too.
-        if let Some(settings) = obj.get_mut("settings").and_then(|s| s.as_object_mut()) {
-            settings.remove("EVENFLUSH_OUT");
-        }
-        obj.insert(
-            "reconstructed".into(),
-            serde_json::json!({
-                "from": trace.dir.display().to_string(),
-                "remove": opts.remove.name(),
-                "hb_repaired": opts.hb,
-                "clock": "global, ns",
-            }),
-        );
-    }
-    let path = out.join("meta.json");
-    let text = serde_json::to_string_pretty(&meta).unwrap_or_else(|_| "{}".into());
-    std::fs::write(&path, text).map_err(|source| RebuildError::Output { path, source })
 }
 
 fn summarize(

@@ -940,3 +940,55 @@ fn across_hosts_a_violation_must_exceed_the_offsets_uncertainty() {
     let same_host = trace("a", 1_000.0);
     assert_eq!(same_host.message_violations, 2, "{same_host:?}");
 }
+
+#[test]
+fn the_output_does_not_depend_on_the_number_of_threads() {
+    // Ranks of one and of two threads, small input and output chunks so that every lane takes
+    // many steps: any thread count must write the same bytes and report the same summary, with
+    // and without the repair (whose output comes from the matcher instead of the workers).
+    let dir = temp_dir("threads");
+    let mut program = ring_program(6, 200, 11);
+    let worker: Vec<Event> = (0..150u64)
+        .map(|i| {
+            Event::Call(call(
+                SEND,
+                10_000_000_000 + i * 5_000,
+                10_000_000_000 + i * 5_000 + 40,
+                1,
+                900,
+            ))
+        })
+        .collect();
+    program.measured[2].streams.push((1, worker));
+    write_trace(&dir, program.world, &program.measured, 13);
+    let trace = Trace::open(&dir).unwrap();
+    for hb in [false, true] {
+        let mut first: Option<(Vec<Vec<u8>>, String)> = None;
+        for threads in [1, 2, 3, 7] {
+            let out = dir.with_extension(format!("out-{hb}-{threads}"));
+            let opts = Options {
+                remove: Remove::Both,
+                hb,
+                chunk_events: 29,
+                threads,
+                ..Options::default()
+            };
+            let mut summary = rebuild::reconstruct(&trace, &out, &opts, &mut |_, _| {}).unwrap();
+            summary.out.clear();
+            let files: Vec<Vec<u8>> = (0..program.world)
+                .map(|r| std::fs::read(out.join(format::rank_file_name(r, 0))).unwrap())
+                .collect();
+            let json = serde_json::to_string(&summary).unwrap();
+            assert!(summary.events > 3_000, "{}", summary.events);
+            match &first {
+                None => first = Some((files, json)),
+                Some((f, j)) => {
+                    assert!(files == *f, "hb {hb}: {threads} threads wrote other bytes");
+                    assert_eq!(json, *j, "hb {hb}: {threads} threads");
+                }
+            }
+            std::fs::remove_dir_all(out).unwrap();
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

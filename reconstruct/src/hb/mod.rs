@@ -163,6 +163,11 @@ pub trait LaneSource: Iterator<Item = Event> {
     fn removed_ns(&self) -> u64 {
         0
     }
+    /// The lane-wide index of the event last returned, for a source that hands out only some of
+    /// a lane's events (those that matter to matching); `None`: every event, counted here.
+    fn source_index(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A lane whose times are used as they are.
@@ -261,6 +266,17 @@ impl HbContext {
             by_world[w] = Some(i);
         }
         HbContext { ranks, by_world }
+    }
+
+    /// Whether calls of `func` on the rank at `rank_idx` (an index into the `metas` given to
+    /// [`HbContext::new`]) take part in matching: when nothing is repaired, other calls (and
+    /// their completions) change nothing it counts, so they need not reach it.
+    pub fn is_communication(&self, rank_idx: usize, func: format::FunctionId) -> bool {
+        self.ranks.get(rank_idx).is_some_and(|r| {
+            r.classes
+                .get(usize::from(func))
+                .is_some_and(|&class| class != Class::Other)
+        })
     }
 
     fn index_of(&self, world_rank: u32) -> Option<usize> {
@@ -472,8 +488,8 @@ impl Shared<'_> {
                 Some((index, event, removed)) => (index, Some(event), removed),
                 None => {
                     let event = lane.src.next();
-                    let index = lane.next_index;
-                    lane.next_index += u64::from(event.is_some());
+                    let index = lane.src.source_index().unwrap_or(lane.next_index);
+                    lane.next_index = index + u64::from(event.is_some());
                     (index, event, lane.src.removed_ns())
                 }
             };

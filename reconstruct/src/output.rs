@@ -1,0 +1,155 @@
+//! Where a reconstruction is written: the output directory, one rank file per rank (written
+//! chunk by chunk, each file opened only while a chunk is appended, so the number of open files
+//! does not grow with the number of ranks), and `meta.json`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use format::{ChunkEncoder, EncodedChunk, Event, EventBuf, FileHeader, encode_file_header};
+
+use crate::rebuild::{Options, RebuildError};
+use crate::trace::{RankFiles, Trace, TraceError};
+
+pub(crate) fn output_error(path: &Path, source: std::io::Error) -> RebuildError {
+    RebuildError::Output {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Creates `out` (refusing the trace's own directory) and removes rank files of an earlier
+/// reconstruction there, which would mix with ours; nothing else is touched.
+pub(crate) fn prepare_out_dir(trace: &Trace, out: &Path) -> Result<(), RebuildError> {
+    std::fs::create_dir_all(out).map_err(|e| output_error(out, e))?;
+    if let (Ok(a), Ok(b)) = (out.canonicalize(), trace.dir.canonicalize())
+        && a == b
+    {
+        return Err(RebuildError::BadOutput {
+            path: out.to_path_buf(),
+            what: "is the trace directory itself; choose another --out".into(),
+        });
+    }
+    for entry in format::open_dir(out).map_err(TraceError::from)? {
+        std::fs::remove_file(&entry.path).map_err(|e| output_error(&entry.path, e))?;
+    }
+    Ok(())
+}
+
+/// One rank's output file.
+pub(crate) struct RankOutput {
+    pub rank: u32,
+    pub path: PathBuf,
+}
+
+impl RankOutput {
+    /// Writes the file's header: the rank's own, with the output clock (global ns) and who made
+    /// the file.
+    pub fn create(
+        files: &RankFiles,
+        out: &Path,
+        opts: &Options,
+    ) -> Result<RankOutput, RebuildError> {
+        let first = files.parts[0].open().map_err(TraceError::from)?;
+        let original = first.header();
+        let header = FileHeader {
+            part: 0,
+            clock: format::ClockCalibration {
+                ticks_per_sec: 1e9,
+                ..original.clock
+            },
+            producer: format!(
+                "{} | reconstructed by evenflush {} (remove {})",
+                original.producer,
+                env!("CARGO_PKG_VERSION"),
+                opts.remove.name()
+            ),
+            ..original.clone()
+        };
+        let path = out.join(format::rank_file_name(files.rank, 0));
+        std::fs::write(&path, encode_file_header(&header)).map_err(|e| output_error(&path, e))?;
+        Ok(RankOutput {
+            rank: files.rank,
+            path,
+        })
+    }
+
+    /// Appends `chunks` in order.
+    pub fn append(&self, chunks: &[EncodedChunk]) -> Result<(), RebuildError> {
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let err = |e| output_error(&self.path, e);
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(err)?;
+        for chunk in chunks {
+            file.write_all(&chunk.bytes).map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+/// One lane's output events not yet encoded.
+pub(crate) struct LaneOut {
+    pub stream: u32,
+    buf: EventBuf,
+    events: usize,
+    seq: u64,
+}
+
+impl LaneOut {
+    pub fn new(stream: u32) -> LaneOut {
+        LaneOut {
+            stream,
+            buf: EventBuf::new(),
+            events: 0,
+            seq: 0,
+        }
+    }
+
+    /// Buffers `e`; true when the buffer holds a whole chunk.
+    #[inline]
+    pub fn push(&mut self, e: &Event, chunk_events: usize) -> bool {
+        self.buf.push(e);
+        self.events += 1;
+        self.events >= chunk_events
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events == 0
+    }
+
+    /// Encodes what is buffered as the lane's next chunk.
+    pub fn take_chunk(&mut self, encoder: &mut ChunkEncoder, rank: u32) -> EncodedChunk {
+        let chunk = encoder.encode_events(rank, self.stream, self.seq, &self.buf);
+        self.seq += 1;
+        self.buf.clear();
+        self.events = 0;
+        chunk
+    }
+}
+
+/// The trace's `meta.json`, saying it was reconstructed, from what, and how.
+pub(crate) fn write_meta(trace: &Trace, out: &Path, opts: &Options) -> Result<(), RebuildError> {
+    let mut meta = trace.meta.clone().unwrap_or_else(|| serde_json::json!({}));
+    if let Some(obj) = meta.as_object_mut() {
+        // Every part now lives in `out`: a pointer to the original output directories would make
+        // readers pick up the unreconstructed files too.
+        if let Some(settings) = obj.get_mut("settings").and_then(|s| s.as_object_mut()) {
+            settings.remove("EVENFLUSH_OUT");
+        }
+        obj.insert(
+            "reconstructed".into(),
+            serde_json::json!({
+                "from": trace.dir.display().to_string(),
+                "remove": opts.remove.name(),
+                "hb_repaired": opts.hb,
+                "clock": "global, ns",
+            }),
+        );
+    }
+    let path = out.join("meta.json");
+    let text = serde_json::to_string_pretty(&meta).unwrap_or_else(|_| "{}".into());
+    std::fs::write(&path, text).map_err(|source| RebuildError::Output { path, source })
+}
