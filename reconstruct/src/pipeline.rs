@@ -1,14 +1,15 @@
 //! The second pass on every core. Decoding a chunk, mapping its times and encoding the output
 //! are independent per rank; only matching needs every lane at once. So worker threads take one
-//! step of one rank at a time (the next chunk of each of its lanes: decode once, map, and, when
-//! nothing is repaired, encode and append the rank's output), and hand what matching needs to the
-//! one thread that runs it, through a small queue per lane.
+//! step of one rank at a time (the next few thousand events of each of its lanes: each chunk is
+//! decoded once, its times mapped and, when nothing is repaired, the output encoded and appended
+//! to the rank's file), and hand what matching needs to the one thread that runs it, through a
+//! small queue per lane.
 //!
 //! The matching thread is the caller's. When the lane it reads has nothing queued, it takes that
 //! rank's step itself rather than wait, so `threads` threads in all do the work (one means no
 //! worker at all). Workers read ahead within a budget of queued batches, a rank at a time in
 //! round-robin order, so lanes stay roughly in step and memory stays bounded by the lanes times
-//! one chunk each plus the budget.
+//! one decoded chunk and one step's batch each, plus the budget.
 //!
 //! With the repair on, the output times come out of the matcher: workers then only decode and
 //! map, every event goes through the queue, and the caller encodes what the matcher hands out.
@@ -23,6 +24,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
+use format::reader::ChunkIntoEvents;
 use format::{ChunkEncoder, ChunkWalk, EncodedChunk, Event};
 
 use crate::clock::{RankMeta, TimeMap};
@@ -126,6 +128,9 @@ struct Item {
 struct LaneWork<'a> {
     global: usize,
     walk: ChunkWalk<'a>,
+    /// The chunk being read: a step takes at most [`STEP_EVENTS`] of its events, so what waits
+    /// for the matcher stays small while the chunk itself stays in its compact decoded form.
+    current: Option<ChunkIntoEvents>,
     mapper: LaneMapper<'a>,
     next_index: u64,
     out: Option<LaneOut>,
@@ -168,11 +173,20 @@ struct Shared<'a> {
     output: Option<WorkerOutput<'a>>,
     /// Queued batches beyond which workers stop reading ahead.
     budget: usize,
+    step_events: usize,
     events_done: AtomicU64,
 }
 
 /// At most this many batches wait in one lane's queue.
 const PER_LANE_QUEUE: usize = 1;
+
+/// Events a step reads from one lane: large enough that the locking per step is noise, small
+/// enough that a batch is a few hundred KiB...
+const STEP_EVENTS: usize = 4096;
+/// ...and fewer with many lanes, since each lane's batch may wait for the matcher at once: about
+/// this many events (of ~120 bytes) over all lanes.
+const BATCHED_EVENTS: usize = 1 << 19;
+const MIN_STEP_EVENTS: usize = 64;
 
 impl<'a> Shared<'a> {
     /// Decodes, maps (and maybe writes) the next chunk of each lane of rank `r`.
@@ -194,38 +208,46 @@ impl<'a> Shared<'a> {
             if lane.done {
                 continue;
             }
-            let mut batch = Vec::new();
-            match lane.walk.next() {
-                None => {
-                    lane.done = true;
-                    if let Some(out) = &mut lane.out
-                        && !out.is_empty()
-                    {
-                        chunks.push(out.take_chunk(encoder, work.rank));
+            let mut batch = Vec::with_capacity(self.step_events);
+            let mut taken = 0usize;
+            while taken < self.step_events {
+                let Some(current) = &mut lane.current else {
+                    match lane.walk.next() {
+                        Some(chunk) => lane.current = Some(chunk.into_events()),
+                        None => {
+                            lane.done = true;
+                            if let Some(out) = &mut lane.out
+                                && !out.is_empty()
+                            {
+                                chunks.push(out.take_chunk(encoder, work.rank));
+                            }
+                            break;
+                        }
                     }
+                    continue;
+                };
+                let Some(mut e) = current.next() else {
+                    lane.current = None;
+                    continue;
+                };
+                taken += 1;
+                let index = lane.next_index;
+                lane.next_index += 1;
+                lane.mapper.map_event(&mut e);
+                if let Some(out) = &mut lane.out
+                    && out.push(&e, chunk_events)
+                {
+                    chunks.push(out.take_chunk(encoder, work.rank));
                 }
-                Some(chunk) => {
-                    let events = chunk.event_count();
-                    for mut e in chunk.into_events() {
-                        let index = lane.next_index;
-                        lane.next_index += 1;
-                        lane.mapper.map_event(&mut e);
-                        if let Some(out) = &mut lane.out
-                            && out.push(&e, chunk_events)
-                        {
-                            chunks.push(out.take_chunk(encoder, work.rank));
-                        }
-                        if self.feed_all || keep(self.ctx, work.rank_idx, several, lane, &e) {
-                            batch.push(Item {
-                                index,
-                                removed: lane.mapper.removed,
-                                event: e,
-                            });
-                        }
-                    }
-                    self.events_done.fetch_add(events, Ordering::Relaxed);
+                if self.feed_all || keep(self.ctx, work.rank_idx, several, lane, &e) {
+                    batch.push(Item {
+                        index,
+                        removed: lane.mapper.removed,
+                        event: e,
+                    });
                 }
             }
+            self.events_done.fetch_add(taken as u64, Ordering::Relaxed);
             produced.push((lane.global, batch, lane.done));
         }
         if let Some(out) = &self.output {
@@ -453,6 +475,7 @@ pub(crate) fn run(
         work[r].lanes.push(LaneWork {
             global,
             walk: ChunkWalk::stream(&open[r].files, id.stream),
+            current: None,
             mapper: LaneMapper::new(&maps[global], remove_dp_prime, remove_dp),
             next_index: 0,
             out: writes.then(|| LaneOut::new(id.stream)),
@@ -485,6 +508,7 @@ pub(crate) fn run(
         feed_all: cfg.repair.enabled,
         output: cfg.output,
         budget: 2 * threads,
+        step_events: (BATCHED_EVENTS / ids.len().max(1)).clamp(MIN_STEP_EVENTS, STEP_EVENTS),
         events_done: AtomicU64::new(0),
     };
     let local = MatcherLocal {

@@ -251,6 +251,12 @@ fn check_happened_before_with(trace: &Trace, threads: usize) -> Result<HbReport,
     Ok(pass.report)
 }
 
+/// Output events buffered over all lanes, at most (a few tens of MiB in their typed columns).
+const OUTPUT_EVENTS_BUFFERED: usize = 1 << 20;
+/// Output chunks are not made smaller than this to save memory: chunk headers and compression
+/// would start to cost.
+const MIN_CHUNK_EVENTS: usize = 256;
+
 /// Reconstructs `trace` into `out`. `progress(done, total)` is called as events are read.
 pub fn reconstruct(
     trace: &Trace,
@@ -267,7 +273,11 @@ pub fn reconstruct(
     .collect::<Result<Vec<_>, _>>()?;
     let ids = pipeline::lane_ids(&metas);
     let total: u64 = metas.iter().map(|m| m.events).sum();
-    let chunk_events = opts.chunk_events.max(1);
+    // Every lane buffers one output chunk: with many lanes, smaller chunks keep that bounded.
+    let chunk_events = opts
+        .chunk_events
+        .min((OUTPUT_EVENTS_BUFFERED / ids.len().max(1)).max(MIN_CHUNK_EVENTS))
+        .max(1);
     progress(0, total);
     let repair = Repair {
         enabled: opts.hb,

@@ -61,19 +61,52 @@ pub(super) fn entries_known(shared: &Shared<'_>, r: &CollRef, inst: &CollInst) -
 }
 
 /// The latest entries of a collective instance, so that an exit that waits for every member is
-/// judged in O(clock groups), not O(members): a barrier of 10^4 ranks has 10^4 exits.
+/// judged in O(log clock groups), not O(members): a barrier of 10^4 ranks has 10^4 exits, and
+/// ranks whose hosts are unknown are a clock group each.
 pub(super) struct EntrySummary {
-    /// Per clock group: (group, its offset uncertainty, latest entry in the given times, latest
-    /// as recorded).
-    groups: Vec<(u32, u64, u64, u64)>,
+    /// Per clock group, sorted by group: (group, latest entry in the given times, latest as
+    /// recorded). An exit is compared with its own group's entries without any tolerance.
+    groups: Vec<(u32, u64, u64)>,
+    /// Against other groups an exit at `end` violates when `end + its uncertainty + theirs <
+    /// their latest entry`, i.e. `end + its uncertainty < latest − theirs`: the two largest
+    /// right-hand sides from distinct groups, in the given times and as recorded, so that the
+    /// best one not of the exit's own group is at hand.
+    given: Extremes,
+    recorded: Extremes,
     /// The two latest repaired entries with their positions: an exit waits for the others'
     /// (plus the latency), its own only as itself.
     top: [(u64, usize); 2],
 }
 
+/// The two largest values of distinct groups.
+#[derive(Clone, Copy)]
+struct Extremes([(i128, u32); 2]);
+
+impl Extremes {
+    const NONE: Extremes = Extremes([(i128::MIN, u32::MAX); 2]);
+
+    fn offer(&mut self, value: i128, group: u32) {
+        let [first, second] = &mut self.0;
+        if value > first.0 {
+            if first.1 != group {
+                *second = *first;
+            }
+            *first = (value, group);
+        } else if group != first.1 && value > second.0 {
+            *second = (value, group);
+        }
+    }
+
+    /// The largest value of a group other than `group`.
+    fn other_than(&self, group: u32) -> i128 {
+        let [first, second] = self.0;
+        if first.1 != group { first.0 } else { second.0 }
+    }
+}
+
 impl EntrySummary {
     pub(super) fn of(ctx: &HbContext, inst: &CollInst) -> EntrySummary {
-        let mut groups: Vec<(u32, u64, u64, u64)> = Vec::new();
+        let mut groups: Vec<(u32, u64, u64, u64)> = Vec::with_capacity(inst.members.len());
         let mut top = [(0u64, usize::MAX); 2];
         for (k, &m) in inst.members.iter().enumerate() {
             if let Some(s) = inst.starts[k] {
@@ -89,15 +122,57 @@ impl EntrySummary {
             };
             let raw = inst.raw_starts[k].unwrap_or(0);
             let recorded = inst.recorded_starts[k].unwrap_or(0);
-            match groups.iter_mut().find(|g| g.0 == r.clock_group) {
-                Some(g) => {
-                    g.2 = g.2.max(raw);
-                    g.3 = g.3.max(recorded);
-                }
-                None => groups.push((r.clock_group, r.clock_uncertainty_ns, raw, recorded)),
-            }
+            groups.push((r.clock_group, r.clock_uncertainty_ns, raw, recorded));
         }
-        EntrySummary { groups, top }
+        // One entry per group with its latest entries: once per instance, O(members · log).
+        groups.sort_unstable_by_key(|g| g.0);
+        groups.dedup_by(|later, kept| {
+            let same = kept.0 == later.0;
+            if same {
+                kept.2 = kept.2.max(later.2);
+                kept.3 = kept.3.max(later.3);
+            }
+            same
+        });
+        let (mut given, mut recorded) = (Extremes::NONE, Extremes::NONE);
+        for &(group, unc, raw_max, recorded_max) in &groups {
+            given.offer(i128::from(raw_max) - i128::from(unc), group);
+            recorded.offer(i128::from(recorded_max) - i128::from(unc), group);
+        }
+        EntrySummary {
+            groups: groups
+                .into_iter()
+                .map(|(g, _, raw, rec)| (g, raw, rec))
+                .collect(),
+            given,
+            recorded,
+            top,
+        }
+    }
+
+    /// Whether exits at `end` (given) and `recorded_end` of a rank of `group`, whose offset is
+    /// uncertain by `unc`, left before an entry they waited for.
+    fn violated(&self, group: u32, unc: u64, end: u64, recorded_end: u64) -> (bool, bool) {
+        let own = self
+            .groups
+            .binary_search_by_key(&group, |g| g.0)
+            .ok()
+            .map(|i| self.groups[i]);
+        let (end_t, rec_t) = (
+            i128::from(end) + i128::from(unc),
+            i128::from(recorded_end) + i128::from(unc),
+        );
+        let raw = own.is_some_and(|g| end < g.1) || end_t < self.given.other_than(group);
+        let recorded =
+            own.is_some_and(|g| recorded_end < g.2) || rec_t < self.recorded.other_than(group);
+        (raw, recorded)
+    }
+
+    fn violated_anywhere(&self, end: u64, recorded_end: u64) -> (bool, bool) {
+        (
+            self.groups.iter().any(|g| end < g.1),
+            self.groups.iter().any(|g| recorded_end < g.2),
+        )
     }
 
     /// The latest repaired entry of the others plus `latency`, or `me`'s own.
@@ -150,15 +225,13 @@ impl Shared<'_> {
             .as_deref()
             .filter(|_| range.len() == inst.starts.len())
         {
-            let me = self.ctx.ranks.get(me_idx);
-            for &(group, unc, raw_max, recorded_max) in &summary.groups {
-                let tol = match me {
-                    Some(x) if x.clock_group != group => x.clock_uncertainty_ns.saturating_add(unc),
-                    _ => 0,
-                };
-                raw |= end.saturating_add(tol) < raw_max;
-                recorded |= recorded_end.saturating_add(tol) < recorded_max;
-            }
+            (raw, recorded) = match self.ctx.ranks.get(me_idx) {
+                Some(x) => {
+                    summary.violated(x.clock_group, x.clock_uncertainty_ns, end, recorded_end)
+                }
+                // A rank without context is judged with no tolerance at all.
+                None => summary.violated_anywhere(end, recorded_end),
+            };
         } else {
             for k in range {
                 let Some(other) = self.ctx.index_of(inst.members[k]) else {
