@@ -65,8 +65,9 @@ pub fn draw(v: &Validation, path: &Path) -> Result<()> {
         (lo.min(x), hi.max(x))
     });
     let (lo, hi) = if lo.is_finite() && hi > lo {
-        let pad = (hi - lo) * 0.1;
-        ((lo - pad).max(0.0), hi + pad)
+        // Room above the dots for the legend, which would otherwise hide the highest of them.
+        let range = hi - lo;
+        ((lo - 0.1 * range).max(0.0), hi + 0.6 * range)
     } else {
         (0.0, hi.max(1.0))
     };
