@@ -10,7 +10,7 @@ packages=(
   gfortran                            # the Fortran test program
   libopen-trace-format2-dev otf2-tools python3-otf2   # OTF2 export and its checkers
   zstd                                # inspecting compressed chunks by hand
-  fonts-dejavu-core                   # the font of the simulator's PNG plots (DejaVuSans.ttf)
+  fonts-dejavu-core                   # the font of every PNG (timeline, validate, simulator plots): DejaVuSans.ttf
   python3-mpi4py                      # a real MPI program nobody here wrote (tests)
 )
 

@@ -72,7 +72,8 @@ enum Cmd {
     Collect(collect_cmd::CollectArgs),
     /// Recover the original timing: remove the suspensions (DP') and optionally the recorder cost (DP).
     Reconstruct(reconstruct_cmd::ReconstructArgs),
-    /// Compare two runs of the same program call by call.
+    /// Compare runs of the same program call by call: signed bias, share within a relative
+    /// tolerance, per function and per rank; with several references, their noise floor.
     Compare(compare_cmd::CompareArgs),
     /// Profile a run (MPIPROF style): per-function times and sizes, size histograms, partners, imbalance.
     Report(report_cmd::ReportArgs),

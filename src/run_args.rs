@@ -70,6 +70,10 @@ pub struct ValidateArgs {
     keep: bool,
     #[arg(long)]
     json: bool,
+    /// Also draw every run as a dot (untraced, traced, T(G+), T(G)) against the untraced noise
+    /// band into this PNG.
+    #[arg(long, value_name = "FILE")]
+    png: Option<PathBuf>,
     #[arg(long, value_parser = ["openmpi", "mpich"])]
     mpi: Option<String>,
     #[arg(last = true, required = true, value_name = "MPIRUN ...")]
@@ -94,6 +98,10 @@ pub fn parse_cli() -> Result<Cli, clap::Error> {
 
 pub fn validate(args: ValidateArgs) -> Result<()> {
     Config::from_lookup(|name| args.settings.get(name).cloned()).map_err(|e| anyhow!("{e}"))?;
+    if args.png.is_some() {
+        // A missing font is found before the runs, not after them.
+        reconstruct::export::timeline::register_font()?;
+    }
     let req = crate::validate::Request {
         command: args.command,
         mpi: args.mpi.as_deref().map(|m| match m {
@@ -110,6 +118,10 @@ pub fn validate(args: ValidateArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", crate::validate::render(&v));
+    }
+    if let Some(png) = &args.png {
+        crate::validate::plot::draw(&v, png)?;
+        eprintln!("evenflush: wrote {}", png.display());
     }
     Ok(())
 }

@@ -18,9 +18,13 @@ const WORK_UNITS: u64 = 1_800_000;
 fn validates_a_real_program(mpi: Mpi) {
     let _guard = mpi_lock();
     let work = scratch(&format!("validate-{}", mpi.name()));
+    let png = work.with_extension("png");
+    let _ = std::fs::remove_file(&png);
     let mut cmd = Command::new(evenflush_bin());
     cmd.args(["validate", "--reps", "2", "--json", "--work"])
         .arg(&work)
+        .arg("--png")
+        .arg(&png)
         .args(["--threshold", "1MiB", "--decision-interval", "2ms", "--"])
         .args(mpi.launch(2))
         .arg(apps(mpi).join("iterative"))
@@ -67,6 +71,10 @@ fn validates_a_real_program(mpi: Mpi) {
         100.0 * e
     );
     assert!(v["untraced_spread"].as_f64().unwrap() >= 0.0);
+    // The picture: a PNG of the size drawn, big enough to hold more than its axes.
+    let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("{}: {e}", png.display()));
+    assert_eq!(png_size(&bytes), Some((1000, 600)), "{}", png.display());
+    assert!(bytes.len() > 10_000, "{} bytes only", bytes.len());
     // The work directory keeps only the probe (no --keep).
     let left: Vec<String> = std::fs::read_dir(&work)
         .unwrap()
@@ -74,6 +82,16 @@ fn validates_a_real_program(mpi: Mpi) {
         .filter(|n| n.starts_with("traced-"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Width and height from a PNG's IHDR chunk, after checking the signature.
+fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
+    let signature = b"\x89PNG\r\n\x1a\n";
+    if bytes.len() < 24 || &bytes[..8] != signature || &bytes[12..16] != b"IHDR" {
+        return None;
+    }
+    let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    Some((be(16), be(20)))
 }
 
 fn refuses_a_single_rep(mpi: Mpi) {

@@ -40,6 +40,16 @@ impl Durations {
 /// With different counts, the shorter sample is stretched over the longer one's ranks (each of
 /// its values then stands for several of the other's); `None` when either side is empty.
 pub fn qq_share_within(a: &Durations, b: &Durations, limit_ns: u64) -> Option<f64> {
+    qq_share_within_by(a, b, |_| limit_ns)
+}
+
+/// As [`qq_share_within`], with a limit that depends on `a`'s duration of each pair (ns), for a
+/// tolerance relative to the reference.
+pub fn qq_share_within_by(
+    a: &Durations,
+    b: &Durations,
+    limit_ns: impl Fn(u64) -> u64,
+) -> Option<f64> {
     if a.is_empty() || b.is_empty() {
         return None;
     }
@@ -64,7 +74,7 @@ pub fn qq_share_within(a: &Durations, b: &Durations, limit_ns: u64) -> Option<f6
             vb = k;
             cb_end = cb_end.saturating_add(c);
         }
-        if va.abs_diff(vb) * STEP_NS <= limit_ns {
+        if va.abs_diff(vb) * STEP_NS <= limit_ns(va * STEP_NS) {
             within += 1;
         }
     }
@@ -112,5 +122,13 @@ mod tests {
         let c = of([10_000, 10_000, 10_000, 20_000]);
         assert_eq!(qq_share_within(&a, &c, 0), Some(0.75));
         assert_eq!(qq_share_within(&a, &Durations::default(), 0), None);
+    }
+
+    #[test]
+    fn a_relative_limit_follows_the_reference_duration() {
+        // 10 % of 100 µs is 10 µs, of 1 ms 100 µs: a 20 µs shift is outside for the first only.
+        let a = of([100_000, 1_000_000]);
+        let b = of([120_000, 1_020_000]);
+        assert_eq!(qq_share_within_by(&a, &b, |ns| ns / 10), Some(0.5));
     }
 }

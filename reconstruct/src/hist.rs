@@ -11,6 +11,7 @@ const BUCKETS: usize = EXACT + (64 - 7) * (1 << SUB_BITS);
 pub struct LogHistogram {
     counts: Vec<u64>,
     n: u64,
+    min: u64,
     max: u64,
 }
 
@@ -19,6 +20,7 @@ impl Default for LogHistogram {
         LogHistogram {
             counts: vec![0; BUCKETS],
             n: 0,
+            min: u64::MAX,
             max: 0,
         }
     }
@@ -49,6 +51,7 @@ impl LogHistogram {
     pub fn add(&mut self, v: u64) {
         self.counts[bucket(v)] += 1;
         self.n += 1;
+        self.min = self.min.min(v);
         self.max = self.max.max(v);
     }
 
@@ -69,7 +72,15 @@ impl LogHistogram {
         if self.n == 0 {
             return 0.0;
         }
-        let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n);
+        self.at_rank(((q * self.n as f64).ceil() as u64).clamp(1, self.n))
+    }
+
+    /// The `rank`-th smallest value (1-based, clamped to the sample); 0 when empty.
+    pub fn at_rank(&self, rank: u64) -> f64 {
+        if self.n == 0 {
+            return 0.0;
+        }
+        let rank = rank.clamp(1, self.n);
         if rank == self.n {
             return self.max as f64;
         }
@@ -77,7 +88,8 @@ impl LogHistogram {
         for (b, &c) in self.counts.iter().enumerate() {
             seen += c;
             if seen >= rank {
-                return value(b).min(self.max as f64);
+                // Clamped to the extremes, so that a sample of one repeated value is exact.
+                return value(b).clamp(self.min as f64, self.max as f64);
             }
         }
         self.max as f64
@@ -89,6 +101,58 @@ impl LogHistogram {
             p50: self.quantile(0.5) * scale,
             p99: self.quantile(0.99) * scale,
             max: self.max as f64 * scale,
+        }
+    }
+}
+
+/// Values of either sign (ns, rounded to whole ns) in constant memory: negative magnitudes and
+/// the rest each in a [`LogHistogram`], with the exact sum for the mean. Needed where a bias
+/// must keep its direction (RUN's calls longer or shorter than REF's), which magnitudes lose.
+#[derive(Clone, Debug, Default)]
+pub struct SignedHistogram {
+    negative: LogHistogram,
+    positive: LogHistogram,
+    sum: f64,
+}
+
+impl SignedHistogram {
+    pub fn add(&mut self, v: f64) {
+        let r = v.round();
+        if r < 0.0 {
+            self.negative.add((-r) as u64);
+        } else {
+            self.positive.add(r as u64);
+        }
+        self.sum += v;
+    }
+
+    pub fn len(&self) -> u64 {
+        self.negative.len() + self.positive.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The exact mean; 0 when empty.
+    pub fn mean(&self) -> f64 {
+        let n = self.len();
+        if n == 0 { 0.0 } else { self.sum / n as f64 }
+    }
+
+    /// Nearest-rank quantile `q` in [0, 1]; 0 when empty.
+    pub fn quantile(&self, q: f64) -> f64 {
+        let n = self.len();
+        if n == 0 {
+            return 0.0;
+        }
+        let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
+        let below = self.negative.len();
+        if rank <= below {
+            // The smallest values are the largest negative magnitudes.
+            -self.negative.at_rank(below - rank + 1)
+        } else {
+            self.positive.at_rank(rank - below)
         }
     }
 }
@@ -119,5 +183,26 @@ mod tests {
             let mid = value(b);
             assert!((mid - v as f64).abs() / (v as f64) < 0.016, "{v} -> {mid}");
         }
+    }
+
+    #[test]
+    fn signed_quantiles_keep_the_direction() {
+        let mut h = SignedHistogram::default();
+        for v in [-30.0, -20.0, -10.0, 5.0, 7.0] {
+            h.add(v);
+        }
+        assert_eq!(h.quantile(0.0), -30.0);
+        assert_eq!(h.quantile(0.4), -20.0);
+        assert_eq!(h.quantile(0.5), -10.0);
+        assert_eq!(h.quantile(0.8), 5.0);
+        assert_eq!(h.quantile(1.0), 7.0);
+        assert!((h.mean() - (-48.0 / 5.0)).abs() < 1e-12);
+        let mut h = SignedHistogram::default();
+        for _ in 0..10 {
+            h.add(-12_000.0);
+        }
+        let m = h.quantile(0.5);
+        assert!((m + 12_000.0).abs() / 12_000.0 < 0.016, "{m}");
+        assert_eq!(SignedHistogram::default().quantile(0.5), 0.0);
     }
 }

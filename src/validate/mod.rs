@@ -20,6 +20,8 @@ use serde::Serialize;
 
 use crate::mpi::Mpi;
 
+pub mod plot;
+
 const PROBE_SOURCE: &str = include_str!("span_probe.c");
 
 /// One interleaved pair.

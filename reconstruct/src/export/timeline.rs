@@ -83,7 +83,9 @@ fn kind_slot(kind: CallKind) -> usize {
     CallKind::ALL.iter().position(|k| *k == kind).unwrap_or(4)
 }
 
-fn register_font() -> Result<(), ExportError> {
+/// Registers the font as plotters' `sans-serif` family, once per process (the other PNG writers
+/// of the command line use it too, so that one font file and one error message serve them all).
+pub fn register_font() -> Result<(), ExportError> {
     use std::sync::OnceLock;
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED

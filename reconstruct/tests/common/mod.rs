@@ -135,3 +135,56 @@ pub fn calls(events: &[Event]) -> Vec<MpiCall> {
         })
         .collect()
 }
+
+/// Reference duration of each `MPI_Send` and each `MPI_Barrier` of [`shifted_program`], ns.
+pub const SHIFTED_SEND_NS: u64 = 100_000;
+pub const SHIFTED_BARRIER_NS: u64 = 10_000;
+/// Time from the start of one iteration to the next, ns (longer than any shifted call).
+pub const SHIFTED_STEP_NS: u64 = 300_000;
+/// The end of `MPI_Init` and the first call's start.
+pub const SHIFTED_INIT_NS: u64 = 1_000;
+pub const SHIFTED_FIRST_NS: u64 = 2_000;
+
+/// Every rank runs `iterations` × (`MPI_Send`, `MPI_Barrier`), each call starting at the same
+/// time in every variant; `shift(rank, function)` ns are added to every call's duration and
+/// `late(rank)` ns to the rank's start of `MPI_Finalize`. Variants of one program with known
+/// signed differences, for `compare`.
+pub fn shifted_program(
+    ranks: u32,
+    iterations: u64,
+    shift: impl Fn(u32, FunctionId) -> i64,
+    late: impl Fn(u32) -> u64,
+) -> Vec<RankTrace> {
+    (0..ranks)
+        .map(|r| {
+            let mut events = function_defs();
+            events.push(Event::Marker(format::Marker::InitDone {
+                time: SHIFTED_INIT_NS,
+            }));
+            let mut t = SHIFTED_FIRST_NS;
+            let peer = ((r + 1) % ranks) as i32;
+            for i in 0..iterations {
+                let send_end = (t + SHIFTED_SEND_NS).saturating_add_signed(shift(r, SEND));
+                events.push(Event::Call(call(SEND, t, send_end, peer, i as i32)));
+                let b = t + SHIFTED_STEP_NS / 2;
+                let barrier_end = (b + SHIFTED_BARRIER_NS).saturating_add_signed(shift(r, BARRIER));
+                events.push(Event::Call(barrier(b, barrier_end)));
+                t += SHIFTED_STEP_NS;
+            }
+            events.push(Event::Marker(format::Marker::FinalizeStart {
+                time: t + late(r),
+            }));
+            RankTrace {
+                rank: r,
+                ticks_per_sec: 1e9,
+                streams: vec![(0, events)],
+            }
+        })
+        .collect()
+}
+
+/// The reference span (end of `MPI_Init` to start of `MPI_Finalize`) of [`shifted_program`]
+/// without lateness, ns.
+pub fn shifted_span_ns(iterations: u64) -> u64 {
+    SHIFTED_FIRST_NS + iterations * SHIFTED_STEP_NS - SHIFTED_INIT_NS
+}
