@@ -95,7 +95,7 @@ impl Default for Options {
 pub enum RebuildError {
     #[error(transparent)]
     Trace(#[from] TraceError),
-    #[error("{}: {source}", path.display())]
+    #[error("writing {}", path.display())]
     Output {
         path: PathBuf,
         #[source]
