@@ -183,9 +183,9 @@ const PER_LANE_QUEUE: usize = 1;
 /// Events a step reads from one lane: large enough that the locking per step is noise, small
 /// enough that a batch is a few hundred KiB...
 const STEP_EVENTS: usize = 4096;
-/// ...and fewer with many lanes, since each lane's batch may wait for the matcher at once: about
-/// this many events (of ~120 bytes) over all lanes.
-const BATCHED_EVENTS: usize = 1 << 19;
+/// ...and fewer with many lanes, since each lane may have a batch being matched and one queued:
+/// about this many events (of ~120 bytes) over all lanes, each way.
+const BATCHED_EVENTS: usize = 1 << 18;
 const MIN_STEP_EVENTS: usize = 64;
 
 impl<'a> Shared<'a> {
@@ -331,7 +331,8 @@ impl<'a> Shared<'a> {
     }
 
     /// The next batch of `lane` for the matcher; `None` when the lane has no more (or the pass
-    /// failed). Takes the rank's step itself when nothing is queued and no worker is on it.
+    /// failed). Takes the rank's step itself when nothing is queued and no worker is on it, and
+    /// another rank's while a worker is on it.
     fn take(&self, lane: usize, local: &MatcherLocal) -> Option<Vec<Item>> {
         let mut st = lock(&self.state);
         loop {
@@ -348,10 +349,16 @@ impl<'a> Shared<'a> {
             if st.lane_finished[lane] {
                 return None;
             }
-            let r = self.lane_rank[lane];
+            let mut r = self.lane_rank[lane];
             if st.busy[r] {
-                st = self.data_ready.wait(st).unwrap_or_else(|p| p.into_inner());
-                continue;
+                // A worker is on it: read ahead for another lane meanwhile rather than idle.
+                match self.pick(&mut st) {
+                    Some(other) => r = other,
+                    None => {
+                        st = self.data_ready.wait(st).unwrap_or_else(|p| p.into_inner());
+                        continue;
+                    }
+                }
             }
             st.busy[r] = true;
             drop(st);
@@ -507,7 +514,10 @@ pub(crate) fn run(
         data_ready: Condvar::new(),
         feed_all: cfg.repair.enabled,
         output: cfg.output,
-        budget: 2 * threads,
+        // Lanes are read in lockstep (every collective holds them together), so their batches
+        // run out together: the workers must be able to refill every lane while the matcher
+        // works through the current ones.
+        budget: ids.len().max(2 * threads),
         step_events: (BATCHED_EVENTS / ids.len().max(1)).clamp(MIN_STEP_EVENTS, STEP_EVENTS),
         events_done: AtomicU64::new(0),
     };
