@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The fidelity matrix of paper-notes/fidelity.md: `evenflush validate` (untraced and traced runs
+# interleaved, each traced run reconstructed, T(G) against the untraced time with its 95 % interval
+# and the untraced noise floor) on every workload of the matrix.
+#   benches/fidelity/run.sh [openmpi|mpich] [reps] [workload ...]
+# Workloads: iterative-64m iterative-8m iterative-1m halo lammps (default: all). Each writes
+# target/fidelity/<mpi>-<workload>.json (validate --json) and .png; the last lines print the table.
+# LAMMPS is Debian's `lammps` package (Open MPI only; installed here on first use).
+# Run it on a quiet machine: anything else running widens the noise floor.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mpi=${1:-openmpi}
+reps=${2:-5}
+shift $(( $# > 2 ? 2 : $# )) || true
+workloads=("$@")
+[ ${#workloads[@]} -gt 0 ] || workloads=(iterative-64m iterative-8m iterative-1m halo lammps)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+cargo build --release --workspace --quiet
+ef=$PWD/target/release/evenflush
+out=$PWD/target/fidelity
+apps=$out/apps-$mpi
+mkdir -p "$out"
+bash experiments/apps/build.sh "$mpi" "$apps" >/dev/null
+bash tests/programs/build.sh "$mpi" "$apps" >/dev/null
+case "$mpi" in
+openmpi) mpirun=(mpirun.openmpi --oversubscribe -np 2) ;;
+mpich) mpirun=(mpirun.mpich -np 2) ;;
+*) echo "usage: $0 [openmpi|mpich] [reps] [workload ...]" >&2; exit 2 ;;
+esac
+# The issue's iterative shape: ~1 ms of register-only compute and 64 KiB of user records per
+# iteration, 2 ranks, ~1.5 s.
+iterative=("$apps/iterative" --iterations 1200 --work-units 80000 --mem 0 --record-bytes 65536)
+
+for w in "${workloads[@]}"; do
+  extra=()
+  case "$w" in
+  iterative-64m) cmd=("${iterative[@]}"); extra=(--threshold 64MiB) ;;
+  iterative-8m) cmd=("${iterative[@]}"); extra=(--threshold 8MiB) ;;
+  iterative-1m) cmd=("${iterative[@]}"); extra=(--threshold 1MiB) ;;
+  halo) cmd=("$apps/halo" --iterations 200000 --cells 4096); extra=(--threshold 256KiB) ;;
+  lammps)
+    if [ "$mpi" != openmpi ]; then echo "lammps: Debian builds it with Open MPI only; skipped"; continue; fi
+    command -v lmp >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lammps >/dev/null
+    sed 's/^run[[:space:]].*/run 3000/' /usr/share/lammps/examples/melt/in.melt > "$out/in.melt"
+    cmd=(lmp -log none -screen none -in "$out/in.melt"); extra=(--threshold 96KiB) ;;
+  *) echo "unknown workload $w" >&2; exit 2 ;;
+  esac
+  echo "== $mpi $w (${extra[*]}, $reps pairs)" >&2
+  (cd "$out" && "$ef" validate --reps "$reps" --work "validate-$mpi-$w" --mpi "$mpi" \
+    --png "$out/$mpi-$w.png" --json "${extra[@]}" -- "${mpirun[@]}" "${cmd[@]}") \
+    > "$out/$mpi-$w.json"
+done
+python3 - "$out" "$mpi" "${workloads[@]}" <<'PY'
+import json, sys, os
+out, mpi, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+pct = lambda e: f"{100*e['error']:+.2f} % [{100*e['ci_low']:+.2f}, {100*e['ci_high']:+.2f}]"
+print(f"| workload ({mpi}) | pairs | untraced median | noise floor | flushes | traced | T(G+) | T(G) |")
+print("|---|---|---|---|---|---|---|---|")
+for n in names:
+    p = os.path.join(out, f"{mpi}-{n}.json")
+    if not os.path.exists(p):
+        continue
+    v = json.load(open(p))
+    print(f"| {n} | {v['reps']} | {v['untraced_median_s']:.3f} s | {100*v['untraced_spread']:.2f} % "
+          f"| {v['flushes_median']} | {pct(v['traced'])} | {pct(v['reconstructed_plus'])} "
+          f"| {pct(v['reconstructed'])} |")
+PY

@@ -1,0 +1,167 @@
+//! 4096 ranks on the command line, with fewer open files allowed than there are ranks
+//! (`ulimit -n 256`): `info`, `report`, the Perfetto export and `reconstruct --hb` must all work,
+//! count every event and match every message of a synthetic halo exchange.
+
+// The trace writer is the reconstruct tests'.
+#[path = "../reconstruct/tests/common/mod.rs"]
+mod traces;
+
+use std::path::Path;
+use std::process::Command;
+
+use format::Event;
+use format::synthetic::{FUNC_IRECV, FUNC_ISEND, HaloConfig};
+use traces::{RankTrace, temp_dir, write_trace};
+
+const RANKS: u32 = 4096;
+
+/// Runs `evenflush args…` under `ulimit -n 256`, returning stdout and stderr.
+fn run_few_files(args: &[&str]) -> (String, String) {
+    let script = format!(
+        "ulimit -n 256 && exec \"$0\" {}",
+        args.iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_evenflush"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "evenflush {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| !l.contains("no clock samples"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn evenflush_few_files(args: &[&str]) -> String {
+    run_few_files(args).0
+}
+
+#[test]
+fn four_thousand_ranks_with_256_open_files() {
+    let dir = temp_dir("4096");
+    let mut total = 0u64;
+    let mut sends = 0u64;
+    let ranks: Vec<RankTrace> = (0..RANKS)
+        .map(|rank| {
+            let mut events = format::synthetic::events(&HaloConfig {
+                world_size: RANKS,
+                rank,
+                iterations: 3,
+                ..HaloConfig::default()
+            });
+            for e in &mut events {
+                // The generator tags a message by the face it leaves through; a receive names the
+                // face it arrives at (left ↔ right, down ↔ up).
+                match e {
+                    Event::Call(c) if c.func == FUNC_IRECV => c.tag ^= 1,
+                    Event::Completion(c) if c.source >= 0 => c.tag ^= 1,
+                    Event::Call(c) if c.func == FUNC_ISEND => sends += 1,
+                    _ => {}
+                }
+            }
+            total += events.len() as u64;
+            RankTrace {
+                rank,
+                ticks_per_sec: 2e9,
+                streams: vec![(0, events)],
+            }
+        })
+        .collect();
+    write_trace(&dir, RANKS, &ranks, 1_000);
+    drop(ranks);
+    let d = dir.to_str().unwrap();
+
+    let info: serde_json::Value =
+        serde_json::from_str(&evenflush_few_files(&["info", "--json", d])).unwrap();
+    assert_eq!(info["ranks"].as_u64(), Some(u64::from(RANKS)), "info ranks");
+    assert_eq!(info["events_total"].as_u64(), Some(total), "info events");
+    assert_eq!(
+        info["per_rank"].as_array().map(Vec::len),
+        Some(RANKS as usize)
+    );
+
+    let report: serde_json::Value =
+        serde_json::from_str(&evenflush_few_files(&["report", "--json", d])).unwrap();
+    assert_eq!(
+        report["ranks"].as_array().map(Vec::len),
+        Some(RANKS as usize),
+        "report ranks"
+    );
+    let isends = report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "MPI_Isend")
+        .and_then(|f| f["count"].as_u64());
+    assert_eq!(isends, Some(sends), "report's MPI_Isend count");
+
+    let perfetto = dir.with_extension("perfetto.json");
+    let (_, said) = run_few_files(&[
+        "export",
+        "--format",
+        "perfetto",
+        "--out",
+        perfetto.to_str().unwrap(),
+        d,
+    ]);
+    assert!(
+        said.contains(&format!("{sends} matched messages")),
+        "{said}"
+    );
+
+    let out = dir.with_extension("out");
+    let summary: serde_json::Value = serde_json::from_str(&evenflush_few_files(&[
+        "reconstruct",
+        d,
+        "--out",
+        out.to_str().unwrap(),
+        "--hb",
+        "--threads",
+        "2",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(summary["events"].as_u64(), Some(total));
+    let hb = &summary["hb"]["before"];
+    assert_eq!(hb["messages"].as_u64(), Some(sends), "{hb}");
+    assert_eq!(hb["unmatched_receives"].as_u64(), Some(0), "{hb}");
+    assert_eq!(hb["unmatched_sends"].as_u64(), Some(0), "{hb}");
+    // Every rank exits every Allreduce: 3 iterations.
+    assert_eq!(
+        hb["collective_exits"].as_u64(),
+        Some(3 * u64::from(RANKS)),
+        "{hb}"
+    );
+    assert_eq!(summary["hb"]["violations_after"].as_u64(), Some(0));
+    assert_eq!(
+        std::fs::read_dir(&out)
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "evf"))
+            .count(),
+        RANKS as usize
+    );
+
+    for p in [&dir, &out] {
+        std::fs::remove_dir_all(p).unwrap();
+    }
+    let _ = std::fs::remove_file(&perfetto);
+    let _: &Path = &dir;
+}
