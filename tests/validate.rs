@@ -62,6 +62,15 @@ fn validates_a_real_program(mpi: Mpi) {
             p["flushes"].as_u64().unwrap() >= 2,
             "the traced run flushed: {p}"
         );
+        // The repair only moves times later, so it can only lengthen T(G).
+        let (plain, causal) = (
+            p["reconstructed_s"].as_f64().unwrap(),
+            p["reconstructed_causal_s"].as_f64().unwrap(),
+        );
+        assert!(
+            causal >= plain - 1e-6,
+            "repaired T(G) {causal} < {plain}: {p}"
+        );
     }
     // Generous: the machine is shared; the real figures are in paper-notes/fidelity.md.
     let e = v["reconstructed"]["error"].as_f64().unwrap();
