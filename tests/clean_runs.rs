@@ -74,7 +74,8 @@ fn bundled_programs_have_no_violations(mpi: Mpi) {
 }
 
 /// tests/programs/matching.c on 4 ranks, 20 iterations: 8·P·N messages, every family matched to
-/// the send the program meant, the intercommunicator's to the counterpart in the other half.
+/// the send the program meant, the intercommunicator's to the counterpart in the other half; and
+/// 9·P·N + P collective exits, 5·P·N of them on the intercommunicator.
 fn every_matching_family_pairs_as_the_program_says(mpi: Mpi) {
     let _guard = mpi_lock();
     let dir = record(mpi, "matching", 4, &["--iterations", "20"]);
@@ -83,6 +84,9 @@ fn every_matching_family_pairs_as_the_program_says(mpi: Mpi) {
     assert_eq!(report.messages, 8 * 4 * 20, "{report:?}");
     assert_eq!(report.unmatched_sends + report.unmatched_receives, 0);
     assert_eq!(report.violations(), 0, "{report:?}");
+    assert_eq!(report.recorded_violations(), 0, "{report:?}");
+    assert_eq!(report.collective_exits, 9 * 4 * 20 + 4, "{report:?}");
+    assert_eq!(report.waits_on_absent_ranks, 0, "{report:?}");
     let ring = |m: &reconstruct::hb::MessageMatch, step: u32| m.dest == (m.source + step) % 4;
     for m in &matches {
         let ok = match m.tag {

@@ -24,8 +24,10 @@ pub type StringId = u32;
 pub const NO_RANK: i32 = -1;
 /// `peer` value for a receive posted with `MPI_ANY_SOURCE` (the completion carries the real source).
 pub const ANY_SOURCE: i32 = -2;
-/// `peer` value for `MPI_PROC_NULL`.
+/// `peer` or `root` value for `MPI_PROC_NULL`.
 pub const PROC_NULL: i32 = -3;
+/// `root` value for `MPI_ROOT`: the root of a collective on an intercommunicator.
+pub const ROOT: i32 = -4;
 /// `tag` value when the call has none.
 pub const NO_TAG: i32 = -1;
 /// `tag` value for a receive posted with `MPI_ANY_TAG`.
@@ -48,7 +50,9 @@ pub struct MpiCall {
     pub tag: i32,
     /// Bytes this rank sends (or, for receive-only calls, the receive buffer's capacity).
     pub bytes: u64,
-    /// Root rank within `comm` for rooted collectives, else [`NO_RANK`].
+    /// Root rank within `comm` for rooted collectives (on an intercommunicator: a rank of the
+    /// remote group, [`ROOT`] at the root, [`PROC_NULL`] at the rest of its group), else
+    /// [`NO_RANK`].
     pub root: i32,
     /// The request this call created (`Isend`, `Irecv`, `Send_init`, ...) or started (`Start`),
     /// else [`NO_REQUEST`]. Completions name it again.

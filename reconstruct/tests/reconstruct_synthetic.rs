@@ -992,3 +992,152 @@ fn the_output_does_not_depend_on_the_number_of_threads() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Which collective of [`intercomm_program`] has a rank leave too early.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum InterFault {
+    None,
+    /// Rank 0 (group A) leaves the Barrier before rank 2 (group B) entered.
+    Barrier,
+    /// Ranks 2 and 3 leave the Bcast before its root, rank 0, entered.
+    Bcast,
+    /// The Reduce's root, rank 3, leaves before rank 1 (the other group) entered.
+    Reduce,
+}
+
+/// 4 ranks, an intercommunicator (id 3) between groups A = {0, 1} and B = {2, 3}, and on it a
+/// Barrier, an Allreduce, a Bcast rooted at rank 0 (A's rank 0), an Ibarrier and a Reduce rooted
+/// at rank 3 (B's rank 1). The ranks that pass `MPI_PROC_NULL` enter late, and a rank of B leaves
+/// the Barrier before the other rank of B entered: neither is a violation, as nobody waits for
+/// the former, and an intercommunicator's barrier waits for the other group only.
+fn intercomm_program(fault: InterFault) -> Vec<RankTrace> {
+    let (create, allreduce, bcast, ibarrier, reduce) = (30, 31, 32, 33, 34);
+    let inter = 3;
+    (0..4u32)
+        .map(|r| {
+            let a = r < 2;
+            let mut e = function_defs();
+            for (id, name) in [
+                (create, "MPI_Intercomm_create"),
+                (allreduce, "MPI_Allreduce"),
+                (bcast, "MPI_Bcast"),
+                (ibarrier, "MPI_Ibarrier"),
+                (reduce, "MPI_Reduce"),
+            ] {
+                e.push(Event::FunctionDef {
+                    id,
+                    name: name.into(),
+                });
+            }
+            let (local, remote) = if a {
+                (vec![0, 1], vec![2, 3])
+            } else {
+                (vec![2, 3], vec![0, 1])
+            };
+            e.push(Event::Marker(Marker::InitDone { time: 0 }));
+            e.push(Event::CommDef {
+                id: inter,
+                members: local,
+            });
+            e.push(Event::RemoteGroup {
+                id: inter,
+                members: remote,
+            });
+            let mut create_call = call(create, 100, 200, NO_RANK, 99);
+            create_call.comm = 0;
+            e.push(Event::Call(create_call));
+            let on = |func, start, end, root: i32, request| {
+                let mut c = call(func, start, end, NO_RANK, NO_TAG);
+                c.comm = inter;
+                c.root = root;
+                c.request = request;
+                Event::Call(c)
+            };
+            // Barrier: rank 2 enters last, at 1_300.
+            let barrier_in = if r == 2 { 1_300 } else { 1_000 };
+            let barrier_out = match r {
+                0 if fault == InterFault::Barrier => 1_050,
+                // Before rank 2 of its own group entered, after all of A did (and the minimum
+                // latency with it).
+                3 => 1_150,
+                _ => 1_400,
+            };
+            e.push(on(BARRIER, barrier_in, barrier_out, NO_RANK, NO_REQUEST));
+            e.push(on(allreduce, 2_000, 2_100, NO_RANK, NO_REQUEST));
+            // Bcast from rank 0: it may leave at once; rank 1 moves no data.
+            e.push(match r {
+                0 => on(bcast, 3_000, 3_010, format::ROOT, NO_REQUEST),
+                1 => on(bcast, 3_500, 3_510, format::PROC_NULL, NO_REQUEST),
+                _ if fault == InterFault::Bcast => on(bcast, 2_900, 2_950, 0, NO_REQUEST),
+                _ => on(bcast, 2_900, 3_150, 0, NO_REQUEST),
+            });
+            let request = 40 + u64::from(r);
+            e.push(on(ibarrier, 4_000 + u64::from(r), 4_010, NO_RANK, request));
+            e.push(Event::Call(call(WAIT, 4_100, 4_200, NO_RANK, NO_TAG)));
+            e.push(Event::Completion(Completion {
+                request,
+                source: NO_RANK,
+                tag: NO_TAG,
+                bytes: 0,
+                cancelled: false,
+            }));
+            // Reduce to rank 3: it waits for A (rank 1 enters at 5_100); rank 2 moves no data.
+            e.push(match r {
+                3 if fault == InterFault::Reduce => on(reduce, 5_000, 5_050, format::ROOT, 0),
+                3 => on(reduce, 5_000, 5_200, format::ROOT, NO_REQUEST),
+                2 => on(reduce, 5_600, 5_610, format::PROC_NULL, NO_REQUEST),
+                1 => on(reduce, 5_100, 5_110, 1, NO_REQUEST),
+                _ => on(reduce, 5_000, 5_010, 1, NO_REQUEST),
+            });
+            e.push(Event::Marker(Marker::FinalizeStart { time: 6_000 }));
+            one_stream(r, e)
+        })
+        .collect()
+}
+
+#[test]
+fn intercommunicator_collectives_wait_for_the_other_group() {
+    let l = reconstruct::hb::DEFAULT_MIN_LATENCY_NS;
+    for (fault, violations) in [
+        (InterFault::None, 0),
+        (InterFault::Barrier, 1),
+        (InterFault::Bcast, 2),
+        (InterFault::Reduce, 1),
+    ] {
+        let dir = temp_dir(&format!("inter-{fault:?}"));
+        write_trace(&dir, 4, &intercomm_program(fault), 5);
+        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        // Every rank leaves each of the 5 collectives once: both groups share each instance.
+        assert_eq!(report.collective_exits, 4 * 5, "{fault:?}: {report:?}");
+        assert_eq!(
+            report.collective_violations, violations,
+            "{fault:?}: {report:?}"
+        );
+        assert_eq!(report.waits_on_absent_ranks, 0, "{fault:?}: {report:?}");
+
+        let out = dir.with_extension("out");
+        let s = rebuild(&dir, &out, Remove::DpPrime, true);
+        assert_eq!(s.hb.violations_before, violations, "{fault:?}: {:?}", s.hb);
+        assert_eq!(s.hb.violations_after, 0, "{fault:?}: {:?}", s.hb.after);
+        let exit = |rank, k: usize| calls(&read_lane(&out, rank, 0))[k].end;
+        match fault {
+            // Moved to L after rank 2's entry.
+            InterFault::Barrier => assert_eq!(exit(0, 1), 1_300 + l),
+            InterFault::Bcast => {
+                assert_eq!(exit(2, 3), 3_000 + l);
+                assert_eq!(exit(3, 3), 3_000 + l);
+            }
+            InterFault::Reduce => assert_eq!(exit(3, 6), 5_100 + l),
+            // Nothing moved: not rank 3 for leaving the barrier before rank 2 entered, nor
+            // anybody for the late ranks that passed MPI_PROC_NULL.
+            InterFault::None => {
+                assert_eq!(exit(3, 1), 1_150);
+                assert_eq!(exit(2, 3), 3_150);
+                assert_eq!(exit(3, 6), 5_200);
+                assert_eq!(s.hb.max_shift_s, 0.0);
+            }
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+        std::fs::remove_dir_all(out).unwrap();
+    }
+}

@@ -3,7 +3,8 @@
 //! table of wrapped functions; every wrapper body is derived from a row, none is written by hand.
 //!
 //! Roles (last column of the table) name the parameters the recorder reads:
-//! - `comm`, `peer`, `tag`, `root`: copied into the call record (peer/tag with wildcards mapped).
+//! - `comm`, `peer`, `tag`, `root`: copied into the call record (peer/tag wildcards and the
+//!   `MPI_ROOT`/`MPI_PROC_NULL` roots mapped to the trace's values).
 //! - `count`+`type`: bytes = count x `PMPI_Type_size(type)`; `vcounts`+`type`: the sum over the
 //!   communicator's (remote) size; `inplace`: that buffer being `MPI_IN_PLACE` means bytes = 0
 //!   (the count/type arguments are then not significant and may be garbage).
@@ -707,7 +708,10 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
         );
     }
     if let Some(r) = f.role("root") {
-        w(out, &format!("evf_r.root = {};", int_of(lang, f.param(r))));
+        w(
+            out,
+            &format!("evf_r.root = evf_root({});", int_of(lang, f.param(r))),
+        );
     }
     let bytes = if let Some(t) = f.role("type") {
         let ty = handle_of(lang, f.param(t), "Datatype");

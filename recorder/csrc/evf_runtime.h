@@ -200,6 +200,16 @@ static inline int32_t evf_peer(int rank)
     return rank;
 }
 
+/* Roots to the trace's values (format::ROOT = -4, PROC_NULL = -3): on an intercommunicator the
+ * root's group passes MPI_ROOT and MPI_PROC_NULL, which the two MPIs number differently, and
+ * MPICH's MPI_PROC_NULL (-1) would read as no root at all. */
+static inline int32_t evf_root(int root)
+{
+    if (root == MPI_ROOT) return -4;
+    if (root == MPI_PROC_NULL) return -3;
+    return root;
+}
+
 static inline int32_t evf_tag(int tag)
 {
     return tag == MPI_ANY_TAG ? -2 : tag;

@@ -8,12 +8,16 @@
  *   - synchronous, buffered and ready sends (Ssend, Bsend, Rsend after a barrier);
  *   - a neighbourhood collective on a periodic 1-D Cartesian communicator;
  *   - RMA fences around a Put (the window's first fence opens the epoch, the second ends it);
- *   - point-to-point on an intercommunicator (even and odd world ranks).
+ *   - point-to-point on an intercommunicator (even and odd world ranks), and collectives on it:
+ *     Barrier, Allreduce, Bcast from the even group (MPI_ROOT / MPI_PROC_NULL there), Reduce to
+ *     the odd group, Ibarrier + Wait.
  *
  * Usage: matching [--iterations N]  (default N = 20); P must be even (the Ssend ring alternates).
  * Messages per run, for P ranks (P even) and N iterations: persistent 2·P·N (each rank a Start
  * and a Startall round per iteration), probes 2·P·N, Ssend/Bsend/Rsend 3·P·N, intercommunicator
- * P·N. stdout (rank 0): "matching ranks=P iterations=N sum=S".
+ * P·N. Collective exits: per iteration P each for the world Barrier, the neighbourhood collective,
+ * two fences and the five intercommunicator collectives, and P for the final Reduce: 9·P·N + P.
+ * stdout (rank 0): "matching ranks=P iterations=N sum=S".
  */
 #include <mpi.h>
 #include "common.h"
@@ -109,6 +113,23 @@ int main(int argc, char **argv)
         MPI_Sendrecv(&rank, 1, MPI_INT, half_rank, 17, &got, 1, MPI_INT, half_rank, 17, inter,
                      MPI_STATUS_IGNORE);
         sum += got;
+
+        /* Collectives on the intercommunicator: the root's group passes MPI_ROOT at the root
+         * and MPI_PROC_NULL elsewhere, the other group the root's rank in the remote group. */
+        MPI_Barrier(inter);
+        int mine = rank + 1, theirs = 0;
+        MPI_Allreduce(&mine, &theirs, 1, MPI_INT, MPI_SUM, inter);
+        sum += theirs;
+        int value = rank % 2 == 0 ? (int)it : -1;
+        int even_root = half_rank == 0 ? MPI_ROOT : MPI_PROC_NULL;
+        MPI_Bcast(&value, 1, MPI_INT, rank % 2 == 0 ? even_root : 0, inter);
+        sum += value;
+        int odd_root = half_rank == 0 ? MPI_ROOT : MPI_PROC_NULL;
+        int reduced = 0;
+        MPI_Reduce(&mine, &reduced, 1, MPI_INT, MPI_SUM, rank % 2 == 1 ? odd_root : 0, inter);
+        sum += reduced;
+        MPI_Ibarrier(inter, &r[0]);
+        MPI_Wait(&r[0], MPI_STATUS_IGNORE);
     }
 
     MPI_Win_free(&win);

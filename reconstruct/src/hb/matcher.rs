@@ -11,7 +11,8 @@
 //!   `Mrecv`/`Imrecv` record does not carry.
 //! - collectives: the k-th collective a rank makes on a communicator is the k-th of every member;
 //!   neighbourhood collectives too (the topology is not recorded, so they wait for nobody); the
-//!   k-th `Win_fence` of a window is the k-th of every member of the window's communicator.
+//!   k-th `Win_fence` of a window is the k-th of every member of the window's communicator. On an
+//!   intercommunicator the instance is shared by both groups.
 //! - the calls of one rank's threads are taken in time order (the scheduler sees to it).
 //!
 //! Communicators are recorder-local ids; two ranks' communicators are the same when they have the
@@ -22,6 +23,7 @@ use std::sync::Arc;
 
 use format::{
     ANY_SOURCE, ANY_TAG, CommId, Completion, Event, FunctionId, MpiCall, NO_REQUEST, PROC_NULL,
+    ROOT,
 };
 
 use super::{Action, EventRef, FastMap, Lane, Shared};
@@ -160,8 +162,32 @@ pub(super) struct CollRef {
     pub(super) key: CollKey,
     /// `None`: waits for nobody (known to be matched, with no order to check).
     pub(super) shape: Option<CollShape>,
+    /// Position of the root in the instance's members.
     pub(super) root: u32,
     pub(super) me: u32,
+    /// On an intercommunicator: which members are the other group, and this call's part.
+    pub(super) inter: Option<InterRef>,
+}
+
+/// A call of a collective on an intercommunicator. The instance's members are both groups, one
+/// after the other, so that what an exit waits for is still one range of positions.
+#[derive(Clone, Copy)]
+pub(super) struct InterRef {
+    /// Positions of the remote group: `remote.0..remote.1`.
+    pub(super) remote: (u32, u32),
+    pub(super) role: InterRole,
+}
+
+/// What a rank does in a rooted collective on an intercommunicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum InterRole {
+    /// Passed `MPI_ROOT`.
+    Root,
+    /// Passed `MPI_PROC_NULL`: of the root's group, but not the root; moves no data.
+    Idle,
+    /// Of the other group (names the root by its rank in the remote group), or any rank of a
+    /// collective without a root.
+    Member,
 }
 
 pub(super) struct CollInst {
@@ -173,8 +199,41 @@ pub(super) struct CollInst {
     pub(super) exits_left: usize,
     /// Members that entered.
     pub(super) entered: usize,
-    /// Built at the first exit once every entry is known, for the exits that wait for everybody.
-    pub(super) summary: Option<Box<super::violations::EntrySummary>>,
+    /// Members of the first group (all of them but on an intercommunicator), and how many of
+    /// them entered.
+    pub(super) first_len: usize,
+    pub(super) entered_first: usize,
+    /// Built at the first exit once every entry it waits for is known, for the exits that wait
+    /// for everybody ([0]), or, on an intercommunicator, for all of the first ([1]) or second
+    /// ([2]) group.
+    pub(super) summaries: [Option<Box<super::violations::EntrySummary>>; 3],
+}
+
+impl CollInst {
+    /// Which of `summaries` serves an exit that waits for `range`, if any.
+    pub(super) fn summary_slot(&self, range: &std::ops::Range<usize>) -> Option<usize> {
+        let n = self.starts.len();
+        if range.is_empty() {
+            None
+        } else if *range == (0..n) {
+            Some(0)
+        } else if self.first_len < n && *range == (0..self.first_len) {
+            Some(1)
+        } else if self.first_len < n && *range == (self.first_len..n) {
+            Some(2)
+        } else {
+            None
+        }
+    }
+
+    /// How many members of `summaries[slot]`'s range entered.
+    pub(super) fn entered_in(&self, slot: usize) -> usize {
+        match slot {
+            1 => self.entered_first,
+            2 => self.entered - self.entered_first,
+            _ => self.entered,
+        }
+    }
 }
 
 pub(super) enum Need {
@@ -201,7 +260,13 @@ struct Window {
 pub(super) struct InterSide {
     pairing: (i32, u32),
     local: Arc<[u32]>,
+    /// Our position in `local`.
+    me: Option<u32>,
     pub(super) paired: Option<Comm>,
+    /// Once paired, the communicator its collectives use: the pair's global id, both groups as
+    /// members (the one whose members sort first first, so both sides agree), our position in
+    /// them; and where the remote group lies.
+    coll: Option<(Comm, (u32, u32))>,
 }
 
 #[derive(Default)]
@@ -255,7 +320,10 @@ impl Shared<'_> {
     /// with the other side's, created with the same tag for the same time, whose local group is
     /// disjoint from ours.
     pub(super) fn define_intercomm(&mut self, lane_rank: usize, id: CommId, tag: i32) {
-        let Some(local) = self.comm(lane_rank, id).map(|c| Arc::clone(&c.members)) else {
+        let Some((local, me)) = self
+            .comm(lane_rank, id)
+            .map(|c| (Arc::clone(&c.members), c.me))
+        else {
             return;
         };
         let state = &mut self.ranks[lane_rank];
@@ -270,7 +338,9 @@ impl Shared<'_> {
             InterSide {
                 pairing,
                 local: Arc::clone(&local),
+                me,
                 paired: None,
+                coll: None,
             },
         );
         let groups = self.inter_groups.entry(pairing).or_default();
@@ -290,6 +360,8 @@ impl Shared<'_> {
             .flat_map(|g| g.iter())
             .filter_map(|&m| self.ctx.index_of(m))
             .collect();
+        // Both groups in one list, made once per pair, not per member.
+        let mut both: Vec<(u32, Arc<[u32]>)> = Vec::new();
         for r in holders {
             let state = &mut self.ranks[r];
             for side in state.intercomms.values_mut() {
@@ -309,6 +381,30 @@ impl Shared<'_> {
                         members: Arc::clone(remote),
                         me: None,
                     });
+                    let local_first = side.local[..] < remote[..];
+                    let members = match both.iter().find(|(g, _)| *g == global) {
+                        Some((_, m)) => Arc::clone(m),
+                        None => {
+                            let (x, y) = if local_first {
+                                (&side.local, remote)
+                            } else {
+                                (remote, &side.local)
+                            };
+                            let m: Arc<[u32]> = x.iter().chain(y.iter()).copied().collect();
+                            both.push((global, Arc::clone(&m)));
+                            m
+                        }
+                    };
+                    let (nl, nr) = (side.local.len() as u32, remote.len() as u32);
+                    let (offset, remote_at) = if local_first { (0, nl) } else { (nr, 0) };
+                    side.coll = Some((
+                        Comm {
+                            global,
+                            members,
+                            me: side.me.map(|m| m + offset),
+                        },
+                        (remote_at, remote_at + nr),
+                    ));
                 }
             }
         }
@@ -395,12 +491,15 @@ impl Shared<'_> {
         *counter - 1
     }
 
-    /// Joins the next instance of `space` on `comm` (as entered at `c.start`).
+    /// Joins the next instance of `space` on `comm` (as entered at `c.start`); of its members
+    /// the first `first_len` are one group (all, but on an intercommunicator).
+    #[allow(clippy::too_many_arguments)]
     fn enter_collective<I>(
         &mut self,
         lane: &Lane<I>,
         removed: u64,
         comm: &Comm,
+        first_len: usize,
         space: u32,
         c: &MpiCall,
         shape: Option<CollShape>,
@@ -421,10 +520,14 @@ impl Shared<'_> {
             starts: vec![None; n],
             exits_left: n,
             entered: 0,
-            summary: None,
+            first_len,
+            entered_first: 0,
+            summaries: [None, None, None],
         });
         if let Some(slot) = inst.starts.get_mut(me as usize) {
-            inst.entered += usize::from(slot.is_none());
+            let new = usize::from(slot.is_none());
+            inst.entered += new;
+            inst.entered_first += new * usize::from((me as usize) < inst.first_len);
             *slot = Some(c.start.saturating_add(lane.shift));
             inst.raw_starts[me as usize] = Some(c.start);
             inst.recorded_starts[me as usize] = Some(c.start.saturating_add(removed));
@@ -435,7 +538,46 @@ impl Shared<'_> {
             shape,
             root,
             me,
+            inter: None,
         })
+    }
+
+    /// Joins the next collective on intercommunicator `c.comm` (`None` while its other side is
+    /// not known: a forced step went on without it).
+    fn enter_inter_collective<I>(
+        &mut self,
+        lane: &Lane<I>,
+        removed: u64,
+        c: &MpiCall,
+        shape: Option<CollShape>,
+    ) -> Option<CollRef> {
+        let (comm, remote) = self.ranks[lane.rank_idx]
+            .intercomms
+            .get(&c.comm)?
+            .coll
+            .clone()?;
+        let first_len = if remote.0 == 0 {
+            remote.1 as usize
+        } else {
+            remote.0 as usize
+        };
+        let mut r = self.enter_collective(lane, removed, &comm, first_len, 0, c, shape)?;
+        // The root's group passes MPI_ROOT or MPI_PROC_NULL; the other names the root in the
+        // remote group. Any other negative root (a trace that recorded MPI's own numbers) reads
+        // as MPI_PROC_NULL: such a rank is waited for by nobody and waits for nobody, so a
+        // misread root loses checks but invents no violation.
+        let role = match c.root {
+            ROOT => InterRole::Root,
+            v if v < 0 => InterRole::Idle,
+            _ => InterRole::Member,
+        };
+        r.root = match u32::try_from(c.root) {
+            Ok(k) if k < remote.1 - remote.0 => remote.0 + k,
+            // Out of the remote group (a damaged record): waited for by nobody.
+            _ => u32::MAX,
+        };
+        r.inter = Some(InterRef { remote, role });
+        Some(r)
     }
 
     /// The probe a matched receive (`Mrecv`, `Imrecv`) takes: the oldest blocking one that could
@@ -573,17 +715,33 @@ impl Shared<'_> {
                 }
                 Action::Emit
             }
-            // Collectives on intercommunicators (both groups, roots named by MPI_ROOT) are not
-            // matched.
-            Class::Icollective(_) | Class::Collective(_)
+            class @ (Class::Icollective(shape) | Class::Collective(shape))
                 if self.ranks[lane.rank_idx].intercomms.contains_key(&c.comm) =>
             {
+                let c = *c;
+                let r = self.enter_inter_collective(lane, removed, &c, shape);
+                if matches!(class, Class::Collective(_)) {
+                    return Action::Hold(r);
+                }
+                if let Some(r) = r
+                    && c.request != NO_REQUEST
+                {
+                    self.ranks[lane.rank_idx].icolls.insert(c.request, r);
+                }
                 Action::Emit
             }
             Class::Icollective(shape) => {
                 let c = *c;
                 if let Some(comm) = self.comm(lane.rank_idx, c.comm).cloned()
-                    && let Some(r) = self.enter_collective(lane, removed, &comm, 0, &c, shape)
+                    && let Some(r) = self.enter_collective(
+                        lane,
+                        removed,
+                        &comm,
+                        comm.members.len(),
+                        0,
+                        &c,
+                        shape,
+                    )
                     && c.request != NO_REQUEST
                 {
                     self.ranks[lane.rank_idx].icolls.insert(c.request, r);
@@ -597,10 +755,10 @@ impl Shared<'_> {
             Class::Recv | Class::Mrecv | Class::Completion => Action::Hold(None),
             Class::Collective(shape) => {
                 let c = *c;
-                let r = self
-                    .comm(lane.rank_idx, c.comm)
-                    .cloned()
-                    .and_then(|comm| self.enter_collective(lane, removed, &comm, 0, &c, shape));
+                let r = self.comm(lane.rank_idx, c.comm).cloned().and_then(|comm| {
+                    let n = comm.members.len();
+                    self.enter_collective(lane, removed, &comm, n, 0, &c, shape)
+                });
                 Action::Hold(r)
             }
             Class::WinCreate => {
@@ -640,7 +798,8 @@ impl Shared<'_> {
                 w.fences += 1;
                 let (comm, space) = (w.comm.clone(), 1 + w.ordinal);
                 let c = *c;
-                let r = self.enter_collective(lane, removed, &comm, space, &c, shape);
+                let n = comm.members.len();
+                let r = self.enter_collective(lane, removed, &comm, n, space, &c, shape);
                 Action::Hold(r)
             }
             Class::IntercommCreate | Class::Other => Action::Emit,

@@ -524,8 +524,8 @@ impl Shared<'_> {
                 {
                     self.define_intercomm(lane.rank_idx, id, c.tag);
                 }
-                // Point-to-point on an intercommunicator waits until its other side is known
-                // (a forced step gives up on it: its messages stay unmatched).
+                // A call on an intercommunicator waits until its other side is known (a forced
+                // step gives up on it: its messages and collectives stay unmatched).
                 let unpaired = !gate_off && self.unpaired(lane.rank_idx, c.comm);
                 // The threads of one rank share its sends, receives and collectives: MPI orders
                 // them as the program made them, in time, so a call waits until no other lane

@@ -94,18 +94,21 @@ impl Shared<'_> {
                         continue;
                     };
                     let range = waited_for(r, inst.starts.len());
-                    let everybody = range.len() == inst.starts.len() && !range.is_empty();
-                    if everybody && inst.summary.is_none() {
-                        if inst.starts.iter().any(Option::is_none) {
+                    let slot = inst.summary_slot(&range);
+                    if let Some(slot) = slot
+                        && inst.summaries[slot].is_none()
+                    {
+                        if inst.starts[range.clone()].iter().any(Option::is_none) {
                             self.report.waits_on_absent_ranks += 1;
                         }
-                        inst.summary = Some(Box::new(EntrySummary::of(self.ctx, &inst)));
+                        let summary = EntrySummary::of(self.ctx, &inst, range.clone());
+                        inst.summaries[slot] = Some(Box::new(summary));
                     }
                     self.count_exit(lane.rank_idx, r, &inst, raw_end, recorded_end);
                     if !range.is_empty() {
                         depends = true;
                     }
-                    match inst.summary.as_deref().filter(|_| everybody) {
+                    match slot.and_then(|slot| inst.summaries[slot].as_deref()) {
                         Some(summary) => {
                             required = required.max(summary.required(r.me as usize, latency));
                         }

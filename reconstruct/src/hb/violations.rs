@@ -7,7 +7,7 @@
 //! violation smaller than the two offsets' uncertainties together may be measurement noise and
 //! is not counted (it is still repaired: the output must be consistent either way).
 
-use super::matcher::{CollInst, CollRef};
+use super::matcher::{CollInst, CollRef, InterRole};
 use super::{HbContext, Shared};
 use crate::funcs::CollShape;
 
@@ -27,6 +27,21 @@ impl HbContext {
 pub(super) fn waited_for(r: &CollRef, n: usize) -> std::ops::Range<usize> {
     let me = r.me as usize;
     let root = r.root as usize;
+    if let Some(inter) = r.inter {
+        let remote = inter.remote.0 as usize..inter.remote.1 as usize;
+        let range = match (r.shape, inter.role) {
+            // Data flows between the groups only: a rank waits for the other group, not its own
+            // (MPI 4.0, 6.3: even a barrier "may return before all processes in its own group
+            // have entered").
+            (Some(CollShape::AllToAll), _) => remote,
+            (Some(CollShape::OneToAll), InterRole::Member) => root..root.saturating_add(1),
+            (Some(CollShape::AllToOne), InterRole::Root) => remote,
+            // The root of a one-to-all kind, the ranks passing MPI_PROC_NULL, the senders of an
+            // all-to-one kind; scans are not defined on intercommunicators.
+            _ => 0..0,
+        };
+        return range.start.min(n)..range.end.min(n);
+    }
     let range = match r.shape {
         None => 0..0,
         Some(CollShape::AllToAll) => 0..n,
@@ -51,8 +66,13 @@ pub(super) fn entries_known(shared: &Shared<'_>, r: &CollRef, inst: &CollInst) -
     if inst.entered == inst.starts.len() || range.is_empty() {
         return true;
     }
-    if range.len() == inst.starts.len() && shared.absent_ranks == 0 {
-        return false;
+    if let Some(slot) = inst.summary_slot(&range) {
+        if inst.entered_in(slot) == range.len() {
+            return true;
+        }
+        if shared.absent_ranks == 0 {
+            return false;
+        }
     }
     inst.starts[range.clone()]
         .iter()
@@ -105,10 +125,16 @@ impl Extremes {
 }
 
 impl EntrySummary {
-    pub(super) fn of(ctx: &HbContext, inst: &CollInst) -> EntrySummary {
-        let mut groups: Vec<(u32, u64, u64, u64)> = Vec::with_capacity(inst.members.len());
+    /// Of the members at positions `range`.
+    pub(super) fn of(
+        ctx: &HbContext,
+        inst: &CollInst,
+        range: std::ops::Range<usize>,
+    ) -> EntrySummary {
+        let mut groups: Vec<(u32, u64, u64, u64)> = Vec::with_capacity(range.len());
         let mut top = [(0u64, usize::MAX); 2];
-        for (k, &m) in inst.members.iter().enumerate() {
+        for k in range {
+            let m = inst.members[k];
             if let Some(s) = inst.starts[k] {
                 if s > top[0].0 || top[0].1 == usize::MAX {
                     top[1] = top[0];
@@ -221,9 +247,8 @@ impl Shared<'_> {
         let mut recorded = false;
         let range = waited_for(r, inst.starts.len());
         if let Some(summary) = inst
-            .summary
-            .as_deref()
-            .filter(|_| range.len() == inst.starts.len())
+            .summary_slot(&range)
+            .and_then(|slot| inst.summaries[slot].as_deref())
         {
             (raw, recorded) = match self.ctx.ranks.get(me_idx) {
                 Some(x) => {
