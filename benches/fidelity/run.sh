@@ -3,7 +3,8 @@
 # interleaved, each traced run reconstructed, T(G) against the untraced time with its 95 % interval
 # and the untraced noise floor) on every workload of the matrix.
 #   benches/fidelity/run.sh [openmpi|mpich] [reps] [workload ...]
-# Workloads: iterative-64m iterative-8m iterative-1m halo lammps (default: all). Each writes
+# Workloads: iterative-off (the in-memory reference, --mode off: only DP to remove) iterative-64m
+# iterative-8m iterative-1m halo lammps (default: all). Each writes
 # target/fidelity/<mpi>-<workload>.json (validate --json) and .png; the last lines print the table.
 # LAMMPS is Debian's `lammps` package (Open MPI only; installed here on first use).
 # Run it on a quiet machine: anything else running widens the noise floor.
@@ -13,7 +14,7 @@ mpi=${1:-openmpi}
 reps=${2:-5}
 shift $(( $# > 2 ? 2 : $# )) || true
 workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(iterative-64m iterative-8m iterative-1m halo lammps)
+[ ${#workloads[@]} -gt 0 ] || workloads=(iterative-off iterative-64m iterative-8m iterative-1m halo lammps)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cargo build --release --workspace --quiet
 ef=$PWD/target/release/evenflush
@@ -34,6 +35,7 @@ iterative=("$apps/iterative" --iterations 1200 --work-units 80000 --mem 0 --reco
 for w in "${workloads[@]}"; do
   extra=()
   case "$w" in
+  iterative-off) cmd=("${iterative[@]}"); extra=(--mode off) ;;
   iterative-64m) cmd=("${iterative[@]}"); extra=(--threshold 64MiB) ;;
   iterative-8m) cmd=("${iterative[@]}"); extra=(--threshold 8MiB) ;;
   iterative-1m) cmd=("${iterative[@]}"); extra=(--threshold 1MiB) ;;
