@@ -12,6 +12,7 @@ pub mod hb;
 pub mod hist;
 pub mod info;
 pub mod lanes;
+pub mod members;
 pub mod progress;
 pub mod rebuild;
 pub mod report;

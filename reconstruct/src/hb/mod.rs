@@ -17,6 +17,7 @@ use format::Event;
 
 use crate::clock::RankMeta;
 use crate::lanes::LaneId;
+use crate::members::Members;
 
 mod matcher;
 mod repair;
@@ -199,36 +200,38 @@ struct RankCtx {
 impl HbContext {
     /// `metas` in rank order, one per rank of the world.
     pub fn new(metas: &[RankMeta], world_size: u32) -> HbContext {
-        let mut interned: HashMap<(Vec<u32>, u32), u32> = HashMap::new();
+        // The world is one shared list, not a copy per rank; each distinct list is hashed once
+        // (see `ListIds`), so a world of R ranks costs O(R) here.
+        let world = crate::members::identity(world_size);
+        let mut lists = crate::members::ListIds::default();
+        let mut interned: HashMap<(u32, u32), u32> = HashMap::new();
         let mut ranks = Vec::with_capacity(metas.len());
         for meta in metas {
-            let mut seen: HashMap<Vec<u32>, u32> = HashMap::new();
+            let mut seen: HashMap<u32, u32> = HashMap::new();
             let mut comms = FastMap::default();
             let mut define =
-                |id: format::CommId, members: Vec<u32>, comms: &mut FastMap<_, Comm>| {
-                    let occurrence = seen.entry(members.clone()).or_default();
-                    let key = (members.clone(), *occurrence);
+                |id: format::CommId, members: Members, comms: &mut FastMap<_, Comm>| {
+                    let list = lists.id(&members);
+                    let occurrence = seen.entry(list).or_default();
+                    let key = (list, *occurrence);
                     *occurrence += 1;
                     let n = interned.len() as u32;
                     let global = *interned.entry(key).or_insert(n);
-                    let me = members
-                        .iter()
-                        .position(|&m| m == meta.rank)
-                        .map(|p| p as u32);
+                    let me = crate::members::position(&members, meta.rank);
                     comms.insert(
                         id,
                         Comm {
                             global,
-                            members: members.into(),
+                            members,
                             me,
                         },
                     );
                 };
             if !meta.comms.iter().any(|(id, _)| *id == 0) {
-                define(0, (0..world_size).collect(), &mut comms);
+                define(0, world.clone(), &mut comms);
             }
             if !meta.comms.iter().any(|(id, _)| *id == 1) {
-                define(1, vec![meta.rank], &mut comms);
+                define(1, Members::from([meta.rank]), &mut comms);
             }
             for (id, members) in &meta.comms {
                 define(*id, members.clone(), &mut comms);
