@@ -23,7 +23,7 @@ the end of MPI_Init and the start of MPI_Finalize, and the suspensions. Function
 pub struct ReportArgs {
     /// Trace directory (rank-*.evf, raw or reconstructed) or a directory of profile-NNNNN.json.
     pub dir: PathBuf,
-    /// Print JSON: {"functions": [...], "partners": ..., "ranks": [...], "suspensions": [...], ...}.
+    /// Print JSON: {"functions": [...], "partners": [{"source", "dest", "messages", "bytes"}, ...], "ranks": [...], "suspensions": [...], ...}.
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
     /// Print the function table as CSV (histogram bins as columns).

@@ -186,8 +186,10 @@ pub struct ProfileStats {
     names: HashMap<FunctionId, FuncInfo>,
     #[serde(skip)]
     by_id: HashMap<FunctionId, FuncStats>,
+    /// Members of each communicator, and this rank's position in it (found once: searching a
+    /// world of 10^4 ranks at every collective call would cost more than the rest of the call).
     #[serde(skip)]
-    comms: BTreeMap<u32, Vec<u32>>,
+    comms: BTreeMap<u32, (Vec<u32>, Option<u32>)>,
     #[serde(skip)]
     init_done: Option<u64>,
     #[serde(skip)]
@@ -271,7 +273,15 @@ impl ProfileStats {
                 );
             }
             Event::CommDef { id, members } => {
-                self.comms.insert(*id, members.clone());
+                let me = if members.get(self.rank as usize) == Some(&self.rank) {
+                    Some(self.rank)
+                } else {
+                    members
+                        .iter()
+                        .position(|&m| m == self.rank)
+                        .map(|p| p as u32)
+                };
+                self.comms.insert(*id, (members.clone(), me));
             }
             Event::Call(c) => self.add_call(stream, c),
             Event::Completion(done) => {
@@ -350,10 +360,7 @@ impl ProfileStats {
             return None;
         }
         let (size, me) = match self.comms.get(&c.comm) {
-            Some(members) => (
-                members.len() as u64,
-                members.iter().position(|&m| m == self.rank)? as i32,
-            ),
+            Some((members, me)) => (members.len() as u64, (*me)? as i32),
             None if c.comm == 0 => (u64::from(self.world_size), self.rank as i32),
             None => return None,
         };
@@ -383,11 +390,29 @@ impl ProfileStats {
         }
     }
 
+    /// Whether every statistic is under its function's name already (see
+    /// [`ProfileStats::finish`]): readers can then use the profile without a finished copy.
+    pub fn is_finished(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// [`ProfileStats::finish`], and lets go of what only further events of the rank would need
+    /// (communicator member lists: O(world size) each, so O(R²) over a whole run's profiles;
+    /// function names by id). For a reader done with the rank's events: events added afterwards
+    /// lose their function names and communicator translation.
+    pub fn seal(&mut self) {
+        self.finish();
+        self.comms = BTreeMap::new();
+        self.last_call = HashMap::new();
+        self.by_id = HashMap::new();
+        self.names = HashMap::new();
+    }
+
     /// World rank of `peer` in communicator `comm`: communicator 0 is the world itself.
     fn world_rank(&self, comm: u32, peer: i32) -> Option<u32> {
         let peer = u32::try_from(peer).ok()?;
         match self.comms.get(&comm) {
-            Some(members) => members.get(peer as usize).copied(),
+            Some((members, _)) => members.get(peer as usize).copied(),
             None if comm == 0 => Some(peer),
             None => None,
         }

@@ -22,6 +22,7 @@ use format::{
     ClockCalibration, ClockSample, ClockSource, CommId, Event, FunctionId, Marker, Suspension,
 };
 
+use crate::members::{Members, intern};
 use crate::trace::{RankFiles, Skipped, TraceError, for_each_misc_event};
 
 /// What the first pass learns about one rank. Small: it grows with the number of suspensions,
@@ -37,8 +38,10 @@ pub struct RankMeta {
     pub init_done: Option<u64>,
     pub finalize_start: Option<u64>,
     pub functions: HashMap<FunctionId, String>,
-    /// Communicator definitions in the order they appear.
-    pub comms: Vec<(CommId, Vec<u32>)>,
+    /// Communicator definitions in the order they appear. The lists are interned
+    /// ([`crate::members::intern`]): ranks defining the same communicator share one list, so the
+    /// world's members cost O(R) over all ranks, not O(R²).
+    pub comms: Vec<(CommId, Members)>,
     pub streams: BTreeSet<u32>,
     pub events: u64,
     pub skipped: Vec<Skipped>,
@@ -103,7 +106,7 @@ pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
             Event::FunctionDef { id, name } => {
                 meta.functions.insert(*id, name.clone());
             }
-            Event::CommDef { id, members } => meta.comms.push((*id, members.clone())),
+            Event::CommDef { id, members } => meta.comms.push((*id, intern(members))),
             Event::RankInfo(info) if meta.host.is_none() && !info.host.is_empty() => {
                 meta.host = Some(info.host.clone());
             }
@@ -143,15 +146,23 @@ pub fn align_clocks(metas: &mut [RankMeta]) {
     // (host and clock source, or none when the clock is the rank's alone; members)
     type Group = (Option<(String, ClockSource)>, Vec<usize>);
     let mut groups: Vec<Group> = Vec::new();
+    // By key, not by a search of the groups: one group per rank (no host recorded) made that
+    // quadratic in the ranks.
+    let mut by_key: HashMap<(String, ClockSource), usize> = HashMap::new();
     for (i, meta) in metas.iter().enumerate() {
         let key = meta
             .host
             .clone()
             .filter(|_| meta.clock.source != ClockSource::Virtual)
             .map(|h| (h, meta.clock.source));
-        match groups.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
-            Some((_, members)) => members.push(i),
-            None => groups.push((key, vec![i])),
+        match key.as_ref().and_then(|k| by_key.get(k)) {
+            Some(&g) => groups[g].1.push(i),
+            None => {
+                if let Some(k) = &key {
+                    by_key.insert(k.clone(), groups.len());
+                }
+                groups.push((key, vec![i]));
+            }
         }
     }
     let reference = |members: &[usize]| {

@@ -13,6 +13,7 @@ pub mod hist;
 pub mod info;
 pub mod lanes;
 mod mapping;
+pub mod members;
 mod output;
 pub mod pipeline;
 pub mod progress;

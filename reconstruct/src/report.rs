@@ -83,12 +83,19 @@ pub fn profile_trace(
             },
             |stream, e| p.add_event(stream, e),
         )?;
-        p.finish();
+        // Every rank's profile is kept until the report is built: what is only needed while
+        // reading (the member lists, O(R) per rank) must go now.
+        p.seal();
         skipped_all.extend(skipped);
         out.push(p);
     }
     Ok((out, skipped_all))
 }
+
+/// Worlds up to this size get the full partner matrix in the table; larger ones the heaviest
+/// pairs, [`TOP_PAIRS`] of them.
+const MATRIX_MAX_RANKS: usize = 32;
+const TOP_PAIRS: usize = 20;
 
 /// One row of the function table.
 #[derive(Clone, Debug, Serialize)]
@@ -113,11 +120,50 @@ pub struct FunctionRow {
     pub handle_with_care: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// Point-to-point traffic between two world ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PartnerPair {
+    pub source: u32,
+    pub dest: u32,
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// Who sent point-to-point messages to whom: only the pairs that exchanged any, sorted by source
+/// then destination. A dense matrix would be R² cells (10^8 at 10^4 ranks) where an application
+/// talks to a few neighbours per rank.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(transparent)]
 pub struct Partners {
-    /// `messages[i][j]`: point-to-point messages world rank i sent to world rank j.
-    pub messages: Vec<Vec<u64>>,
-    pub bytes: Vec<Vec<u64>>,
+    pub pairs: Vec<PartnerPair>,
+}
+
+impl Partners {
+    /// Traffic from `source` to `dest` (zero when they exchanged nothing).
+    pub fn get(&self, source: u32, dest: u32) -> PartnerStats {
+        self.pairs
+            .binary_search_by_key(&(source, dest), |p| (p.source, p.dest))
+            .map_or(PartnerStats::default(), |i| PartnerStats {
+                messages: self.pairs[i].messages,
+                bytes: self.pairs[i].bytes,
+            })
+    }
+
+    pub fn total_messages(&self) -> u64 {
+        self.pairs.iter().map(|p| p.messages).sum()
+    }
+
+    /// The `n` pairs that moved the most bytes (then messages), heaviest first.
+    pub fn top(&self, n: usize) -> Vec<PartnerPair> {
+        let mut by_weight: Vec<PartnerPair> = self.pairs.clone();
+        by_weight.sort_by(|a, b| {
+            (b.bytes, b.messages)
+                .cmp(&(a.bytes, a.messages))
+                .then((a.source, a.dest).cmp(&(b.source, b.dest)))
+        });
+        by_weight.truncate(n);
+        by_weight
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -169,14 +215,21 @@ pub struct Report {
 
 impl Report {
     pub fn build(source: &str, profiles: &[ProfileStats]) -> Report {
-        let profiles: Vec<ProfileStats> = profiles
+        // Copied only when not finished yet: a copy of every rank's profile doubles the memory
+        // of a large run's report.
+        let profiles: Vec<std::borrow::Cow<'_, ProfileStats>> = profiles
             .iter()
-            .cloned()
-            .map(|mut p| {
-                p.finish();
-                p
+            .map(|p| {
+                if p.is_finished() {
+                    std::borrow::Cow::Borrowed(p)
+                } else {
+                    let mut p = p.clone();
+                    p.finish();
+                    std::borrow::Cow::Owned(p)
+                }
             })
             .collect();
+        let profiles: Vec<&ProfileStats> = profiles.iter().map(|p| &**p).collect();
         let profiles = profiles.as_slice();
         let world = profiles
             .iter()
@@ -227,21 +280,29 @@ impl Report {
             .collect();
         functions.sort_by(|a, b| b.total_s.total_cmp(&a.total_s).then(a.name.cmp(&b.name)));
 
-        let n = world as usize;
-        let mut partners = Partners {
-            messages: vec![vec![0; n]; n],
-            bytes: vec![vec![0; n]; n],
-        };
+        let mut partners = Partners::default();
         for p in profiles {
             for (dest, s) in &p.partners {
-                if let Some(row) = partners.messages.get_mut(p.rank as usize)
-                    && let Some(cell) = row.get_mut(*dest as usize)
-                {
-                    *cell += s.messages;
-                    partners.bytes[p.rank as usize][*dest as usize] += s.bytes;
+                if p.rank < world && *dest < world {
+                    partners.pairs.push(PartnerPair {
+                        source: p.rank,
+                        dest: *dest,
+                        messages: s.messages,
+                        bytes: s.bytes,
+                    });
                 }
             }
         }
+        // Profiles of one rank may come twice (several profile files): their traffic adds up.
+        partners.pairs.sort_by_key(|p| (p.source, p.dest));
+        partners.pairs.dedup_by(|later, earlier| {
+            let same = (later.source, later.dest) == (earlier.source, earlier.dest);
+            if same {
+                earlier.messages += later.messages;
+                earlier.bytes += later.bytes;
+            }
+            same
+        });
 
         let ranks_table: Vec<RankRow> = profiles
             .iter()
@@ -445,8 +506,8 @@ impl Report {
                 o.push('\n');
             }
         }
-        let n = self.partners.messages.len();
-        if self.partners.messages.iter().flatten().any(|&c| c > 0) && n <= 32 {
+        let n = self.ranks as usize;
+        if !self.partners.pairs.is_empty() && n <= MATRIX_MAX_RANKS {
             let _ = writeln!(
                 o,
                 "\npartners: point-to-point messages (bytes) from row rank to column rank"
@@ -456,24 +517,39 @@ impl Report {
                 let _ = write!(o, " {j:>14}");
             }
             o.push('\n');
-            for i in 0..n {
+            for i in 0..n as u32 {
                 let _ = write!(o, "{i:>6}");
-                for j in 0..n {
-                    let c = self.partners.messages[i][j];
-                    let cell = if c == 0 {
+                for j in 0..n as u32 {
+                    let c = self.partners.get(i, j);
+                    let cell = if c.messages == 0 {
                         "-".to_string()
                     } else {
-                        format!("{c} ({})", self.partners.bytes[i][j])
+                        format!("{} ({})", c.messages, c.bytes)
                     };
                     let _ = write!(o, " {cell:>14}");
                 }
                 o.push('\n');
             }
-        } else if n > 32 {
+        } else if !self.partners.pairs.is_empty() {
             let _ = writeln!(
                 o,
-                "\npartners: {n} ranks, too many for a table (use --json)"
+                "\npartners: {n} ranks, {} pairs exchanged point-to-point messages ({} messages); the {} heaviest by bytes (all pairs in --json):",
+                self.partners.pairs.len(),
+                self.partners.total_messages(),
+                TOP_PAIRS.min(self.partners.pairs.len())
             );
+            let _ = writeln!(
+                o,
+                "{:>8} {:>8} {:>12} {:>16}",
+                "from", "to", "messages", "bytes"
+            );
+            for p in self.partners.top(TOP_PAIRS) {
+                let _ = writeln!(
+                    o,
+                    "{:>8} {:>8} {:>12} {:>16}",
+                    p.source, p.dest, p.messages, p.bytes
+                );
+            }
         }
         let _ = writeln!(
             o,
@@ -647,8 +723,9 @@ mod tests {
         assert_eq!(merged.partners[&0].bytes, 6000);
 
         let report = Report::build("test", &[p]);
-        assert_eq!(report.partners.messages[1][2], 1);
-        assert_eq!(report.partners.bytes[1][0], 3000);
+        assert_eq!(report.partners.get(1, 2).messages, 1);
+        assert_eq!(report.partners.get(1, 0).bytes, 3000);
+        assert_eq!(report.partners.get(2, 1), PartnerStats::default());
         assert_eq!(report.functions[0].name, "MPI_Recv");
         // Mean times 40 ns / 200 ns against a typical cost of ~1.4 ns: no warning.
         assert!(report.functions.iter().all(|f| !f.handle_with_care));

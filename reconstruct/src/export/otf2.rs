@@ -84,6 +84,7 @@ mod imp {
     use super::Otf2Summary;
     use crate::clock::{MapCursor, RankMeta, TimeMap};
     use crate::funcs::{CollShape, FuncClass};
+    use crate::members::Members;
     use crate::rebuild::scan;
     use crate::trace::{Trace, for_each_event};
 
@@ -175,31 +176,35 @@ mod imp {
 
     /// A global communicator: its members as world ranks.
     struct GlobalComm {
-        members: Vec<u32>,
+        members: Members,
         name: String,
     }
 
     /// Identifies communicators across ranks: two ranks' communicators are the same when they have
     /// the same members and it is the same-numbered communicator with those members on both (the
-    /// rule of the happened-before matching).
+    /// rule of the happened-before matching). Lists are shared and each distinct one hashed once,
+    /// as in [`crate::hb::HbContext::new`].
     fn global_comms(metas: &[RankMeta], world: u32) -> (Vec<GlobalComm>, Vec<HashMap<u32, u32>>) {
-        let mut interned: HashMap<(Vec<u32>, u32), u32> = HashMap::new();
+        let world_members = crate::members::identity(world);
+        let mut lists = crate::members::ListIds::default();
+        let mut interned: HashMap<(u32, u32), u32> = HashMap::new();
         let mut comms: Vec<GlobalComm> = Vec::new();
         let mut per_rank = Vec::new();
         for meta in metas {
-            let mut seen: HashMap<Vec<u32>, u32> = HashMap::new();
+            let mut seen: HashMap<u32, u32> = HashMap::new();
             let mut local = HashMap::new();
-            let mut defs: Vec<(u32, Vec<u32>)> = Vec::new();
+            let mut defs: Vec<(u32, Members)> = Vec::new();
             if !meta.comms.iter().any(|(id, _)| *id == 0) {
-                defs.push((0, (0..world).collect()));
+                defs.push((0, world_members.clone()));
             }
             if !meta.comms.iter().any(|(id, _)| *id == 1) {
-                defs.push((1, vec![meta.rank]));
+                defs.push((1, Members::from([meta.rank])));
             }
             defs.extend(meta.comms.iter().cloned());
             for (id, members) in defs {
-                let occurrence = seen.entry(members.clone()).or_default();
-                let key = (members.clone(), *occurrence);
+                let list = lists.id(&members);
+                let occurrence = seen.entry(list).or_default();
+                let key = (list, *occurrence);
                 *occurrence += 1;
                 let global = *interned.entry(key).or_insert_with(|| {
                     let g = comms.len() as u32;

@@ -15,10 +15,13 @@
 //!   flush. Sampled every 64 events and at every drop.
 //!
 //! Times are the global clock (rank 0's, suspensions kept), in microseconds with nanosecond
-//! decimals. Events are written as the ranks are streamed, so memory holds one chunk per rank plus
-//! the matched-message list (one entry per message).
+//! decimals. The flows are written first, by the happened-before pass as it matches each message
+//! (the format does not care about order); then the slices, rank by rank. Neither keeps a list of
+//! the messages: the matching holds what is in flight, the flows the few calls a match may still
+//! refer to.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -26,10 +29,12 @@ use std::path::Path;
 use format::raw::{CALL_RECORD_LEN, COMPLETION_RECORD_LEN};
 use format::{Event, Marker, RawBuf};
 
-use super::{CallKind, CommTable, End, Endpoints, ExportError, function_table};
-use crate::clock::{MapCursor, TimeMap};
+use super::{CallKind, CommTable, End, ExportError, for_each_match, function_table};
+use crate::clock::{MapCursor, RankMeta, TimeMap};
 use crate::funcs::FuncClass;
-use crate::rebuild::{matched_messages, scan};
+use crate::hb::MessageMatch;
+use crate::lanes::LaneId;
+use crate::rebuild::scan;
 use crate::trace::{Skipped, Trace, for_each_event};
 
 /// What the export wrote.
@@ -58,15 +63,10 @@ pub fn export(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PerfettoSummary, ExportError> {
     let metas = scan(trace)?;
-    let (messages, report) = matched_messages(trace)?;
-    let endpoints = Endpoints::new(&messages);
     let total: u64 = metas.iter().map(|m| m.events).sum();
     let file = std::fs::File::create(out).map_err(|e| ExportError::io(out, e))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
-    let mut summary = PerfettoSummary {
-        messages_matched: report.messages,
-        ..Default::default()
-    };
+    let mut summary = PerfettoSummary::default();
     let mut line = String::with_capacity(512);
     let io = |e| ExportError::io(out, e);
     w.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
@@ -79,6 +79,9 @@ pub fn export(
         first = false;
         w.write_all(text.as_bytes())
     };
+    let (flows, report) = write_flows(trace, &metas, out, |text| emit(&mut w, text))?;
+    summary.flows = flows;
+    summary.messages_matched = report.messages;
     let mut done = 0u64;
     let mut scratch = RawBuf::with_block_size(4096);
     for (files, meta) in trace.ranks.iter().zip(&metas) {
@@ -109,7 +112,6 @@ pub fn export(
             .map_err(io)?;
         }
         let mut cursors: HashMap<u32, MapCursor> = HashMap::new();
-        let mut index: HashMap<u32, u64> = HashMap::new();
         let mut comms = CommTable::default();
         let mut fill: u64 = 0;
         let mut since_counter = 0u64;
@@ -125,11 +127,6 @@ pub fn export(
                 if failed.is_some() {
                     return;
                 }
-                let idx = {
-                    let i = index.entry(stream).or_default();
-                    *i += 1;
-                    *i - 1
-                };
                 let cur = cursors.entry(stream).or_default();
                 let mut g = |t: u64| map.absolute(map.global_ns(t, cur)) as i64;
                 line.clear();
@@ -167,22 +164,6 @@ pub fn export(
                             c.request
                         );
                         summary.slices += 1;
-                        let mid = start + (end - start) / 2;
-                        for &(m, end_kind) in endpoints.at(rank, stream, idx) {
-                            let _ = match end_kind {
-                                End::Send => write!(
-                                    line,
-                                    ",\n{{\"ph\":\"s\",\"id\":{m},\"pid\":{rank},\"tid\":{stream},\"ts\":{},\"name\":\"message\",\"cat\":\"message\"}}",
-                                    us(mid)
-                                ),
-                                End::Recv => write!(
-                                    line,
-                                    ",\n{{\"ph\":\"f\",\"bp\":\"e\",\"id\":{m},\"pid\":{rank},\"tid\":{stream},\"ts\":{},\"name\":\"message\",\"cat\":\"message\"}}",
-                                    us(mid)
-                                ),
-                            };
-                            summary.flows += 1;
-                        }
                     }
                     Event::Completion(_) => fill += COMPLETION_RECORD_LEN as u64,
                     Event::Suspension(s) => {
@@ -298,4 +279,248 @@ fn misc_len(scratch: &mut RawBuf, e: &Event) -> u64 {
     scratch.clear();
     scratch.push_event(e);
     scratch.bytes() as u64
+}
+
+/// What a call can be to the flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// It may be the send end of a message.
+    Send,
+    /// It creates a persistent send request (whose `Start`s send) or a receive one.
+    SendInit,
+    RecvInit,
+    Start,
+    Other,
+}
+
+impl Role {
+    fn of(name: &str) -> Role {
+        if matches!(
+            FuncClass::of(name),
+            FuncClass::Send | FuncClass::Isend | FuncClass::SendRecv
+        ) {
+            return Role::Send;
+        }
+        let base = name
+            .strip_prefix("MPI_")
+            .or_else(|| name.strip_prefix("PMPI_"))
+            .map(str::to_ascii_lowercase);
+        match base.as_deref() {
+            Some("send_init" | "bsend_init" | "ssend_init" | "rsend_init") => Role::SendInit,
+            Some("recv_init") => Role::RecvInit,
+            Some("start" | "startall") => Role::Start,
+            _ => Role::Other,
+        }
+    }
+}
+
+/// A flow end waiting for its call to be shown: flow id, which end, and where to put it should
+/// the call never come (the time the match gave).
+type PendingEnd = (u64, End, i64);
+
+#[derive(Default)]
+struct LaneFlows {
+    /// Events of the lane shown so far: the index of the next one.
+    shown: u64,
+    /// Flow ends matched before their call was shown (a receive's completion is held until its
+    /// message is matched), by event index.
+    pending: HashMap<u64, Vec<PendingEnd>>,
+    /// Middles of shown calls that may still be matched as a send, by event index. Sends whose
+    /// receive is not seen yet: what the matching itself holds as unmatched sends.
+    sends: HashMap<u64, i64>,
+}
+
+struct Flows<W> {
+    write: W,
+    line: String,
+    lanes: Vec<LaneFlows>,
+    lane_of: HashMap<LaneId, usize>,
+    /// Per rank (by world rank): the role of each function id, and the requests of persistent
+    /// sends.
+    roles: HashMap<u32, (HashMap<format::FunctionId, Role>, HashSet<u64>)>,
+    next_id: u64,
+    written: u64,
+    failed: Option<std::io::Error>,
+}
+
+impl<W: FnMut(&str) -> std::io::Result<()>> Flows<W> {
+    fn put(&mut self, id: u64, end: End, lane: LaneId, ts: i64) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.line.clear();
+        let (rank, stream) = (lane.rank, lane.stream);
+        let _ = match end {
+            End::Send => write!(
+                self.line,
+                "{{\"ph\":\"s\",\"id\":{id},\"pid\":{rank},\"tid\":{stream},\"ts\":{},\"name\":\"message\",\"cat\":\"message\"}}",
+                us(ts)
+            ),
+            End::Recv => write!(
+                self.line,
+                "{{\"ph\":\"f\",\"bp\":\"e\",\"id\":{id},\"pid\":{rank},\"tid\":{stream},\"ts\":{},\"name\":\"message\",\"cat\":\"message\"}}",
+                us(ts)
+            ),
+        };
+        self.written += 1;
+        if let Err(e) = (self.write)(&self.line) {
+            self.failed = Some(e);
+        }
+    }
+
+    fn on_event(&mut self, lane_id: LaneId, e: &Event) {
+        let Some(&li) = self.lane_of.get(&lane_id) else {
+            return;
+        };
+        let lane = &mut self.lanes[li];
+        let index = lane.shown;
+        lane.shown += 1;
+        let Event::Call(c) = e else {
+            // Flows bind to calls only; an end pointing elsewhere keeps the match's time.
+            if let Some(ends) = lane.pending.remove(&index) {
+                for (id, end, ts) in ends {
+                    self.put(id, end, lane_id, ts);
+                }
+            }
+            return;
+        };
+        // Placed at the middle of the call, so that the flow binds to its slice.
+        let start = c.start as i64;
+        let end = (c.end as i64).max(start);
+        let mid = start + (end - start) / 2;
+        let mut sent = false;
+        if let Some(ends) = lane.pending.remove(&index) {
+            for (id, end, _) in ends {
+                sent |= end == End::Send;
+                self.put(id, end, lane_id, mid);
+            }
+        }
+        let Some((roles, send_requests)) = self.roles.get_mut(&lane_id.rank) else {
+            return;
+        };
+        let may_send = match roles.get(&c.func).copied().unwrap_or(Role::Other) {
+            Role::Send => true,
+            Role::Start => send_requests.contains(&c.request),
+            Role::SendInit => {
+                send_requests.insert(c.request);
+                false
+            }
+            Role::RecvInit => {
+                send_requests.remove(&c.request);
+                false
+            }
+            Role::Other => false,
+        };
+        // A call sends one message at most: matched already, it is not remembered.
+        if may_send && !sent {
+            self.lanes[li].sends.insert(index, mid);
+        }
+    }
+
+    fn on_match(&mut self, m: &MessageMatch) {
+        let id = self.next_id;
+        self.next_id += 1;
+        for (at, end, fallback) in [
+            (m.send, End::Send, m.send_start as i64),
+            (m.recv_done, End::Recv, m.recv_end as i64),
+        ] {
+            let lane_id = LaneId {
+                rank: at.rank,
+                stream: at.stream,
+            };
+            let Some(&li) = self.lane_of.get(&lane_id) else {
+                self.put(id, end, lane_id, fallback);
+                continue;
+            };
+            let lane = &mut self.lanes[li];
+            if at.index >= lane.shown {
+                lane.pending
+                    .entry(at.index)
+                    .or_default()
+                    .push((id, end, fallback));
+                continue;
+            }
+            // Shown already: a send is remembered; anything else (not expected) keeps the time
+            // the match gave, which is an edge of the call.
+            let ts = match end {
+                End::Send => lane.sends.remove(&at.index).unwrap_or(fallback),
+                End::Recv => fallback,
+            };
+            self.put(id, end, lane_id, ts);
+        }
+    }
+}
+
+/// Writes one flow pair per matched message through `write`, as the matching finds them.
+/// Returns the number of flow events written and the matching's report.
+fn write_flows(
+    trace: &Trace,
+    metas: &[RankMeta],
+    out: &Path,
+    write: impl FnMut(&str) -> std::io::Result<()>,
+) -> Result<(u64, crate::hb::HbReport), ExportError> {
+    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
+    let mut lane_of = HashMap::new();
+    for m in metas {
+        for &stream in &m.streams {
+            let n = lane_of.len();
+            lane_of.insert(
+                LaneId {
+                    rank: m.rank,
+                    stream,
+                },
+                n,
+            );
+        }
+    }
+    let roles = metas
+        .iter()
+        .map(|m| {
+            let roles = m
+                .functions
+                .iter()
+                .map(|(id, name)| (*id, Role::of(name)))
+                .collect();
+            (m.rank, (roles, HashSet::new()))
+        })
+        .collect();
+    let flows = RefCell::new(Flows {
+        write,
+        line: String::with_capacity(256),
+        lanes: (0..lane_of.len()).map(|_| LaneFlows::default()).collect(),
+        lane_of,
+        roles,
+        next_id: 0,
+        written: 0,
+        failed: None,
+    });
+    let report = for_each_match(
+        trace,
+        metas,
+        &maps,
+        |map, t, cur| map.absolute(map.global_ns(t, cur)),
+        |lane, e| flows.borrow_mut().on_event(lane, e),
+        |m| flows.borrow_mut().on_match(m),
+    )?;
+    let mut flows = flows.into_inner();
+    // Ends whose event never came (a lane cut short): at the time the match gave.
+    let mut left: Vec<(LaneId, PendingEnd)> = flows
+        .lane_of
+        .iter()
+        .flat_map(|(&lane, &li)| {
+            flows.lanes[li]
+                .pending
+                .values()
+                .flatten()
+                .map(move |&end| (lane, end))
+        })
+        .collect();
+    left.sort_by_key(|(_, (id, end, _))| (*id, *end == End::Recv));
+    for (lane, (id, end, ts)) in left {
+        flows.put(id, end, lane, ts);
+    }
+    if let Some(e) = flows.failed {
+        return Err(ExportError::io(out, e));
+    }
+    Ok((flows.written, report))
 }

@@ -17,10 +17,10 @@ use std::path::Path;
 use format::{Event, Marker};
 use plotters::prelude::*;
 
-use super::{CallKind, End, Endpoints, ExportError, function_table};
+use super::{CallKind, ExportError, for_each_match, function_table};
 use crate::clock::{MapCursor, TimeMap};
 use crate::funcs::FuncClass;
-use crate::rebuild::{matched_messages, scan};
+use crate::rebuild::scan;
 use crate::trace::{Skipped, Trace, for_each_event};
 
 /// Where the picture's font comes from (Debian package fonts-dejavu-core).
@@ -163,9 +163,6 @@ pub fn render(
     };
     let row_of: HashMap<u32, usize> = rows.iter().enumerate().map(|(i, r)| (*r, i)).collect();
 
-    let (messages, _) = matched_messages(trace)?;
-    let endpoints = Endpoints::new(&messages);
-
     let width = opts.width.max(400);
     let row_px = if rows.len() <= 16 {
         56
@@ -233,8 +230,33 @@ pub fn render(
     // are often far shorter than a column and lose it to the wait beside them; marks keep them seen.
     let mut p2p = vec![vec![0u8; cols]; rows.len()];
     let mut suspensions: Vec<(usize, f64, f64)> = Vec::new();
-    let mut send_t = vec![f64::NAN; messages.len()];
-    let mut recv_t = vec![f64::NAN; messages.len()];
+    let max_arrows = if opts.max_arrows == 0 {
+        (cols / 4).max(50)
+    } else {
+        opts.max_arrows
+    };
+    // Arrows are sampled as the messages are matched, so that no list of every message is kept.
+    let mut arrows = ArrowSample::new(max_arrows);
+    let epoch = maps.first().map_or(0, TimeMap::epoch_ns);
+    for_each_match(
+        trace,
+        &metas,
+        &maps,
+        |map, t, cur| map.absolute(to_axis(map, t, cur)),
+        |_, _| {},
+        |m| {
+            // The send call's start and the end of the call that completed the receive.
+            let a = m.send_start as f64 - epoch as f64;
+            let b = m.recv_end as f64 - epoch as f64;
+            if row_of.contains_key(&m.source)
+                && row_of.contains_key(&m.dest)
+                && a.min(b) <= hi_ns
+                && a.max(b) >= lo_ns
+            {
+                arrows.offer((m.source, m.dest, a, b));
+            }
+        },
+    )?;
     let mut summary = TimelineSummary {
         width,
         height,
@@ -255,8 +277,6 @@ pub fn render(
         };
         let funcs = function_table(meta);
         let mut cursors: HashMap<u32, MapCursor> = HashMap::new();
-        let mut index: HashMap<u32, u64> = HashMap::new();
-        let rank = files.rank;
         let (_, skipped) = for_each_event(
             files,
             |chunk| {
@@ -264,22 +284,11 @@ pub fn render(
                 progress(done, total);
             },
             |stream, e| {
-                let idx = {
-                    let i = index.entry(stream).or_default();
-                    *i += 1;
-                    *i - 1
-                };
                 let cur = cursors.entry(stream).or_default();
                 match e {
                     Event::Call(c) => {
                         let a = to_axis(map, c.start, cur);
                         let b = to_axis(map, c.end, cur).max(a);
-                        for &(m, end) in endpoints.at(rank, stream, idx) {
-                            match end {
-                                End::Send => send_t[m] = a,
-                                End::Recv => recv_t[m] = b,
-                            }
-                        }
                         if b < lo_ns || a > hi_ns {
                             return;
                         }
@@ -384,33 +393,16 @@ pub fn render(
     }
     chart.draw_series(marks).map_err(draw_err)?;
 
-    // Arrows: messages with both ends drawn and some part inside the window.
-    let visible: Vec<usize> = (0..messages.len())
-        .filter(|&m| {
-            let (a, b) = (send_t[m], recv_t[m]);
-            a.is_finite()
-                && b.is_finite()
-                && row_of.contains_key(&messages[m].source)
-                && row_of.contains_key(&messages[m].dest)
-                && a.min(b) <= hi_ns
-                && a.max(b) >= lo_ns
-        })
-        .collect();
-    summary.messages_in_window = visible.len() as u64;
-    let max_arrows = if opts.max_arrows == 0 {
-        (cols / 4).max(50)
-    } else {
-        opts.max_arrows
-    };
-    let step = visible.len().div_ceil(max_arrows).max(1);
+    // Arrows: messages between drawn rows with some part inside the window.
+    summary.messages_in_window = arrows.seen;
+    let step = arrows.step;
     let arrow_color = RGBColor(20, 20, 20).mix(if step > 1 { 0.45 } else { 0.7 });
     let mut drawn = 0u64;
-    for &m in visible.iter().step_by(step) {
-        let msg = &messages[m];
-        let y0 = row_of[&msg.source] as f64 + 0.5;
-        let y1 = row_of[&msg.dest] as f64 + 0.5;
-        let x0 = (send_t[m] - origin) / 1e9;
-        let x1 = (recv_t[m] - origin) / 1e9;
+    for &(source, dest, send_t, recv_t) in &arrows.kept {
+        let y0 = row_of[&source] as f64 + 0.5;
+        let y1 = row_of[&dest] as f64 + 0.5;
+        let x0 = (send_t - origin) / 1e9;
+        let x1 = (recv_t - origin) / 1e9;
         // Only whole arrows: backend_coord extrapolates past the plotting area.
         if x0 < from_s || x1 > to_s {
             continue;
@@ -465,7 +457,7 @@ pub fn render(
         ))
         .map_err(draw_err)?;
     let arrows_label = if step > 1 {
-        format!("message (1 in {step} of {} drawn)", visible.len())
+        format!("message (1 in {step} of {} drawn)", arrows.seen)
     } else {
         "message send → receive".to_string()
     };
@@ -475,4 +467,62 @@ pub fn render(
     root.present().map_err(draw_err)?;
     progress(total, total);
     Ok(summary)
+}
+
+/// Every `step`-th of the messages offered, at most `max` of them: when more would be kept, the
+/// step doubles and every other one kept goes (they are the multiples of the new step).
+struct ArrowSample<T> {
+    max: usize,
+    step: usize,
+    seen: u64,
+    kept: Vec<T>,
+}
+
+impl<T> ArrowSample<T> {
+    fn new(max: usize) -> Self {
+        ArrowSample {
+            max: max.max(1),
+            step: 1,
+            seen: 0,
+            kept: Vec::new(),
+        }
+    }
+
+    fn offer(&mut self, item: T) {
+        let ordinal = self.seen;
+        self.seen += 1;
+        if !ordinal.is_multiple_of(self.step as u64) {
+            return;
+        }
+        self.kept.push(item);
+        if self.kept.len() > self.max {
+            self.step *= 2;
+            let mut keep = false;
+            self.kept.retain(|_| {
+                keep = !keep;
+                keep
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ArrowSample;
+
+    #[test]
+    fn arrow_sample_keeps_every_step_th_within_the_bound() {
+        let mut s = ArrowSample::new(10);
+        for i in 0..10u32 {
+            s.offer(i);
+        }
+        assert_eq!((s.step, s.kept.len()), (1, 10));
+        for i in 10..1000u32 {
+            s.offer(i);
+        }
+        assert_eq!(s.seen, 1000);
+        assert!(s.kept.len() <= 10, "{}", s.kept.len());
+        assert!(s.kept.iter().all(|&i| i as usize % s.step == 0));
+        assert_eq!(s.kept.len(), 1000usize.div_ceil(s.step));
+    }
 }

@@ -17,6 +17,7 @@ use format::Event;
 
 use crate::clock::RankMeta;
 use crate::lanes::LaneId;
+use crate::members::Members;
 
 mod matcher;
 mod repair;
@@ -204,36 +205,38 @@ struct RankCtx {
 impl HbContext {
     /// `metas` in rank order, one per rank of the world.
     pub fn new(metas: &[RankMeta], world_size: u32) -> HbContext {
-        let mut interned: HashMap<(Vec<u32>, u32), u32> = HashMap::new();
+        // The world is one shared list, not a copy per rank; each distinct list is hashed once
+        // (see `ListIds`), so a world of R ranks costs O(R) here.
+        let world = crate::members::identity(world_size);
+        let mut lists = crate::members::ListIds::default();
+        let mut interned: HashMap<(u32, u32), u32> = HashMap::new();
         let mut ranks = Vec::with_capacity(metas.len());
         for meta in metas {
-            let mut seen: HashMap<Vec<u32>, u32> = HashMap::new();
+            let mut seen: HashMap<u32, u32> = HashMap::new();
             let mut comms = FastMap::default();
             let mut define =
-                |id: format::CommId, members: Vec<u32>, comms: &mut FastMap<_, Comm>| {
-                    let occurrence = seen.entry(members.clone()).or_default();
-                    let key = (members.clone(), *occurrence);
+                |id: format::CommId, members: Members, comms: &mut FastMap<_, Comm>| {
+                    let list = lists.id(&members);
+                    let occurrence = seen.entry(list).or_default();
+                    let key = (list, *occurrence);
                     *occurrence += 1;
                     let n = interned.len() as u32;
                     let global = *interned.entry(key).or_insert(n);
-                    let me = members
-                        .iter()
-                        .position(|&m| m == meta.rank)
-                        .map(|p| p as u32);
+                    let me = crate::members::position(&members, meta.rank);
                     comms.insert(
                         id,
                         Comm {
                             global,
-                            members: members.into(),
+                            members,
                             me,
                         },
                     );
                 };
             if !meta.comms.iter().any(|(id, _)| *id == 0) {
-                define(0, (0..world_size).collect(), &mut comms);
+                define(0, world.clone(), &mut comms);
             }
             if !meta.comms.iter().any(|(id, _)| *id == 1) {
-                define(1, vec![meta.rank], &mut comms);
+                define(1, Members::from([meta.rank]), &mut comms);
             }
             for (id, members) in &meta.comms {
                 define(*id, members.clone(), &mut comms);
@@ -355,12 +358,7 @@ pub fn run<I: LaneSource>(
     mut on_event: impl FnMut(usize, &Event),
     mut on_match: impl FnMut(&MessageMatch),
 ) -> HbReport {
-    let rank_of = |id: &LaneId| {
-        ctx.ranks
-            .iter()
-            .position(|r| r.world_rank == id.rank)
-            .unwrap_or(0)
-    };
+    let rank_of = |id: &LaneId| ctx.index_of(id.rank).unwrap_or(0);
     let mut live_lanes = vec![0usize; ctx.ranks.len()];
     for (id, _) in &lanes {
         if let Some(n) = live_lanes.get_mut(rank_of(id)) {
@@ -377,18 +375,7 @@ pub fn run<I: LaneSource>(
         colls: FastMap::default(),
         report: HbReport::default(),
         frontier: vec![0; lanes.len()],
-        siblings: lanes
-            .iter()
-            .enumerate()
-            .map(|(i, (id, _))| {
-                lanes
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, (other, _))| *j != i && other.rank == id.rank)
-                    .map(|(j, _)| j)
-                    .collect()
-            })
-            .collect(),
+        siblings: siblings(&lanes),
         live_lanes,
         absent_ranks: 0,
         inter_groups: FastMap::default(),
@@ -440,6 +427,23 @@ pub fn run<I: LaneSource>(
     shared.report.lanes_shifted = lanes.iter().filter(|l| l.max_shift > 0).count() as u64;
     shared.report.max_shift = lanes.iter().map(|l| l.max_shift).max().unwrap_or(0);
     shared.report
+}
+
+/// Per lane, the other lanes of its rank: grouped once, so 10^4 single-threaded ranks cost
+/// O(lanes), not O(lanes²).
+fn siblings<I>(lanes: &[(LaneId, I)]) -> Vec<Vec<usize>> {
+    let mut by_rank: FastMap<u32, Vec<usize>> = FastMap::default();
+    for (i, (id, _)) in lanes.iter().enumerate() {
+        by_rank.entry(id.rank).or_default().push(i);
+    }
+    lanes
+        .iter()
+        .enumerate()
+        .map(|(i, (id, _))| match by_rank.get(&id.rank) {
+            Some(group) if group.len() > 1 => group.iter().copied().filter(|&j| j != i).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 fn shift_times(e: &mut Event, by: u64) {
