@@ -44,7 +44,7 @@ for w in "${workloads[@]}"; do
     if [ "$mpi" != openmpi ]; then echo "lammps: Debian builds it with Open MPI only; skipped"; continue; fi
     command -v lmp >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lammps >/dev/null
     sed 's/^run[[:space:]].*/run 1500/' /usr/share/lammps/examples/melt/in.melt > "$out/in.melt"
-    cmd=(lmp -log none -screen none -in "$out/in.melt"); extra=(--threshold 24KiB) ;;
+    cmd=(lmp -log none -screen none -in "$out/in.melt"); extra=(--threshold 8KiB --decision-interval 0) ;;
   *) echo "unknown workload $w" >&2; exit 2 ;;
   esac
   echo "== $mpi $w (${extra[*]}, $reps pairs)" >&2
