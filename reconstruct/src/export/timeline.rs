@@ -522,7 +522,7 @@ mod tests {
         }
         assert_eq!(s.seen, 1000);
         assert!(s.kept.len() <= 10, "{}", s.kept.len());
-        assert!(s.kept.iter().all(|&i| i as usize % s.step == 0));
+        assert!(s.kept.iter().all(|&i| (i as usize).is_multiple_of(s.step)));
         assert_eq!(s.kept.len(), 1000usize.div_ceil(s.step));
     }
 }
