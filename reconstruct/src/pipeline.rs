@@ -35,9 +35,13 @@ use crate::output::{LaneOut, RankOutput};
 use crate::rebuild::{RebuildError, Remove};
 use crate::trace::Trace;
 
-/// Threads to use when asked for 0: every core the process may run on.
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// The threads to use when `requested` were asked for: 0 means every core the process may run on.
+pub fn threads(requested: usize) -> usize {
+    if requested == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        requested
+    }
 }
 
 /// `f(0..n)` on up to `threads` threads, results in index order.
@@ -446,11 +450,7 @@ pub(crate) fn run(
     progress: &mut dyn FnMut(u64),
 ) -> Result<PassResult, RebuildError> {
     let metas = cfg.metas;
-    let threads = if cfg.threads == 0 {
-        default_threads()
-    } else {
-        cfg.threads
-    };
+    let threads = threads(cfg.threads);
     let open: Vec<OpenRank> = map_indexed(trace.ranks.len(), threads, |i| {
         OpenRank::open(&trace.ranks[i])
     })

@@ -68,16 +68,6 @@ pub struct Options {
     pub threads: usize,
 }
 
-impl Options {
-    fn threads_or_all(&self) -> usize {
-        if self.threads == 0 {
-            pipeline::default_threads()
-        } else {
-            self.threads
-        }
-    }
-}
-
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -180,15 +170,11 @@ pub fn scan(trace: &Trace) -> Result<Vec<RankMeta>, TraceError> {
 
 /// [`scan`] on `threads` threads (0: every core).
 pub fn scan_with(trace: &Trace, threads: usize) -> Result<Vec<RankMeta>, TraceError> {
-    let threads = if threads == 0 {
-        pipeline::default_threads()
-    } else {
-        threads
-    };
-    let mut metas =
-        pipeline::map_indexed(trace.ranks.len(), threads, |i| scan_rank(&trace.ranks[i]))
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
+    let mut metas = pipeline::map_indexed(trace.ranks.len(), pipeline::threads(threads), |i| {
+        scan_rank(&trace.ranks[i])
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
     align_clocks(&mut metas);
     Ok(metas)
 }
@@ -208,23 +194,9 @@ fn read_error(e: RebuildError) -> TraceError {
 /// Every matched message of a trace, in its global clock (suspensions kept): for timelines that
 /// draw message arrows. Also returns the matching report.
 pub fn matched_messages(trace: &Trace) -> Result<(Vec<MessageMatch>, HbReport), TraceError> {
-    let metas = scan(trace)?;
     let mut out = Vec::new();
-    let pass = pipeline::run(
-        trace,
-        PassConfig {
-            metas: &metas,
-            remove: None,
-            repair: Repair::OFF,
-            threads: 0,
-            output: None,
-        },
-        |_, _| {},
-        |m| out.push(*m),
-        &mut |_| {},
-    )
-    .map_err(read_error)?;
-    Ok((out, pass.report))
+    let report = match_as_recorded(trace, 0, |m| out.push(*m))?;
+    Ok((out, report))
 }
 
 /// Counts happened-before violations of a trace as it is (global clock, nothing removed).
@@ -233,6 +205,15 @@ pub fn check_happened_before(trace: &Trace) -> Result<HbReport, TraceError> {
 }
 
 fn check_happened_before_with(trace: &Trace, threads: usize) -> Result<HbReport, TraceError> {
+    match_as_recorded(trace, threads, |_| {})
+}
+
+/// Matching over the times as recorded (nothing removed, nothing repaired, nothing written).
+fn match_as_recorded(
+    trace: &Trace,
+    threads: usize,
+    on_match: impl FnMut(&MessageMatch),
+) -> Result<HbReport, TraceError> {
     let metas = scan_with(trace, threads)?;
     let pass = pipeline::run(
         trace,
@@ -244,7 +225,7 @@ fn check_happened_before_with(trace: &Trace, threads: usize) -> Result<HbReport,
             output: None,
         },
         |_, _| {},
-        |_| {},
+        on_match,
         &mut |_| {},
     )
     .map_err(read_error)?;
@@ -266,7 +247,7 @@ pub fn reconstruct(
 ) -> Result<Summary, RebuildError> {
     let metas = scan_with(trace, opts.threads)?;
     prepare_out_dir(trace, out)?;
-    let outputs = pipeline::map_indexed(trace.ranks.len(), opts.threads_or_all(), |i| {
+    let outputs = pipeline::map_indexed(trace.ranks.len(), pipeline::threads(opts.threads), |i| {
         RankOutput::create(&trace.ranks[i], out, opts)
     })
     .into_iter()
