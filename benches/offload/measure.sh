@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures the offload protocol's targets on this machine, with real MPI jobs:
-#   - suspension cost without a flush at 2 ranks (pause p50/p99), and the resume spread;
+#   - the resume spread and pause inequality of flushing suspensions at 2 ranks;
 #   - flush throughput against what dd achieves on the same disk, in the same run, like for like:
 #     as many concurrent streams as ranks, the same bytes, fdatasync after each flush-sized piece.
 # Usage: benches/offload/measure.sh [openmpi|mpich] [out-dir]   (after cargo build --release)
@@ -24,16 +24,11 @@ for k in sys.argv[2:]: d=d[k]
 print(d)' "$@"
 }
 
-echo "== suspension cost without a flush: 2000 barriers, nothing to write (S = 1 GiB)"
-$ef run --out "$work/noflush" --mode dynamic --threshold 1GiB --limit 2GiB -- "${launch[@]}" \
-  "$work/apps/iterative" --iterations 2000 --work-units 2000 --mem 4 --record-bytes 0 >/dev/null
-$ef info "$work/noflush" --json > "$work/noflush.json"
-echo "pause without a flush (µs): p50 $(field "$work/noflush.json" suspension noflush_pause_us p50)  p99 $(field "$work/noflush.json" suspension noflush_pause_us p99)"
-echo "resume spread (µs):         p50 $(field "$work/noflush.json" suspension spread_us p50)  p99 $(field "$work/noflush.json" suspension spread_us p99)"
-echo "pause inequality (µs):      p50 $(field "$work/noflush.json" suspension pause_diff_us p50)  p99 $(field "$work/noflush.json" suspension pause_diff_us p99)"
-
+# Since the split decision, a collective without a flush does not suspend at all, so there is no
+# "pause without a flush" to measure any more: benches/offload/decision_cost.sh measures what a
+# collective costs instead.
 echo "== flush throughput: 2 ranks, 1 GiB of incompressible records each, flushed at S = 128 MiB"
-$ef run --out "$work/flush" --mode dynamic --threshold 128MiB --limit 1GiB -- "${launch[@]}" \
+$ef run --out "$work/flush" --mode dynamic --threshold 128MiB --limit 1GiB --decision-interval 0 -- "${launch[@]}" \
   "$work/apps/iterative" --iterations 256 --work-units 2000 --mem 4 --record-bytes 4194304 --records 4 --random-payload 64 >/dev/null
 $ef info "$work/flush" --json > "$work/flush.json"
 echo "flushes $(field "$work/flush.json" suspension flushes); resume spread p99 $(field "$work/flush.json" suspension spread_us p99) µs; pause inequality p99 $(field "$work/flush.json" suspension pause_diff_us p99) µs"
