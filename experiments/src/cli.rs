@@ -53,9 +53,18 @@ pub struct Args {
     /// Nominal per-rank disk bandwidth, MiB/s (each write reaches 43–62 % of it, as in the paper).
     #[arg(long, default_value_t = 33.0)]
     pub disk_mbps: f64,
+    /// Fraction of --disk-mbps that a suspension's writes reach, drawn per suspension from LO–HI
+    /// (default: the paper's 25–36 s for 512 MB on a 33 MB/s disk, i.e. 0.43–0.62). Give 1 when
+    /// --disk-mbps is a bandwidth measured on the same disk, e.g. by dd.
+    #[arg(long, value_name = "LO[-HI]")]
+    pub disk_efficiency: Option<String>,
     /// Cap on the aggregate write bandwidth of all ranks (shared file system), MiB/s.
     #[arg(long)]
     pub fs_mbps: Option<f64>,
+    /// Recording speed of trace bytes into the buffer (the direct perturbation DP), MiB/s
+    /// (default: calibrated on the paper's Table 1, 285).
+    #[arg(long)]
+    pub append_mbps: Option<f64>,
     /// One-way message latency (and per-hop cost of trees and collectives), µs.
     #[arg(long, default_value_t = 15.0)]
     pub latency_us: f64,
@@ -132,6 +141,19 @@ impl Args {
             .context("--remedy: expected faithful, after-write, margin or both")?;
         config.disk.mbps = self.disk_mbps;
         config.disk.shared_mbps = self.fs_mbps;
+        if let Some(range) = &self.disk_efficiency {
+            let (lo, hi) = parse_fraction_range(range).with_context(|| {
+                format!("--disk-efficiency: expected LO or LO-HI in (0, 1], not {range:?}")
+            })?;
+            config.disk.efficiency_lo = lo;
+            config.disk.efficiency_hi = hi;
+        }
+        if let Some(mbps) = self.append_mbps {
+            if mbps.is_nan() || mbps <= 0.0 {
+                bail!("--append-mbps must be positive");
+            }
+            config.app.append_mbps = mbps;
+        }
         config.net.latency_ns = self.latency_us * 1e3;
         config.net.jitter_ns = self.jitter_us * 1e3;
         config.net.post_write_extra_ns = self.post_write_ms * 1e6;
@@ -318,4 +340,35 @@ pub fn simulate(args: Args) -> anyhow::Result<()> {
         Some(other) => bail!("--study: unknown study {other:?} (table1, scale)"),
     }
     Ok(())
+}
+
+/// "0.5" or "0.4-0.6": fractions in (0, 1], low first.
+fn parse_fraction_range(text: &str) -> Option<(f64, f64)> {
+    let (lo, hi) = match text.split_once('-') {
+        Some((lo, hi)) => (
+            lo.trim().parse::<f64>().ok()?,
+            hi.trim().parse::<f64>().ok()?,
+        ),
+        None => {
+            let v = text.trim().parse::<f64>().ok()?;
+            (v, v)
+        }
+    };
+    let valid = |v: f64| v > 0.0 && v <= 1.0;
+    (valid(lo) && valid(hi) && lo <= hi).then_some((lo, hi))
+}
+
+#[cfg(test)]
+mod fraction_range_tests {
+    use super::parse_fraction_range;
+
+    #[test]
+    fn accepts_one_value_or_a_range_and_rejects_the_rest() {
+        assert_eq!(parse_fraction_range("1"), Some((1.0, 1.0)));
+        assert_eq!(parse_fraction_range("0.4-0.6"), Some((0.4, 0.6)));
+        assert_eq!(parse_fraction_range("0.6-0.4"), None);
+        assert_eq!(parse_fraction_range("0"), None);
+        assert_eq!(parse_fraction_range("1.5"), None);
+        assert_eq!(parse_fraction_range("fast"), None);
+    }
 }
