@@ -47,6 +47,9 @@ pub struct RankMeta {
     pub skipped: Vec<Skipped>,
     /// The host name of the rank's `RankInfo` record.
     pub host: Option<String>,
+    /// The MPI library's version string from the same record (how it synchronises can differ
+    /// from what the standard promises: see `hb::matcher::InterRole::RelayedByRemoteRoot`).
+    pub mpi_library: Option<String>,
     /// The rank's clock as [`align_clocks`] placed it among the others; without it (metadata
     /// built by hand), the rank's own calibration and samples.
     pub aligned: Option<AlignedClock>,
@@ -107,8 +110,13 @@ pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
                 meta.functions.insert(*id, name.clone());
             }
             Event::CommDef { id, members } => meta.comms.push((*id, intern(members))),
-            Event::RankInfo(info) if meta.host.is_none() && !info.host.is_empty() => {
-                meta.host = Some(info.host.clone());
+            Event::RankInfo(info) => {
+                if meta.host.is_none() && !info.host.is_empty() {
+                    meta.host = Some(info.host.clone());
+                }
+                if meta.mpi_library.is_none() && !info.mpi_library.is_empty() {
+                    meta.mpi_library = Some(info.mpi_library.clone());
+                }
             }
             _ => {}
         },

@@ -1003,6 +1003,10 @@ enum InterFault {
     Bcast,
     /// The Reduce's root, rank 3, leaves before rank 1 (the other group) entered.
     Reduce,
+    /// Rank 1 (A's second rank) completes the Ibarrier after B's first rank entered but before
+    /// B's second, rank 3, did: what Open MPI's libnbc does (it relays the barrier through the
+    /// groups' first ranks), a violation of the standard's barrier under any other library.
+    IbarrierRelayed(&'static str),
 }
 
 /// 4 ranks, an intercommunicator (id 3) between groups A = {0, 1} and B = {2, 3}, and on it a
@@ -1034,6 +1038,16 @@ fn intercomm_program(fault: InterFault) -> Vec<RankTrace> {
             } else {
                 (vec![2, 3], vec![0, 1])
             };
+            if let InterFault::IbarrierRelayed(library) = fault {
+                e.push(Event::RankInfo(format::RankInfo {
+                    rank: r,
+                    world_size: 4,
+                    pid: 100 + r,
+                    host: "node".into(),
+                    mpi_library: library.into(),
+                    run_id: String::new(),
+                }));
+            }
             e.push(Event::Marker(Marker::InitDone { time: 0 }));
             e.push(Event::CommDef {
                 id: inter,
@@ -1072,8 +1086,19 @@ fn intercomm_program(fault: InterFault) -> Vec<RankTrace> {
                 _ => on(bcast, 2_900, 3_150, 0, NO_REQUEST),
             });
             let request = 40 + u64::from(r);
-            e.push(on(ibarrier, 4_000 + u64::from(r), 4_010, NO_RANK, request));
-            e.push(Event::Call(call(WAIT, 4_100, 4_200, NO_RANK, NO_TAG)));
+            let (ibarrier_in, wait_out) = match (r, fault) {
+                (1, InterFault::IbarrierRelayed(_)) => (4_001, 4_150),
+                (3, InterFault::IbarrierRelayed(_)) => (4_180, 4_200),
+                _ => (4_000 + u64::from(r), 4_200),
+            };
+            e.push(on(
+                ibarrier,
+                ibarrier_in,
+                ibarrier_in + 10,
+                NO_RANK,
+                request,
+            ));
+            e.push(Event::Call(call(WAIT, 4_100, wait_out, NO_RANK, NO_TAG)));
             e.push(Event::Completion(Completion {
                 request,
                 source: NO_RANK,
@@ -1103,8 +1128,17 @@ fn intercommunicator_collectives_wait_for_the_other_group() {
         (InterFault::Barrier, 1),
         (InterFault::Bcast, 2),
         (InterFault::Reduce, 1),
+        (
+            InterFault::IbarrierRelayed("Open MPI v4.1.4, package: Debian OpenMPI"),
+            0,
+        ),
+        (InterFault::IbarrierRelayed("MPICH Version: 4.0.2"), 1),
     ] {
-        let dir = temp_dir(&format!("inter-{fault:?}"));
+        let name: String = format!("inter-{fault:?}")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let dir = temp_dir(&name);
         write_trace(&dir, 4, &intercomm_program(fault), 5);
         let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
         // Every rank leaves each of the 5 collectives once: both groups share each instance.
@@ -1128,6 +1162,13 @@ fn intercommunicator_collectives_wait_for_the_other_group() {
                 assert_eq!(exit(3, 3), 3_000 + l);
             }
             InterFault::Reduce => assert_eq!(exit(3, 6), 5_100 + l),
+            // Open MPI: rank 1 waited for rank 2 (B's first) only, so nothing moves.
+            InterFault::IbarrierRelayed(library) if violations == 0 => {
+                assert!(library.starts_with("Open MPI"));
+                assert_eq!(exit(1, 5), 4_150);
+            }
+            // Elsewhere its Wait ends at L after rank 3's entry.
+            InterFault::IbarrierRelayed(_) => assert_eq!(exit(1, 5), 4_180 + l),
             // Nothing moved: not rank 3 for leaving the barrier before rank 2 entered, nor
             // anybody for the late ranks that passed MPI_PROC_NULL.
             InterFault::None => {

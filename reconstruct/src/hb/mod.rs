@@ -248,8 +248,19 @@ impl HbContext {
                 .max()
                 .unwrap_or(0);
             let mut classes = vec![Class::Other; len];
+            // Open MPI's libnbc relays intercommunicator Ibarriers through the groups' first
+            // ranks (`InterRole::RelayedByRemoteRoot`); MPICH's waits as the standard says.
+            let relays_ibarrier = meta
+                .mpi_library
+                .as_deref()
+                .is_some_and(|l| l.starts_with("Open MPI"));
             for (id, name) in &meta.functions {
-                classes[usize::from(*id)] = Class::of(name);
+                classes[usize::from(*id)] = match Class::of(name) {
+                    Class::Icollective(_) if relays_ibarrier && name == "MPI_Ibarrier" => {
+                        Class::RelayedIbarrier
+                    }
+                    class => class,
+                };
             }
             let aligned = meta.aligned.as_ref();
             ranks.push(RankCtx {

@@ -30,6 +30,7 @@ pub(super) fn waited_for(r: &CollRef, n: usize) -> std::ops::Range<usize> {
     if let Some(inter) = r.inter {
         let remote = inter.remote.0 as usize..inter.remote.1 as usize;
         let range = match (r.shape, inter.role) {
+            (_, InterRole::RelayedByRemoteRoot) => remote.start..remote.start.saturating_add(1),
             // Data flows between the groups only: a rank waits for the other group, not its own
             // (MPI 4.0, 6.3: even a barrier "may return before all processes in its own group
             // have entered").
