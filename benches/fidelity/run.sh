@@ -4,9 +4,11 @@
 # and the untraced noise floor) on every workload of the matrix.
 #   benches/fidelity/run.sh [openmpi|mpich] [reps] [workload ...]
 # Workloads: iterative-off (the in-memory reference, --mode off: only DP to remove) iterative-64m
-# iterative-8m iterative-1m halo lammps (default: all). Each writes
+# iterative-8m iterative-1m halo lammps hpcc (default: all). Each writes
 # target/fidelity/<mpi>-<workload>.json (validate --json) and .png; the last lines print the table.
-# LAMMPS is Debian's `lammps` package (Open MPI only; installed here on first use).
+# LAMMPS is Debian's `lammps` package, hpcc Debian's HPC Challenge benchmark `hpcc` (HPL, PTRANS,
+# RandomAccess, FFT, ... at N = 1200 on a 1 x 2 grid; 40 M MPI calls, mostly MPI_Test/Testany
+# polling); both Open MPI only, installed here on first use.
 # Run it on a quiet machine: anything else running widens the noise floor.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,7 +16,7 @@ mpi=${1:-openmpi}
 reps=${2:-5}
 shift $(( $# > 2 ? 2 : $# )) || true
 workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(iterative-off iterative-64m iterative-8m iterative-1m halo lammps)
+[ ${#workloads[@]} -gt 0 ] || workloads=(iterative-off iterative-64m iterative-8m iterative-1m halo lammps hpcc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cargo build --release --workspace --quiet
 ef=$PWD/target/release/evenflush
@@ -45,6 +47,13 @@ for w in "${workloads[@]}"; do
     command -v lmp >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lammps >/dev/null
     sed 's/^run[[:space:]].*/run 1500/' /usr/share/lammps/examples/melt/in.melt > "$out/in.melt"
     cmd=(lmp -log none -screen none -in "$out/in.melt"); extra=(--threshold 8KiB --decision-interval 0) ;;
+  hpcc)
+    if [ "$mpi" != openmpi ]; then echo "hpcc: Debian builds it with Open MPI only; skipped"; continue; fi
+    command -v hpcc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hpcc >/dev/null
+    # Debian's example input on a 1 x 2 process grid, problem size 1200 (~3.5 s untraced here).
+    sed -e 's/^[0-9]*\( *\)Ns$/1200\1Ns/' -e 's/^[0-9]*\( *\)Ps$/1\1Ps/' -e 's/^[0-9]*\( *\)Qs$/2\1Qs/' \
+      /usr/share/doc/hpcc/examples/_hpccinf.txt > "$out/hpccinf.txt"
+    cmd=("$PWD/benches/fidelity/hpcc-rank.sh"); extra=(--threshold 8MiB) ;;
   *) echo "unknown workload $w" >&2; exit 2 ;;
   esac
   echo "== $mpi $w (${extra[*]}, $reps pairs)" >&2
