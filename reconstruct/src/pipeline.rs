@@ -394,6 +394,7 @@ fn keep(
             lane.after_commdef = true;
             true
         }
+        Event::RemoteGroup { .. } => true,
         _ => false,
     }
 }

@@ -1182,3 +1182,37 @@ fn intercommunicator_collectives_wait_for_the_other_group() {
         std::fs::remove_dir_all(out).unwrap();
     }
 }
+
+/// An intercommunicator made by another constructor (here `MPI_Comm_dup` of one, which records
+/// no `Intercomm_create`) is still paired: its `RemoteGroup` record names the other group. Same
+/// program and expectations as above, with the constructor renamed.
+#[test]
+fn intercommunicators_are_paired_by_their_groups_whatever_made_them() {
+    for (fault, violations) in [(InterFault::None, 0), (InterFault::Barrier, 1)] {
+        let traces: Vec<RankTrace> = intercomm_program(fault)
+            .into_iter()
+            .map(|mut t| {
+                for (_, events) in t.streams.iter_mut() {
+                    for e in events.iter_mut() {
+                        if let Event::FunctionDef { name, .. } = e
+                            && name == "MPI_Intercomm_create"
+                        {
+                            *name = "MPI_Comm_dup".into();
+                        }
+                    }
+                }
+                t
+            })
+            .collect();
+        let dir = temp_dir(&format!("inter-dup-{violations}"));
+        write_trace(&dir, 4, &traces, 5);
+        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        assert_eq!(report.collective_exits, 4 * 5, "{fault:?}: {report:?}");
+        assert_eq!(
+            report.collective_violations, violations,
+            "{fault:?}: {report:?}"
+        );
+        assert_eq!(report.waits_on_absent_ranks, 0, "{fault:?}: {report:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

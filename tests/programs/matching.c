@@ -10,13 +10,16 @@
  *   - RMA fences around a Put (the window's first fence opens the epoch, the second ends it);
  *   - point-to-point on an intercommunicator (even and odd world ranks), and collectives on it:
  *     Barrier, Allreduce, Bcast from the even group (MPI_ROOT / MPI_PROC_NULL there), Reduce to
- *     the odd group, Ibarrier + Wait.
+ *     the odd group, Ibarrier + Wait;
+ *   - the same intercommunicator duplicated (MPI_Comm_dup: no Intercomm_create names it), with a
+ *     Sendrecv and an Allreduce on the copy.
  *
  * Usage: matching [--iterations N]  (default N = 20); P must be even (the Ssend ring alternates).
  * Messages per run, for P ranks (P even) and N iterations: persistent 2·P·N (each rank a Start
  * and a Startall round per iteration), probes 2·P·N, Ssend/Bsend/Rsend 3·P·N, intercommunicator
- * P·N. Collective exits: per iteration P each for the world Barrier, the neighbourhood collective,
- * two fences and the five intercommunicator collectives, and P for the final Reduce: 9·P·N + P.
+ * P·N, its copy P·N. Collective exits: per iteration P each for the world Barrier, the
+ * neighbourhood collective, two fences, the five intercommunicator collectives and the copy's
+ * Allreduce, and P for the final Reduce: 10·P·N + P.
  * stdout (rank 0): "matching ranks=P iterations=N sum=S".
  */
 #include <mpi.h>
@@ -47,6 +50,8 @@ int main(int argc, char **argv)
     MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, rank % 2 == 0 ? 1 : 0, 99, &inter);
     int half_rank;
     MPI_Comm_rank(half, &half_rank);
+    MPI_Comm inter_copy;
+    MPI_Comm_dup(inter, &inter_copy);
 
     int dims[1] = {size}, periods[1] = {1};
     MPI_Comm cart;
@@ -130,10 +135,18 @@ int main(int argc, char **argv)
         sum += reduced;
         MPI_Ibarrier(inter, &r[0]);
         MPI_Wait(&r[0], MPI_STATUS_IGNORE);
+
+        /* The copy: the same pairs, another tag, and a collective. */
+        MPI_Sendrecv(&rank, 1, MPI_INT, half_rank, 18, &got, 1, MPI_INT, half_rank, 18, inter_copy,
+                     MPI_STATUS_IGNORE);
+        sum += got;
+        MPI_Allreduce(&mine, &theirs, 1, MPI_INT, MPI_SUM, inter_copy);
+        sum += theirs;
     }
 
     MPI_Win_free(&win);
     MPI_Comm_free(&cart);
+    MPI_Comm_free(&inter_copy);
     MPI_Comm_free(&inter);
     MPI_Comm_free(&half);
     MPI_Request_free(&pers[0]);

@@ -157,6 +157,9 @@ pub(super) type InterPair = ((i32, u32), Option<u32>, Option<u32>);
 /// Global ids of intercommunicator pairs start here, above any the context interned.
 const INTER_GLOBAL: u32 = 1 << 31;
 
+/// The "tag" of pairings made from `RemoteGroup` records (`Intercomm_create`'s tags are ≥ 0).
+const GROUP_PAIRED: i32 = i32::MIN;
+
 /// Which collective: (communicator, space, instance); space 0 are the communicator's
 /// collectives, space 1 + k the fences of its k-th window.
 pub(super) type CollKey = (u32, u32, u64);
@@ -282,8 +285,10 @@ pub(super) struct InterSide {
 #[derive(Default)]
 pub(super) struct RankState {
     /// Intercommunicators by local id. Their `CommDef` names the local group only (what
-    /// `MPI_Comm_group` returns), so they are recognised by the `Intercomm_create` that follows
-    /// the definition, and paired with the other side by tag and occurrence.
+    /// `MPI_Comm_group` returns); the `RemoteGroup` that follows names the other, and both pair
+    /// it. Traces without `RemoteGroup` records (recorders before format version 3) are
+    /// recognised by the `Intercomm_create` that follows the definition, and paired with the
+    /// other side by tag and occurrence.
     pub(super) intercomms: FastMap<CommId, InterSide>,
     intercomms_made: FastMap<(i32, Arc<[u32]>), u32>,
     posts: Vec<Slot>,
@@ -356,6 +361,66 @@ impl Shared<'_> {
         let groups = self.inter_groups.entry(pairing).or_default();
         if !groups.iter().any(|g| **g == *local) {
             groups.push(local);
+        }
+        self.pair_intercomms(pairing);
+    }
+
+    /// `id` is an intercommunicator whose remote group the trace names: both of its groups are
+    /// known at once, so it is paired as soon as either side defines it. Its pairing is the
+    /// two groups and how many intercommunicators between them this rank made before (the
+    /// ranks of both groups make them in the same order: their constructors are collective).
+    /// Members outside this world (spawned or connected processes) cannot be matched.
+    pub(super) fn define_intercomm_by_groups(
+        &mut self,
+        lane_rank: usize,
+        id: CommId,
+        remote: &[u32],
+    ) {
+        let Some((local, me)) = self
+            .comm(lane_rank, id)
+            .map(|c| (Arc::clone(&c.members), c.me))
+        else {
+            return;
+        };
+        if remote.is_empty() || remote.contains(&format::NOT_IN_WORLD) {
+            return;
+        }
+        let remote: Arc<[u32]> = remote.into();
+        let (low, high) = if local[..] <= remote[..] {
+            (Arc::clone(&local), Arc::clone(&remote))
+        } else {
+            (Arc::clone(&remote), Arc::clone(&local))
+        };
+        // Occurrences count per rank under the pairing's own key space, apart from the tags of
+        // `Intercomm_create` (which are never negative).
+        let state = &mut self.ranks[lane_rank];
+        let n = state
+            .intercomms_made
+            .entry((GROUP_PAIRED, Arc::clone(&low)))
+            .or_default();
+        let occurrence = *n;
+        *n += 1;
+        let next = self.group_pairings.len() as u32;
+        let key = *self
+            .group_pairings
+            .entry((low, Arc::clone(&high), occurrence))
+            .or_insert(next);
+        let pairing = (GROUP_PAIRED, key);
+        self.ranks[lane_rank].intercomms.insert(
+            id,
+            InterSide {
+                pairing,
+                local: Arc::clone(&local),
+                me,
+                paired: None,
+                coll: None,
+            },
+        );
+        let groups = self.inter_groups.entry(pairing).or_default();
+        for g in [local, remote] {
+            if !groups.iter().any(|x| **x == *g) {
+                groups.push(g);
+            }
         }
         self.pair_intercomms(pairing);
     }

@@ -353,6 +353,9 @@ struct Shared<'c> {
     /// id of each pair.
     inter_groups: FastMap<(i32, u32), Vec<std::sync::Arc<[u32]>>>,
     inter_globals: FastMap<matcher::InterPair, u32>,
+    /// Pairings of intercommunicators known by their two groups: (lower group, higher group,
+    /// occurrence) → key.
+    group_pairings: FastMap<(std::sync::Arc<[u32]>, std::sync::Arc<[u32]>, u32), u32>,
 }
 
 /// How many events a lane may process before the next lane gets its turn; bounds how far one
@@ -391,6 +394,7 @@ pub fn run<I: LaneSource>(
         absent_ranks: 0,
         inter_groups: FastMap::default(),
         inter_globals: FastMap::default(),
+        group_pairings: FastMap::default(),
     };
     let mut lanes: Vec<Lane<I>> = lanes
         .into_iter()
@@ -532,6 +536,15 @@ impl Shared<'_> {
             }
             if let Event::CommDef { id, .. } = &event {
                 lane.last_commdef = Some(*id);
+            }
+            if let Event::RemoteGroup { id, members } = &event {
+                // The recorder names every intercommunicator's remote group right after its
+                // definition, however it was made (create, dup, split, ...): the two groups
+                // identify it, so the constructor need not be recognised.
+                if lane.last_commdef == Some(*id) {
+                    lane.last_commdef = None;
+                }
+                self.define_intercomm_by_groups(lane.rank_idx, *id, members);
             }
             if let Event::Call(c) = &event {
                 if let Some(id) = lane.last_commdef.take()
