@@ -355,8 +355,11 @@ struct Shared<'c> {
     inter_globals: FastMap<matcher::InterPair, u32>,
     /// Pairings of intercommunicators known by their two groups: (lower group, higher group,
     /// occurrence) → key.
-    group_pairings: FastMap<(std::sync::Arc<[u32]>, std::sync::Arc<[u32]>, u32), u32>,
+    group_pairings: FastMap<GroupPairing, u32>,
 }
+
+/// Two groups of an intercommunicator (the lower-sorting one first) and the occurrence.
+type GroupPairing = (std::sync::Arc<[u32]>, std::sync::Arc<[u32]>, u32);
 
 /// How many events a lane may process before the next lane gets its turn; bounds how far one
 /// lane runs ahead, and so how many unmatched sends are held.
