@@ -1216,3 +1216,51 @@ fn intercommunicators_are_paired_by_their_groups_whatever_made_them() {
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
+
+/// A data collective that moves nothing (HPL broadcasts count 0) returns at once, so leaving it
+/// before the root entered is no violation; with data it is, and a barrier waits with none.
+#[test]
+fn collectives_that_move_no_data_wait_for_nobody_but_barriers_do() {
+    let bcast = 30;
+    for (bytes, barrier_early, violations) in [(0, false, 0), (8, false, 1), (0, true, 1)] {
+        let traces: Vec<RankTrace> = (0..2u32)
+            .map(|r| {
+                let mut e = function_defs();
+                e.push(Event::FunctionDef {
+                    id: bcast,
+                    name: "MPI_Bcast".into(),
+                });
+                e.push(Event::Marker(Marker::InitDone { time: 0 }));
+                // Rank 1 leaves the Bcast rooted at rank 0 (which enters at 1_500) at 1_010.
+                let mut b = if r == 0 {
+                    call(bcast, 1_500, 1_510, NO_RANK, NO_TAG)
+                } else {
+                    call(bcast, 1_000, 1_010, NO_RANK, NO_TAG)
+                };
+                b.root = 0;
+                b.bytes = bytes;
+                e.push(Event::Call(b));
+                // Rank 1 leaves the barrier before rank 0 entered it only in the third case.
+                let (start, end) = match (r, barrier_early) {
+                    (0, _) => (2_500, 2_600),
+                    (_, true) => (2_000, 2_100),
+                    _ => (2_000, 2_600),
+                };
+                let mut barrier = call(BARRIER, start, end, NO_RANK, NO_TAG);
+                barrier.bytes = 0;
+                e.push(Event::Call(barrier));
+                e.push(Event::Marker(Marker::FinalizeStart { time: 3_000 }));
+                one_stream(r, e)
+            })
+            .collect();
+        let dir = temp_dir(&format!("nodata-{bytes}-{barrier_early}"));
+        write_trace(&dir, 2, &traces, 5);
+        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        assert_eq!(report.collective_exits, 4, "{report:?}");
+        assert_eq!(
+            report.collective_violations, violations,
+            "bytes {bytes}, early barrier {barrier_early}: {report:?}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -608,6 +608,7 @@ impl Shared<'_> {
             inst.recorded_starts[me as usize] = Some(c.start.saturating_add(removed));
         }
         let root = if c.root >= 0 { c.root as u32 } else { 0 };
+        let shape = shape.filter(|_| self.ctx.collective_waits(lane.rank_idx, c.func, c.bytes));
         Some(CollRef {
             key,
             shape,

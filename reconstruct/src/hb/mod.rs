@@ -195,6 +195,9 @@ struct RankCtx {
     world_rank: u32,
     /// Indexed by function id; ids without a definition are `Other`.
     classes: Vec<Class>,
+    /// Indexed by function id: synchronisations that move no data (barriers, fences), which
+    /// wait for the others even with 0 bytes.
+    pure_syncs: Vec<bool>,
     comms: FastMap<format::CommId, Comm>,
     /// Ranks with the same clock group read one clock.
     clock_group: u32,
@@ -262,10 +265,16 @@ impl HbContext {
                     class => class,
                 };
             }
+            let mut pure_syncs = vec![false; len];
+            for (id, name) in &meta.functions {
+                let name = name.to_ascii_lowercase();
+                pure_syncs[usize::from(*id)] = name.contains("barrier") || name.contains("fence");
+            }
             let aligned = meta.aligned.as_ref();
             ranks.push(RankCtx {
                 world_rank: meta.rank,
                 classes,
+                pure_syncs,
                 comms,
                 clock_group: aligned.map_or(u32::MAX - meta.rank, |a| a.group),
                 clock_uncertainty_ns: aligned.map_or(0, |a| a.uncertainty_ns.ceil() as u64),
@@ -291,6 +300,27 @@ impl HbContext {
                 .get(usize::from(func))
                 .is_some_and(|&class| class != Class::Other)
         })
+    }
+
+    /// Whether `func` only completes requests (`Wait*`, `Test*`): such a call matters to the
+    /// matcher only through the completions recorded after it.
+    pub fn is_completion_call(&self, rank_idx: usize, func: format::FunctionId) -> bool {
+        self.ranks
+            .get(rank_idx)
+            .is_some_and(|r| r.classes.get(usize::from(func)) == Some(&Class::Completion))
+    }
+
+    /// Whether a collective call of `func` that moved `bytes` depends on the others' entries. A
+    /// data collective that moved nothing here (a Bcast or Reduce of count 0, which HPL makes)
+    /// returns at once in both MPI libraries: nothing flows, so it waits for nobody.
+    fn collective_waits(&self, rank_idx: usize, func: format::FunctionId, bytes: u64) -> bool {
+        bytes > 0
+            || self
+                .ranks
+                .get(rank_idx)
+                .and_then(|r| r.pure_syncs.get(usize::from(func)))
+                .copied()
+                .unwrap_or(true)
     }
 
     fn index_of(&self, world_rank: u32) -> Option<usize> {
