@@ -7,10 +7,12 @@
 //! ([`for_each_match`]), handed over as they are matched: a view writes or samples them then, so
 //! no list of every message is kept.
 
+pub mod flows;
 pub mod otf2;
 #[cfg(have_otf2)]
 mod otf2_ffi;
 pub mod perfetto;
+pub mod perfetto_proto;
 pub mod timeline;
 
 use std::collections::HashMap;
