@@ -11,8 +11,8 @@ use reconstruct::progress::Bar;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
-    /// Perfetto's native protobuf trace (deflated packets, ~10x smaller than the JSON): open it
-    /// in ui.perfetto.dev or query it with trace_processor. Until this release `perfetto` wrote
+    /// Perfetto's native protobuf trace (deflated packets, 20-35 times smaller than the JSON):
+    /// open it in ui.perfetto.dev or query it with trace_processor. `perfetto` used to write the
     /// JSON; that is `chrome-json` now.
     Perfetto,
     /// Chrome Trace Event JSON: ui.perfetto.dev, chrome://tracing, or any JSON tool.
@@ -27,7 +27,8 @@ pub enum ExportFormat {
 evenflush export trace --format chrome-json --out trace.json\n  \
 evenflush export trace --format otf2 --out trace-otf2 && otf2-print trace-otf2/traces.otf2\n\n\
 Times are in the global clock (rank 0's). perfetto and chrome-json (the same view; `perfetto` wrote this JSON \
-before it wrote the native format): one process per rank, one thread per recording thread, each MPI call a \
+before it wrote the native format): one process per rank (perfetto: pid = rank + 1, as Perfetto \
+reserves pid 0), one thread per recording thread, each MPI call a \
 slice with peer (world rank), tag, bytes and communicator, user regions as slices (perfetto), each matched \
 message a flow arrow from the send call to the call that completed the receive, suspensions and flushes as \
 slices, the recorder's buffer fill as a counter. OTF2: MPI point-to-point \

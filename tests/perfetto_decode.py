@@ -106,6 +106,7 @@ def main():
     # Slices per track in time order (ties in file order), as trace_processor stacks them.
     events.sort(key=lambda x: (x[0], x[1], x[2]))
     begins = Counter()
+    region_names = Counter()
     stacks = defaultdict(list)
     flow_start_ts, flow_end_ts = {}, {}
     for track, ts, _, typ, name, outs, ins in events:
@@ -118,6 +119,7 @@ def main():
                 begins[(name, pid)] += 1
             else:
                 begins[("region", pid)] += 1
+                region_names[name] += 1
         elif typ == pb.TrackEvent.TYPE_SLICE_END:
             assert stacks[track], f"slice end without begin on track {track} at {ts}"
             assert stacks[track].pop() <= ts
@@ -141,6 +143,7 @@ def main():
         "calls_per_pid": {str(k): v for k, v in sorted(calls_per_pid.items())},
         "calls": sum(calls_per_pid.values()),
         "regions": sum(n for (k, _), n in begins.items() if k == "region"),
+        "region_names": dict(sorted(region_names.items())),
         "suspensions": sum(n for (k, _), n in begins.items() if k == "suspension"),
         "flushes": sum(n for (k, _), n in begins.items() if k == "flush"),
         "flows": len(flow_in),

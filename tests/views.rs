@@ -201,13 +201,10 @@ fn check_perfetto(dir: &Path, scratch_dir: &Path) {
         );
     }
     assert_eq!(got["calls"], info["mpi_calls_total"], "{got}");
-    let regions: u64 = info["regions"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|n| n.as_u64().unwrap())
-        .sum();
-    assert_eq!(got["regions"], regions, "{got}");
+    assert_eq!(
+        got["region_names"], info["regions"],
+        "region slices by name: {got}"
+    );
     assert_eq!(
         got["suspensions"],
         info["suspension"]["count"].as_u64().unwrap() * ranks,
@@ -323,6 +320,8 @@ fn views(mpi: Mpi) {
     for (program, ranks, flags) in [
         ("halo", 4, &["--threshold", "8KiB"][..]),
         ("ring", 2, &["--mode", "off"][..]),
+        // User regions, nested, around barriers.
+        ("user_records", 2, &[][..]),
     ] {
         let out = scratch(&format!("views-{program}-{}", mpi.name()));
         run_traced(mpi, ranks, program, &[], &out, flags);

@@ -519,6 +519,10 @@ impl<W: Write> State<'_, W> {
                     });
                 });
                 if s.flushed && s.bytes_raw > 0 {
+                    // Before the flush's slice, so that the sequence's times keep increasing.
+                    self.counter(li, start);
+                    self.ranks[ri].fill = 0;
+                    reset = true;
                     // The write comes first in a suspension; the rest waits for Z.
                     let write_end = start.saturating_add(s.write_ns).min(end);
                     self.begin(li, start, NameKey::Fixed("flush"), |te| {
@@ -526,9 +530,6 @@ impl<W: Write> State<'_, W> {
                         te.annotation(A_WRITE_NS, s.write_ns as i64);
                     });
                     self.end(li, write_end, |_| {});
-                    self.counter(li, start);
-                    self.ranks[ri].fill = 0;
-                    reset = true;
                 }
                 self.end(li, end, |_| {});
                 now = end;
