@@ -275,9 +275,7 @@ struct Writer<W: Write> {
 impl<W: Write> Writer<W> {
     /// Appends the packet built in `self.packet` to the chunk.
     fn end_packet(&mut self) {
-        let packet = std::mem::take(&mut self.packet.buf);
-        self.chunk.bytes(TRACE_PACKET, &packet);
-        self.packet.buf = packet;
+        self.chunk.bytes(TRACE_PACKET, &self.packet.buf);
         self.packet.buf.clear();
         self.summary.packets += 1;
         if self.chunk.buf.len() >= CHUNK {
