@@ -744,3 +744,26 @@ pub fn export(
     progress(total, total);
     Ok(summary)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_and_nested_lengths_are_protobuf_wire_format() {
+        let mut p = Pb::default();
+        p.uint(1, 300);
+        assert_eq!(p.buf, [0x08, 0xac, 0x02]);
+        p.buf.clear();
+        p.int(4, -1);
+        assert_eq!(p.buf.len(), 1 + 10, "negative int64 takes ten bytes");
+        p.buf.clear();
+        p.fixed64(47, 1);
+        assert_eq!(p.buf, [0xf9, 0x02, 1, 0, 0, 0, 0, 0, 0, 0]);
+        // A nested message longer than 127 bytes: its length takes two bytes, put in front.
+        p.buf.clear();
+        p.msg(2, |m| m.bytes(1, &[7; 200]));
+        assert_eq!(&p.buf[..5], &[0x12, 0xcb, 0x01, 0x0a, 0xc8]);
+        assert_eq!(p.buf.len(), 3 + 3 + 200);
+    }
+}
