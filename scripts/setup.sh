@@ -12,6 +12,7 @@ packages=(
   zstd                                # inspecting compressed chunks by hand
   fonts-dejavu-core                   # the font of every PNG (timeline, validate, simulator plots): DejaVuSans.ttf
   python3-mpi4py                      # a real MPI program nobody here wrote (tests)
+  python3-pip                         # the perfetto Python package below
 )
 
 missing=()
@@ -44,6 +45,18 @@ else
     exit 1
   }
   echo "setup: installed ${missing[*]}"
+fi
+
+# Perfetto's own protobuf classes (perfetto_trace_pb2) decode the native Perfetto export in
+# tests/views.rs. Not packaged by Debian: from the Python package index, into Debian's Python
+# (/usr/bin/python3, which the tests run, whatever python3 comes first on PATH).
+if ! /usr/bin/python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+  echo "setup: pip install perfetto"
+  /usr/bin/python3 -m pip install -q --break-system-packages perfetto >/tmp/evenflush-setup-pip.log 2>&1 || {
+    echo "setup: pip install perfetto failed; last lines of /tmp/evenflush-setup-pip.log:" >&2
+    tail -n 30 /tmp/evenflush-setup-pip.log >&2
+    exit 1
+  }
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -440,7 +440,7 @@ fn check_events_and_clocks(dir: &Path, what: &str) {
     }
 }
 
-/// `reconstruct`, `report` and `export --format perfetto` work on the trace, and the export puts
+/// `reconstruct`, `report` and `export --format chrome-json` work on the trace, and the export puts
 /// the two nodes' ranks on one time line although their clocks are 137 s apart.
 fn check_tools(dir: &Path, what: &str) {
     let d = dir.display().to_string();
@@ -473,7 +473,7 @@ fn check_tools(dir: &Path, what: &str) {
             "export",
             &d,
             "--format",
-            "perfetto",
+            "chrome-json",
             "--out",
             &json_path.display().to_string(),
         ],

@@ -120,18 +120,18 @@ fn many_ranks(mpi: Mpi, ranks: u32, iterations: u32, min_flushes: u64, layout: &
     let summary: serde_json::Value = serde_json::from_str(&text).expect("reconstruct --json");
     assert_eq!(summary["suspensions"]["flushes"], flushes, "{summary}");
     evenflush_ok(&["report", "--json"], &out);
-    let json = out.join("trace.json");
+    let pftrace = out.join("trace.pftrace");
     evenflush_ok(
         &[
             "export",
             "--format",
             "perfetto",
             "--out",
-            json.to_str().unwrap(),
+            pftrace.to_str().unwrap(),
         ],
         &out,
     );
-    assert!(std::fs::metadata(&json).unwrap().len() > 1000);
+    assert!(std::fs::metadata(&pftrace).unwrap().len() > 1000);
 }
 
 fn ranks_64(mpi: Mpi) {

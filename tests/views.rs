@@ -98,41 +98,129 @@ fn check_report(dir: &Path) {
     assert_eq!(sent, sends_in_trace(dir), "partner pairs total");
 }
 
-fn check_perfetto(dir: &Path, scratch_dir: &Path) {
+fn check_chrome_json(dir: &Path, scratch_dir: &Path) {
     let file = scratch_dir.join("trace.json");
-    evenflush(&["export", "--format", "perfetto", "--out"], dir, &[&file]);
+    evenflush(
+        &["export", "--format", "chrome-json", "--out"],
+        dir,
+        &[&file],
+    );
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let events = json["traceEvents"].as_array().unwrap();
     let mut by_ph: HashMap<&str, u64> = HashMap::new();
-    let mut ids = std::collections::HashSet::new();
+    let mut outs = std::collections::HashSet::new();
+    let mut ins = std::collections::HashSet::new();
     for e in events {
         let ph = e["ph"].as_str().unwrap();
         *by_ph.entry(ph).or_default() += 1;
-        if ph == "s" {
-            assert!(ids.insert(e["id"].as_u64().unwrap()), "flow id used twice");
+        assert!(
+            ph != "s" && ph != "f",
+            "flows are bound to slices, not separate events"
+        );
+        if let Some(id) = e["bind_id"].as_u64() {
+            assert_eq!(ph, "X", "{e}");
+            if e["flow_out"] == true {
+                assert!(outs.insert(id), "flow out {id} twice");
+            } else {
+                assert_eq!(e["flow_in"], true, "{e}");
+                assert!(ins.insert(id), "flow in {id} twice");
+            }
         }
     }
     let sends = sends_in_trace(dir);
-    assert_eq!(
-        by_ph.get("s").copied().unwrap_or(0),
-        sends,
-        "one flow start per message sent"
-    );
-    assert_eq!(
-        by_ph.get("f").copied().unwrap_or(0),
-        sends,
-        "one flow end per message sent"
-    );
+    assert_eq!(ins.len() as u64, sends, "one flow per message sent");
+    assert!(ins.is_subset(&outs), "every flow in has its flow out");
     let calls: u64 = info_json(dir)["mpi_calls_total"].as_u64().unwrap();
     let call_slices = events
         .iter()
-        .filter(|e| e["ph"] == "X" && e["cat"] != "evenflush")
+        .filter(|e| e["ph"] == "X" && e["cat"] != "evenflush" && e["cat"] != "message")
         .count() as u64;
     assert_eq!(call_slices, calls);
     assert!(
         by_ph.get("C").copied().unwrap_or(0) > 0,
         "buffer fill counter"
+    );
+}
+
+/// The native Perfetto export, decoded by Perfetto's own Python classes
+/// (tests/perfetto_decode.py): tracks, slices per rank, flows and counters against the trace.
+fn check_perfetto(dir: &Path, scratch_dir: &Path) {
+    let file = scratch_dir.join("trace.pftrace");
+    let out = evenflush(&["export", "--format", "perfetto", "--out"], dir, &[&file]);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr).trim());
+    let info = info_json(dir);
+    let functions: Vec<String> = info["functions"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let script = common::repo_root().join("tests/perfetto_decode.py");
+    let decoded = match Command::new("/usr/bin/python3")
+        .arg(&script)
+        .arg(&file)
+        .args(&functions)
+        .output()
+    {
+        Ok(py) if py.status.success() => py,
+        Ok(py) if String::from_utf8_lossy(&py.stderr).contains("No module named 'perfetto'") => {
+            common::skip_or_fail(
+                "perfetto-python",
+                "the perfetto Python package is not installed (scripts/setup.sh installs it)",
+            );
+            return;
+        }
+        Ok(py) => panic!(
+            "decoding the Perfetto export failed: {}",
+            String::from_utf8_lossy(&py.stderr)
+        ),
+        Err(e) => {
+            common::skip_or_fail("perfetto-python", &format!("/usr/bin/python3: {e}"));
+            return;
+        }
+    };
+    let got: serde_json::Value =
+        serde_json::from_slice(&decoded.stdout).expect("the decoder prints JSON");
+    let per_rank = info["per_rank"].as_array().unwrap();
+    let ranks = per_rank.len() as u64;
+    let threads: u64 = per_rank
+        .iter()
+        .map(|r| r["threads"].as_u64().unwrap())
+        .sum();
+    assert_eq!(got["processes"], ranks, "{got}");
+    assert_eq!(got["threads"], threads, "{got}");
+    assert_eq!(got["counter_tracks"], ranks, "{got}");
+    // pid = world rank + 1.
+    for r in per_rank {
+        let pid = (r["rank"].as_u64().unwrap() + 1).to_string();
+        assert_eq!(
+            got["calls_per_pid"][&pid], r["mpi_calls"],
+            "rank {}: call slices: {got}",
+            r["rank"]
+        );
+    }
+    assert_eq!(got["calls"], info["mpi_calls_total"], "{got}");
+    assert_eq!(
+        got["region_names"], info["regions"],
+        "region slices by name: {got}"
+    );
+    assert_eq!(
+        got["suspensions"],
+        info["suspension"]["count"].as_u64().unwrap() * ranks,
+        "{got}"
+    );
+    assert_eq!(
+        got["flows"],
+        sends_in_trace(dir),
+        "one flow per message sent: {got}"
+    );
+    assert_eq!(got["flow_ends_repeated"], 0, "{got}");
+    assert_eq!(got["flows_without_start"], 0, "{got}");
+    assert_eq!(got["flows_backwards"], 0, "{got}");
+    assert!(
+        got["counters"].as_u64().unwrap() > 0,
+        "buffer fill counter: {got}"
     );
 }
 
@@ -232,11 +320,14 @@ fn views(mpi: Mpi) {
     for (program, ranks, flags) in [
         ("halo", 4, &["--threshold", "8KiB"][..]),
         ("ring", 2, &["--mode", "off"][..]),
+        // User regions, nested, around barriers.
+        ("user_records", 2, &[][..]),
     ] {
         let out = scratch(&format!("views-{program}-{}", mpi.name()));
         run_traced(mpi, ranks, program, &[], &out, flags);
         let work = scratch(&format!("views-{program}-{}-out", mpi.name()));
         check_report(&out);
+        check_chrome_json(&out, &work);
         check_perfetto(&out, &work);
         check_otf2(&out, &work);
         check_timeline(&out, &work, ranks);

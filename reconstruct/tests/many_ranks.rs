@@ -19,7 +19,7 @@ use format::{
     rank_file_name,
 };
 use reconstruct::Trace;
-use reconstruct::export::{perfetto, timeline};
+use reconstruct::export::{perfetto, perfetto_proto, timeline};
 
 const WORLD: u32 = 4096;
 const ITERATIONS: u64 = 3;
@@ -202,6 +202,30 @@ fn child(step: &str, dir: &Path) {
                 "bytes": size,
             })
         }
+        "perfetto-proto" | "perfetto-proto-discarded" => {
+            let out = if step == "perfetto-proto-discarded" {
+                std::path::PathBuf::from("/dev/null")
+            } else {
+                dir.with_extension("pftrace")
+            };
+            let s = perfetto_proto::export(
+                &trace,
+                &out,
+                perfetto_proto::ProtoOptions::default(),
+                &mut |_, _| {},
+            )
+            .expect("perfetto protobuf");
+            if out.is_file() {
+                let _ = std::fs::remove_file(&out);
+            }
+            serde_json::json!({
+                "events": s.events_read,
+                "slices": s.slices,
+                "flow_ends": s.flow_ends,
+                "messages": s.messages_matched,
+                "bytes": s.bytes_written,
+            })
+        }
         "timeline" => {
             let out = dir.with_extension("png");
             let opts = timeline::TimelineOptions {
@@ -331,7 +355,14 @@ fn info_report_and_views_work_at_4096_ranks_with_few_files_open() {
     assert_eq!(perfetto["events"], written.events);
     assert_eq!(perfetto["slices"], written.calls);
     assert_eq!(perfetto["messages"], messages);
-    assert_eq!(perfetto["flows"], 2 * messages);
+    assert_eq!(perfetto["flows"], messages);
+
+    let proto = run_step(test, "perfetto-proto", &dir, MAX_VIEW_MIB);
+    assert_eq!(proto["events"], written.events);
+    assert_eq!(proto["slices"], written.calls);
+    assert_eq!(proto["messages"], messages);
+    // Every send call carries its flow id, every receive completion its messages' ids.
+    assert_eq!(proto["flow_ends"], 2 * messages);
 
     let timeline = run_step(test, "timeline", &dir, MAX_VIEW_MIB);
     assert_eq!(timeline["rows"], WORLD);
@@ -354,7 +385,11 @@ fn views_keep_no_list_of_the_messages() {
     let perfetto = run_step(test, "perfetto-discarded", &dir, MAX_LONG_MIB);
     assert_eq!(perfetto["events"], written.events);
     assert_eq!(perfetto["messages"], messages);
-    assert_eq!(perfetto["flows"], 2 * messages);
+    assert_eq!(perfetto["flows"], messages);
+    let proto = run_step(test, "perfetto-proto-discarded", &dir, MAX_LONG_MIB);
+    assert_eq!(proto["events"], written.events);
+    assert_eq!(proto["messages"], messages);
+    assert_eq!(proto["flow_ends"], 2 * messages);
     let timeline = run_step(test, "timeline", &dir, MAX_LONG_MIB);
     assert_eq!(timeline["messages"], messages);
     let _ = std::fs::remove_dir_all(&dir);

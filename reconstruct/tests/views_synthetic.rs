@@ -1,4 +1,4 @@
-//! The views (report, Perfetto JSON, OTF2, timeline) on a small trace written with the format
+//! The views (report, Perfetto protobuf and JSON, OTF2, timeline) on a small trace written with the format
 //! crate's own writer, where every expected figure is known from what the test wrote.
 
 mod common;
@@ -11,7 +11,7 @@ use std::path::Path;
 use common::*;
 use format::{Completion, Event, Marker, Suspension};
 use reconstruct::Trace;
-use reconstruct::export::{otf2, perfetto, timeline};
+use reconstruct::export::{otf2, perfetto, perfetto_proto, timeline};
 use reconstruct::rebuild::matched_messages;
 use reconstruct::report::{Report, profile_trace, size_bin};
 
@@ -149,61 +149,51 @@ fn report_counts_sizes_partners_and_spans() {
     assert_eq!(again.partners.pairs, report.partners.pairs);
 }
 
-/// Checks the structure of a Perfetto file against the trace: one slice per call, one flow pair
-/// per matched message, each flow end inside a slice of its thread, slices properly nested.
+/// Checks the structure of a Chrome JSON file against the trace: one slice per call, one flow per
+/// matched message bound to slices (`bind_id`, `flow_out` then `flow_in` in time order, as
+/// Perfetto links them), slices properly nested.
 pub fn check_perfetto(json: &serde_json::Value, calls: u64, messages: u64) {
     let events = json["traceEvents"].as_array().expect("traceEvents");
     let mut slices: HashMap<(u64, u64), Vec<(f64, f64)>> = HashMap::new();
-    let mut starts = HashMap::new();
-    let mut finishes = HashMap::new();
+    let mut outs = HashMap::new();
+    let mut ins = HashMap::new();
     let mut call_slices = 0;
     for e in events {
         let pid = e["pid"].as_u64().unwrap();
-        match e["ph"].as_str().unwrap() {
-            "X" => {
-                let ts = e["ts"].as_f64().unwrap();
-                let dur = e["dur"].as_f64().unwrap();
-                assert!(dur >= 0.0);
-                slices
-                    .entry((pid, e["tid"].as_u64().unwrap()))
-                    .or_default()
-                    .push((ts, ts + dur));
-                if e["cat"] != "evenflush" {
-                    call_slices += 1;
-                }
-            }
-            "s" => assert!(
-                starts
-                    .insert(e["id"].as_u64().unwrap(), e.clone())
-                    .is_none()
-            ),
-            "f" => {
-                assert_eq!(e["bp"], "e");
-                assert!(
-                    finishes
-                        .insert(e["id"].as_u64().unwrap(), e.clone())
-                        .is_none()
-                )
-            }
-            _ => {}
+        let ph = e["ph"].as_str().unwrap();
+        assert!(ph != "s" && ph != "f", "separate flow event {e}");
+        if ph != "X" {
+            continue;
+        }
+        let ts = e["ts"].as_f64().unwrap();
+        let dur = e["dur"].as_f64().unwrap();
+        assert!(dur >= 0.0);
+        slices
+            .entry((pid, e["tid"].as_u64().unwrap()))
+            .or_default()
+            .push((ts, ts + dur));
+        if e["cat"] != "evenflush" && e["cat"] != "message" {
+            call_slices += 1;
+        }
+        if let Some(id) = e["bind_id"].as_u64() {
+            let ends = if e["flow_out"] == true {
+                &mut outs
+            } else {
+                assert_eq!(e["flow_in"], true, "{e}");
+                &mut ins
+            };
+            assert!(ends.insert(id, ts).is_none(), "flow end {id} twice");
         }
     }
     assert_eq!(call_slices, calls);
-    assert_eq!(starts.len() as u64, messages);
-    assert_eq!(finishes.len() as u64, messages);
-    for (id, s) in &starts {
-        let f = &finishes[id];
-        for end in [s, f] {
-            let key = (end["pid"].as_u64().unwrap(), end["tid"].as_u64().unwrap());
-            let ts = end["ts"].as_f64().unwrap();
-            assert!(
-                slices[&key].iter().any(|&(a, b)| a <= ts && ts <= b),
-                "flow end {end} is in no slice"
-            );
-        }
+    assert_eq!(ins.len() as u64, messages);
+    for (id, t_in) in &ins {
+        let t_out = outs
+            .get(id)
+            .unwrap_or_else(|| panic!("flow {id} has no flow out"));
         assert!(
-            s["ts"].as_f64() <= f["ts"].as_f64().map(|t| t + 1e-3),
-            "flow {id} goes back"
+            t_out < t_in,
+            "flow {id} binds at {t_in} before it starts at {t_out}"
         );
     }
     for (key, list) in &mut slices {
@@ -239,7 +229,7 @@ fn perfetto_has_one_flow_per_message() {
         .map(|r| calls(&read_lane(&dir, r, 0)).len() as u64)
         .sum();
     check_perfetto(&json, calls_written, messages.len() as u64);
-    assert_eq!(summary.flows, 2 * messages.len() as u64);
+    assert_eq!(summary.flows, messages.len() as u64);
     let events = json["traceEvents"].as_array().unwrap();
     // The suspension and its flush are slices; the buffer counter drops to 0 at the flush.
     let flush = events.iter().filter(|e| e["name"] == "flush").count();
@@ -251,6 +241,67 @@ fn perfetto_has_one_flow_per_message() {
         .collect();
     assert!(fills.contains(&0), "{fills:?}");
     assert!(fills.iter().any(|&b| b > 0), "{fills:?}");
+}
+
+/// The protobuf export, plain and deflated, decoded by Perfetto's own Python classes
+/// (tests/perfetto_decode.py, which replays sequences, interning and the incremental clock).
+#[test]
+fn perfetto_proto_decodes_with_perfettos_classes() {
+    let dir = temp_dir("views-perfetto-proto");
+    write_pair(&dir);
+    let trace = Trace::open(&dir).unwrap();
+    let (messages, _) = matched_messages(&trace).unwrap();
+    let messages = messages.len() as u64;
+    let calls_written: u64 = (0..2)
+        .map(|r| calls(&read_lane(&dir, r, 0)).len() as u64)
+        .sum();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/perfetto_decode.py");
+    for compress in [false, true] {
+        let out = dir.join(format!("out-{compress}.pftrace"));
+        let options = perfetto_proto::ProtoOptions { compress };
+        let s = perfetto_proto::export(&trace, &out, options, &mut |_, _| {}).unwrap();
+        assert_eq!(s.messages_matched, messages);
+        assert_eq!(s.flow_ends, 2 * messages);
+        assert_eq!(std::fs::metadata(&out).unwrap().len(), s.bytes_written);
+        if !compress {
+            assert_eq!(s.bytes_written, s.bytes_packets);
+        }
+        let py = match std::process::Command::new("/usr/bin/python3")
+            .arg(&script)
+            .arg(&out)
+            .output()
+        {
+            Ok(py) if py.status.success() => py,
+            Ok(py)
+                if String::from_utf8_lossy(&py.stderr).contains("No module named 'perfetto'") =>
+            {
+                skip::skip_or_fail(
+                    "perfetto-python",
+                    "the perfetto Python package is not installed (scripts/setup.sh installs it)",
+                );
+                return;
+            }
+            Ok(py) => panic!("decoding failed: {}", String::from_utf8_lossy(&py.stderr)),
+            Err(e) => {
+                skip::skip_or_fail("perfetto-python", &format!("/usr/bin/python3: {e}"));
+                return;
+            }
+        };
+        let got: serde_json::Value = serde_json::from_slice(&py.stdout).unwrap();
+        assert_eq!(got["packets"], s.packets, "{got}");
+        assert_eq!(got["processes"], 2, "{got}");
+        assert_eq!(got["threads"], 2, "{got}");
+        assert_eq!(got["counter_tracks"], 2, "{got}");
+        // No function names given: every call slice counts as a region.
+        assert_eq!(got["regions"], calls_written, "{got}");
+        assert_eq!(got["suspensions"], 2, "{got}");
+        assert_eq!(got["flushes"], 2, "{got}");
+        assert_eq!(got["flows"], messages, "{got}");
+        assert_eq!(got["flow_ends_repeated"], 0, "{got}");
+        assert_eq!(got["flows_without_start"], 0, "{got}");
+        assert_eq!(got["flows_backwards"], 0, "{got}");
+        assert_eq!(got["counters"], s.counters, "{got}");
+    }
 }
 
 #[test]

@@ -1,5 +1,7 @@
-//! Views of a trace for other tools: Chrome/Perfetto trace JSON ([`perfetto`]), OTF2 archives
-//! ([`otf2`], when built against the OTF2 library) and a Gantt picture ([`timeline`]).
+//! Views of a trace for other tools: Perfetto's protobuf trace ([`perfetto_proto`]), Chrome trace
+//! JSON ([`perfetto`]), OTF2 archives ([`otf2`], when built against the OTF2 library) and a Gantt
+//! picture ([`timeline`]). The first two put a message's arrow on its calls' own slices
+//! ([`flows`]).
 //!
 //! All of them stream the trace rank by rank ([`crate::trace::for_each_event`]) after the first
 //! metadata pass ([`crate::clock::scan_rank`]), mapping every time to the global clock through
@@ -7,10 +9,12 @@
 //! ([`for_each_match`]), handed over as they are matched: a view writes or samples them then, so
 //! no list of every message is kept.
 
+pub mod flows;
 pub mod otf2;
 #[cfg(have_otf2)]
 mod otf2_ffi;
 pub mod perfetto;
+pub mod perfetto_proto;
 pub mod timeline;
 
 use std::collections::HashMap;
