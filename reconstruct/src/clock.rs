@@ -79,6 +79,41 @@ pub struct AlignedClock {
     pub uncertainty_ns: f64,
 }
 
+impl RankMeta {
+    /// Takes what the metadata needs from one event of the rank (in stream order): clock
+    /// samples, suspensions, the first `InitDone` and `FinalizeStart` (the span, `crate::span`),
+    /// definitions and identity. Every pass that builds a `RankMeta` goes through here, so they
+    /// agree on which marker counts.
+    pub fn see(&mut self, stream: u32, event: &Event) {
+        match event {
+            Event::Clock(s) => self.samples.push(*s),
+            Event::Suspension(s) => {
+                self.suspensions.push(s.clone());
+                self.suspension_streams.push(stream);
+            }
+            Event::Marker(Marker::InitDone { time }) => {
+                self.init_done.get_or_insert(*time);
+            }
+            Event::Marker(Marker::FinalizeStart { time }) => {
+                self.finalize_start.get_or_insert(*time);
+            }
+            Event::FunctionDef { id, name } => {
+                self.functions.insert(*id, name.clone());
+            }
+            Event::CommDef { id, members } => self.comms.push((*id, intern(members))),
+            Event::RankInfo(info) => {
+                if self.host.is_none() && !info.host.is_empty() {
+                    self.host = Some(info.host.clone());
+                }
+                if self.mpi_library.is_none() && !info.mpi_library.is_empty() {
+                    self.mpi_library = Some(info.mpi_library.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// The first pass over one rank: reads every chunk once, keeps only the metadata (so it decodes
 /// only the misc events).
 pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
@@ -94,32 +129,7 @@ pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
             streams.insert(chunk.stream);
             events += chunk.events;
         },
-        |stream, event| match event {
-            Event::Clock(s) => meta.samples.push(*s),
-            Event::Suspension(s) => {
-                meta.suspensions.push(s.clone());
-                meta.suspension_streams.push(stream);
-            }
-            Event::Marker(Marker::InitDone { time }) => {
-                meta.init_done.get_or_insert(*time);
-            }
-            Event::Marker(Marker::FinalizeStart { time }) => {
-                meta.finalize_start.get_or_insert(*time);
-            }
-            Event::FunctionDef { id, name } => {
-                meta.functions.insert(*id, name.clone());
-            }
-            Event::CommDef { id, members } => meta.comms.push((*id, intern(members))),
-            Event::RankInfo(info) => {
-                if meta.host.is_none() && !info.host.is_empty() {
-                    meta.host = Some(info.host.clone());
-                }
-                if meta.mpi_library.is_none() && !info.mpi_library.is_empty() {
-                    meta.mpi_library = Some(info.mpi_library.clone());
-                }
-            }
-            _ => {}
-        },
+        |stream, event| meta.see(stream, event),
     )?;
     meta.clock = clock;
     meta.skipped = skipped;

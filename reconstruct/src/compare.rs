@@ -16,6 +16,7 @@ use crate::hist::{LogHistogram, SignedHistogram};
 use crate::info::Quantiles;
 use crate::lanes::{LaneReader, OpenRank};
 use crate::rebuild::scan;
+use crate::span;
 use crate::trace::{Skipped, Trace, TraceError};
 
 #[derive(Debug, thiserror::Error)]
@@ -263,17 +264,6 @@ fn origin(metas: &[RankMeta]) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// One rank's end of MPI_Init to start of MPI_Finalize, s.
-fn span_s(m: &RankMeta) -> Option<f64> {
-    let map = TimeMap::new(m);
-    let mut c = MapCursor::default();
-    Some((map.global_ns(m.finalize_start?, &mut c) - map.global_ns(m.init_done?, &mut c)) / 1e9)
-}
-
-fn total_s(metas: &[RankMeta]) -> f64 {
-    metas.iter().filter_map(span_s).fold(0.0, f64::max)
-}
-
 fn name(meta: &RankMeta, c: &MpiCall) -> String {
     meta.functions
         .get(&c.func)
@@ -375,8 +365,8 @@ pub fn compare_with(
         run: run.dir.display().to_string(),
         ranks: reference.world_size,
         tolerance: tol,
-        reference_total_s: total_s(&ref_metas),
-        run_total_s: total_s(&run_metas),
+        reference_total_s: span::longest_s(&ref_metas),
+        run_total_s: span::longest_s(&run_metas),
         ..Default::default()
     };
     if report.reference_total_s > 0.0 {
@@ -491,7 +481,9 @@ pub fn compare_with(
             } else {
                 0.0
             },
-            span_delta_s: span_s(run_meta).zip(span_s(ref_meta)).map(|(b, a)| b - a),
+            span_delta_s: span::global_s(run_meta)
+                .zip(span::global_s(ref_meta))
+                .map(|(b, a)| b - a),
         });
         report.skipped.extend(ref_meta.skipped.iter().cloned());
         report.skipped.extend(run_meta.skipped.iter().cloned());

@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use format::{Event, Marker};
 use serde::Serialize;
 
+use crate::clock::{RankMeta, align_clocks};
+use crate::span;
 use crate::trace::{Skipped, Trace, TraceError, for_each_event, ticks_to_s};
 
 #[derive(Debug, Default, Serialize)]
@@ -129,6 +131,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
     let mut resumes: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     let mut pauses: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     let mut run_ids = std::collections::BTreeSet::new();
+    let mut metas: Vec<RankMeta> = Vec::with_capacity(trace.ranks.len());
 
     for files in &trace.ranks {
         let mut rank = RankInfo {
@@ -140,8 +143,11 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         let mut calls_by_id: HashMap<u16, u64> = HashMap::new();
         let mut user_by_id: HashMap<u32, u64> = HashMap::new();
         let mut regions_by_id: HashMap<u32, u64> = HashMap::new();
-        let mut init_done = None;
-        let mut finalize_start = None;
+        // The span's markers, clock samples and suspensions, gathered as every pass does.
+        let mut meta = RankMeta {
+            rank: files.rank,
+            ..Default::default()
+        };
         let mut streams = std::collections::BTreeSet::new();
         let mut suspensions = Vec::new();
 
@@ -153,51 +159,51 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                 rank.bytes_stored += chunk.stored_len;
                 streams.insert(chunk.stream);
             },
-            |_stream, event| match event {
-                Event::Call(c) => {
-                    *calls_by_id.entry(c.func).or_default() += 1;
-                }
-                Event::User(u) => *user_by_id.entry(u.name).or_default() += 1,
-                Event::Region(r) if r.begin => *regions_by_id.entry(r.name).or_default() += 1,
-                Event::FunctionDef { id, name } => {
-                    function_names.insert(*id, name.clone());
-                }
-                Event::StringDef { id, text } => {
-                    strings.insert(*id, text.clone());
-                }
-                Event::Suspension(s) => suspensions.push(s.clone()),
-                Event::RankInfo(r) => {
-                    rank.host = Some(r.host.clone());
-                    rank.pid = Some(r.pid);
-                    rank.mpi_library = Some(r.mpi_library.clone());
-                    if !r.run_id.is_empty() {
-                        run_ids.insert(r.run_id.clone());
+            |stream, event| {
+                meta.see(stream, event);
+                match event {
+                    Event::Call(c) => {
+                        *calls_by_id.entry(c.func).or_default() += 1;
                     }
+                    Event::User(u) => *user_by_id.entry(u.name).or_default() += 1,
+                    Event::Region(r) if r.begin => *regions_by_id.entry(r.name).or_default() += 1,
+                    Event::FunctionDef { id, name } => {
+                        function_names.insert(*id, name.clone());
+                    }
+                    Event::StringDef { id, text } => {
+                        strings.insert(*id, text.clone());
+                    }
+                    Event::Suspension(s) => suspensions.push(s.clone()),
+                    Event::RankInfo(r) => {
+                        rank.host = Some(r.host.clone());
+                        rank.pid = Some(r.pid);
+                        rank.mpi_library = Some(r.mpi_library.clone());
+                        if !r.run_id.is_empty() {
+                            run_ids.insert(r.run_id.clone());
+                        }
+                    }
+                    Event::Writer(w) => rank.writers.push(WriterInfo {
+                        requested: w.requested.name().into(),
+                        used: w.used.name().into(),
+                        change: w.change.name().into(),
+                        part: w.part,
+                        reason: w.reason.clone(),
+                    }),
+                    Event::Marker(m) => match *m {
+                        Marker::InitDone { .. } | Marker::FinalizeStart { .. } => {}
+                        Marker::Lost { events, .. } => rank.lost_events += events,
+                        Marker::LocalFlush { .. } => info.local_flushes += 1,
+                        Marker::RecordingStopped { .. } => info.recording_stopped = true,
+                        Marker::AbnormalEnd { .. } => rank.abnormal_end = true,
+                        Marker::Stuck { .. } => {}
+                    },
+                    _ => {}
                 }
-                Event::Writer(w) => rank.writers.push(WriterInfo {
-                    requested: w.requested.name().into(),
-                    used: w.used.name().into(),
-                    change: w.change.name().into(),
-                    part: w.part,
-                    reason: w.reason.clone(),
-                }),
-                Event::Marker(m) => match *m {
-                    Marker::InitDone { time } => init_done = Some(time),
-                    Marker::FinalizeStart { time } => finalize_start = Some(time),
-                    Marker::Lost { events, .. } => rank.lost_events += events,
-                    Marker::LocalFlush { .. } => info.local_flushes += 1,
-                    Marker::RecordingStopped { .. } => info.recording_stopped = true,
-                    Marker::AbnormalEnd { .. } => rank.abnormal_end = true,
-                    Marker::Stuck { .. } => {}
-                },
-                _ => {}
             },
         )?;
+        meta.clock = clock;
         info.skipped.extend(skipped);
         rank.threads = streams.len() as u32;
-        if let (Some(a), Some(b)) = (init_done, finalize_start) {
-            rank.span_s = Some(ticks_to_s(&clock, b.saturating_sub(a)));
-        }
         for (id, n) in calls_by_id {
             let name = function_names
                 .get(&id)
@@ -250,11 +256,15 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         info.events_total += rank.events;
         info.mpi_calls_total += rank.mpi_calls;
         info.lost_events += rank.lost_events;
-        if let Some(span) = rank.span_s {
-            info.span_s = info.span_s.max(span);
-        }
         info.per_rank.push(rank);
+        metas.push(meta);
     }
+    // Spans in the global clock, once every rank's clock is placed among the others.
+    align_clocks(&mut metas);
+    for (rank, meta) in info.per_rank.iter_mut().zip(&metas) {
+        rank.span_s = span::global_s(meta);
+    }
+    info.span_s = span::longest_s(&metas);
     // `collect` refuses to mix runs; a single directory holding two runs' files is reported here.
     info.run_id = match run_ids.len() {
         0 => None,

@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod rebuild;
 pub mod report;
+pub mod span;
 pub mod times;
 pub mod trace;
 

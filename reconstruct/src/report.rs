@@ -70,24 +70,52 @@ pub fn profile_trace(
     let mut out = Vec::new();
     let mut skipped_all = Vec::new();
     let mut done = 0u64;
+    // The spans, in the global clock as everywhere (`crate::span`), from metadata gathered in
+    // the same pass.
+    let mut metas = Vec::with_capacity(trace.ranks.len());
     for files in &trace.ranks {
         let first = files.parts[0].open()?;
         let npt = crate::clock::ns_per_tick(&first.header().clock);
         drop(first);
         let mut p = ProfileStats::new(files.rank, trace.world_size, npt);
-        let (_, skipped) = for_each_event(
+        let mut meta = crate::clock::RankMeta {
+            rank: files.rank,
+            ..Default::default()
+        };
+        let (clock, skipped) = for_each_event(
             files,
             |chunk| {
                 done += chunk.events;
                 progress(done, 0);
             },
-            |stream, e| p.add_event(stream, e),
+            |stream, e| {
+                // Only what places the clock and the markers: definitions would cost O(R) per
+                // rank here, kept for the whole report.
+                if matches!(
+                    e,
+                    format::Event::Clock(_)
+                        | format::Event::Suspension(_)
+                        | format::Event::Marker(_)
+                        | format::Event::RankInfo(_)
+                ) {
+                    meta.see(stream, e);
+                }
+                p.add_event(stream, e);
+            },
         )?;
+        meta.clock = clock;
+        metas.push(meta);
         // Every rank's profile is kept until the report is built: what is only needed while
         // reading (the member lists, O(R) per rank) must go now.
         p.seal();
         skipped_all.extend(skipped);
         out.push(p);
+    }
+    crate::clock::align_clocks(&mut metas);
+    for (p, meta) in out.iter_mut().zip(&metas) {
+        if p.span_ns.is_some() {
+            p.span_ns = crate::span::global_s(meta).map(|s| s * 1e9);
+        }
     }
     Ok((out, skipped_all))
 }
