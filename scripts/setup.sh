@@ -13,6 +13,7 @@ packages=(
   fonts-dejavu-core                   # the font of every PNG (timeline, validate, simulator plots): DejaVuSans.ttf
   python3-mpi4py                      # a real MPI program nobody here wrote (tests)
   python3-pip                         # the perfetto Python package below
+  chromium                            # a real browser opens the Chrome JSON export (tests/browser.rs)
 )
 
 missing=()
@@ -55,6 +56,26 @@ if ! /usr/bin/python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_p
   /usr/bin/python3 -m pip install -q --break-system-packages perfetto >/tmp/evenflush-setup-pip.log 2>&1 || {
     echo "setup: pip install perfetto failed; last lines of /tmp/evenflush-setup-pip.log:" >&2
     tail -n 30 /tmp/evenflush-setup-pip.log >&2
+    exit 1
+  }
+fi
+
+# speedscope, a trace viewer that opens Chrome trace JSON offline, from the npm registry; pinned.
+# npm comes with Debian's npm package unless a node installation already provides it.
+speedscope_dir=/var/cache/evenflush/speedscope
+if [ ! -f "$speedscope_dir/node_modules/speedscope/dist/release/index.html" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: installing npm"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm >/tmp/evenflush-setup-apt.log 2>&1 || {
+      tail -n 30 /tmp/evenflush-setup-apt.log >&2
+      exit 1
+    }
+  fi
+  echo "setup: npm install speedscope"
+  mkdir -p "$speedscope_dir"
+  npm install --silent --no-audit --no-fund --prefix "$speedscope_dir" speedscope@1.25.0 >/tmp/evenflush-setup-npm.log 2>&1 || {
+    echo "setup: npm install speedscope failed; last lines of /tmp/evenflush-setup-npm.log:" >&2
+    tail -n 30 /tmp/evenflush-setup-npm.log >&2
     exit 1
   }
 fi

@@ -9,7 +9,7 @@
 //!   `bind_id`: the further receives of a call (a `Waitall`, the receive half of a `Sendrecv`), and
 //!   a receive whose call began before the send's did (Perfetto links flow ends in time order,
 //!   and a flow in binds at the slice's begin), get a zero-length child slice `message` (category
-//!   `message`) inside the call, just after the send began;
+//!   `message`, 1 ns long) strictly inside the call, just after the send began;
 //! - suspensions as slices in category `evenflush`, and when this rank wrote its trace in one, a
 //!   nested `flush` slice over its first `write_ns` (the write happens first, the rest of the
 //!   suspension waits for Z); markers as instant events;
@@ -124,6 +124,28 @@ impl<W: Write> Json<W> {
         }
     }
 
+    /// A flow in on a child of the call over `span`, near `ts`: 1 ns long and strictly inside
+    /// the call where it lasts 3 ns or more. Viewers that turn X events into begin/end pairs
+    /// (speedscope) order a zero-length child, or one touching its parent's begin or end,
+    /// wrongly against the parent, and then nest every later call inside it.
+    fn child_flow_slice(&mut self, lane: LaneId, (start, end): (i64, i64), ts: i64, id: u64) {
+        let (ts, dur) = if end - start >= 3 {
+            (ts.clamp(start + 1, end - 2), 1)
+        } else {
+            (start, 0)
+        };
+        self.sep();
+        let _ = write!(
+            self.line,
+            "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},\"name\":\"message\",\"cat\":\"message\",\"bind_id\":{id},\"flow_in\":true}}",
+            lane.rank,
+            lane.stream,
+            us(ts),
+            us(dur)
+        );
+        self.summary.flows += 1;
+    }
+
     fn counter(&mut self, rank: u32, ts: i64, fill: u64) {
         self.sep();
         let _ = write!(
@@ -204,7 +226,7 @@ impl<W: Write> State<W> {
                         bind = Some((id, "flow_in"));
                         out.summary.flows += 1;
                     } else {
-                        children.push((id, (send_start + 1).clamp(start, end)));
+                        children.push((id, send_start + 1));
                     }
                 }
                 let bind = bind.map_or_else(String::new, |(id, dir)| {
@@ -222,7 +244,7 @@ impl<W: Write> State<W> {
                 );
                 out.summary.slices += 1;
                 for (id, ts) in children {
-                    out.flow_slice(lane, ts, id, End::Recv);
+                    out.child_flow_slice(lane, (start, end), ts, id);
                 }
             }
             Event::Completion(_) => rs.fill += COMPLETION_RECORD_LEN as u64,
