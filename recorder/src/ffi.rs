@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -18,11 +18,40 @@ use crate::core::{self, CallRecord, Session};
 use crate::{functions, mpi_link, protocol, sink};
 
 static CALIBRATION: Mutex<Option<CalibrationStart>> = Mutex::new(None);
-static SPANS_WORLD: Mutex<Option<HashMap<CommId, bool>>> = Mutex::new(None);
+/// Communicator ids below this are looked up in a bitset: the collective hook asks at every
+/// blocking collective, and a mutex plus a hash lookup there was most of the recorder's cost of a
+/// barrier. Ids are handed out densely from 0, so programs rarely go past it.
+const DENSE_COMM_IDS: usize = 1 << 16;
+static SPANS_WORLD_BITS: [AtomicU64; DENSE_COMM_IDS / 64] =
+    [const { AtomicU64::new(0) }; DENSE_COMM_IDS / 64];
+static SPANS_WORLD_SPARSE: Mutex<Option<HashMap<CommId, bool>>> = Mutex::new(None);
+
+fn set_spans_world(comm: CommId, spans: bool) {
+    let i = comm as usize;
+    if i < DENSE_COMM_IDS {
+        let (word, bit) = (&SPANS_WORLD_BITS[i / 64], 1u64 << (i % 64));
+        // A reused id (its communicator freed) takes the new communicator's answer.
+        if spans {
+            word.fetch_or(bit, Ordering::Relaxed);
+        } else {
+            word.fetch_and(!bit, Ordering::Relaxed);
+        }
+    } else {
+        SPANS_WORLD_SPARSE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(comm, spans);
+    }
+}
 
 /// Whether communicator `comm` (a recorder id) contains every rank of `MPI_COMM_WORLD`.
 pub fn comm_spans_world(comm: CommId) -> bool {
-    SPANS_WORLD
+    let i = comm as usize;
+    if i < DENSE_COMM_IDS {
+        return SPANS_WORLD_BITS[i / 64].load(Ordering::Relaxed) & (1u64 << (i % 64)) != 0;
+    }
+    SPANS_WORLD_SPARSE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
@@ -292,11 +321,7 @@ pub unsafe extern "C" fn evf_rec_commdef(id: u32, members: *const i32, n: c_int)
         sorted.sort_unstable();
         sorted.iter().enumerate().all(|(i, &r)| i as u32 == r)
     };
-    SPANS_WORLD
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(id, spans);
+    set_spans_world(id, spans);
     core::record_event(&Event::CommDef { id, members });
 }
 

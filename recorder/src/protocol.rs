@@ -173,11 +173,12 @@ pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
     if !eligible || (p.suspend_at == SuspendAt::Barrier && Some(func) != p.barrier_id) {
         return;
     }
-    // Most collectives only advance a counter: no clock reads for them.
-    let entered = p.suspender.next_call_may_act().then(crate::clock::now);
-    let result = p
-        .suspender
-        .suspend(&mut p.transport, buffers::used_bytes(), &mut flush_all);
+    // Most collectives only advance a counter: no clock reads for them, and no sum over the
+    // threads' buffers (which takes the registry's lock), since only a decision reads it.
+    let may_act = p.suspender.next_call_may_act();
+    let entered = may_act.then(crate::clock::now);
+    let used = if may_act { buffers::used_bytes() } else { 0 };
+    let result = p.suspender.suspend(&mut p.transport, used, &mut flush_all);
     if let (Some(entered), Ok(None)) = (entered, &result) {
         // A decision point without a suspension (or just the counter) is recorder time like any
         // other: charged to this thread's next event as DP, so reconstruct removes it. A
