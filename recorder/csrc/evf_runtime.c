@@ -589,11 +589,47 @@ uint32_t evf_msg_take(MPI_Message msg, int32_t *peer)
 
 /* ---------------- sizes ---------------- */
 
+/* Sizes of predefined datatypes, per thread: every send, receive and collective asks for one.
+ * Only predefined (named) types are kept: their handles are never freed, so an entry cannot go
+ * stale, whereas a derived type's handle may be freed and given to another type. */
+#define EVF_TYPE_CACHE 16
+typedef struct {
+    uintptr_t key;
+    int size;
+} evf_type_slot;
+static __thread evf_type_slot evf_type_cache[EVF_TYPE_CACHE] __attribute__((tls_model("initial-exec")));
+
+/* The handle's bits (a pointer in Open MPI, an int in MPICH), never 0 for a real type. */
+static inline uintptr_t evf_type_key(MPI_Datatype type)
+{
+    uintptr_t key = 0;
+    memcpy(&key, &type, sizeof type < sizeof key ? sizeof type : sizeof key);
+    return key;
+}
+
+static int evf_type_size(MPI_Datatype type, int *size)
+{
+    uintptr_t key = evf_type_key(type);
+    evf_type_slot *slot = &evf_type_cache[((key >> 4) ^ (key >> 12)) % EVF_TYPE_CACHE];
+    if (key != 0 && slot->key == key) {
+        *size = slot->size;
+        return 1;
+    }
+    if (PMPI_Type_size(type, size) != MPI_SUCCESS || *size < 0) return 0;
+    int ints = 0, addrs = 0, types = 0, combiner = 0;
+    if (key != 0 && PMPI_Type_get_envelope(type, &ints, &addrs, &types, &combiner) == MPI_SUCCESS &&
+        combiner == MPI_COMBINER_NAMED) {
+        slot->key = key;
+        slot->size = *size;
+    }
+    return 1;
+}
+
 uint64_t evf_type_bytes_slow(int64_t count, MPI_Datatype type)
 {
     if (type == MPI_DATATYPE_NULL) return 0;
     int size = 0;
-    if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size < 0) return 0;
+    if (!evf_type_size(type, &size)) return 0;
     return (uint64_t)count * (uint64_t)size;
 }
 
@@ -613,7 +649,7 @@ uint64_t evf_vbytes(const int *counts, MPI_Datatype type, MPI_Comm comm)
 {
     if (counts == NULL || type == MPI_DATATYPE_NULL) return 0;
     int n = evf_vlen(comm), size = 0;
-    if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size < 0) return 0;
+    if (!evf_type_size(type, &size)) return 0;
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
         if (counts[i] > 0) total += (uint64_t)counts[i];
@@ -624,7 +660,7 @@ uint64_t evf_vbytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm comm)
 {
     if (counts == NULL || type == MPI_DATATYPE_NULL) return 0;
     int n = evf_vlen(comm), size = 0;
-    if (PMPI_Type_size(type, &size) != MPI_SUCCESS || size < 0) return 0;
+    if (!evf_type_size(type, &size)) return 0;
     uint64_t total = 0;
     for (int i = 0; i < n; i++)
         if (counts[i] > 0) total += (uint64_t)counts[i];
