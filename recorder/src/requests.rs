@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use format::NO_REQUEST;
 
@@ -71,17 +72,25 @@ struct Table {
     /// Further live requests holding a handle already in `map` (see the module comment). Kept
     /// apart so the common path never allocates a queue.
     shared: HandleMap<std::collections::VecDeque<ReqInfo>>,
-    next_id: u64,
 }
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+/// The table is split by handle into shards, each behind its own lock: under
+/// `MPI_THREAD_MULTIPLE` one lock for every `Isend`, `Irecv` and completion serialised the
+/// application's threads on it. A request may complete on another thread than the one that made
+/// it, so the shards are shared, not per thread; everything about one handle lives in one shard.
+const SHARDS: usize = 64;
+static TABLES: [Mutex<Option<Table>>; SHARDS] = [const { Mutex::new(None) }; SHARDS];
+/// Ids are unique in the process (a completion on any thread must find its request's).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn with_table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
-    let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+fn with_table<R>(handle: u64, f: impl FnOnce(&mut Table) -> R) -> R {
+    let shard = ((handle ^ (handle >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
+    let mut guard = TABLES[shard % SHARDS]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let table = guard.get_or_insert_with(|| Table {
         map: HashMap::default(),
         shared: HashMap::default(),
-        next_id: 1,
     });
     f(table)
 }
@@ -101,9 +110,8 @@ fn create_with(
     persistent: bool,
     shared: impl FnOnce(u64) -> bool,
 ) -> u64 {
-    with_table(|t| {
-        let id = t.next_id;
-        t.next_id += 1;
+    with_table(handle, |t| {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let info = ReqInfo {
             id,
             kind,
@@ -127,7 +135,7 @@ fn create_with(
 
 /// A persistent request was started; returns its id (or [`NO_REQUEST`] if the handle is unknown).
 pub fn start(handle: u64) -> u64 {
-    with_table(|t| match t.map.get_mut(&handle) {
+    with_table(handle, |t| match t.map.get_mut(&handle) {
         Some(info) => {
             info.active = true;
             info.id
@@ -140,7 +148,7 @@ pub fn start(handle: u64) -> u64 {
 /// sharing the handle the oldest goes (they are indistinguishable to MPI as well), and the next
 /// one takes its place, as at a completion.
 pub fn free(handle: u64) -> u64 {
-    with_table(|t| {
+    with_table(handle, |t| {
         let freed = t.map.remove(&handle).map_or(NO_REQUEST, |i| i.id);
         promote_shared(t, handle);
         freed
@@ -162,7 +170,7 @@ fn promote_shared(t: &mut Table, handle: u64) {
 /// returns an empty status, nothing happened). Unknown handles (created before recording began)
 /// resolve to [`NO_REQUEST`] of unknown kind.
 pub fn complete(handle: u64) -> Option<Resolved> {
-    with_table(|t| {
+    with_table(handle, |t| {
         let Some(info) = t.map.get_mut(&handle) else {
             return Some(Resolved {
                 id: NO_REQUEST,
@@ -278,5 +286,40 @@ mod tests {
         }
         assert_eq!(free(h), id);
         assert_eq!(start(h), NO_REQUEST);
+    }
+
+    /// Threads making and completing requests at once, one completing what another made: every
+    /// completion finds its own request, ids stay unique.
+    #[test]
+    fn threads_share_the_table_without_losing_requests() {
+        let made: Vec<Vec<(u64, u64)>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..4u64)
+                .map(|t| {
+                    scope.spawn(move || {
+                        (0..2000u64)
+                            .map(|i| {
+                                let h = 0x7000_0000 + t * 0x10_0000 + i * 8;
+                                (h, create_with(h, ReqKind::Send, i, false, |_| false))
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        let mut ids: Vec<u64> = made.iter().flatten().map(|&(_, id)| id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 4 * 2000);
+        // Completed on other threads than the ones that made them.
+        std::thread::scope(|scope| {
+            for batch in made.iter().rev() {
+                scope.spawn(move || {
+                    for &(h, id) in batch {
+                        assert_eq!(complete(h).map(|r| r.id), Some(id));
+                    }
+                });
+            }
+        });
     }
 }
