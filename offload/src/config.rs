@@ -126,6 +126,9 @@ pub struct Config {
     pub writer: Writer,
     pub layout: Layout,
     pub zstd_level: i32,
+    /// `--include` / `--exclude` rules (recorder::filter); empty include = everything.
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
     /// A call running longer than this is reported stuck; zero disables the watchdog.
     pub watchdog: Duration,
     pub watchdog_abort: bool,
@@ -196,6 +199,15 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// Comma-separated filter rules, blanks dropped.
+fn filter_rules(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(String::from)
+        .collect()
+}
 
 static SETTINGS: &[Setting] = &[
     Setting {
@@ -360,6 +372,31 @@ static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        flag: "include",
+        env: "EVENFLUSH_INCLUDE",
+        default: "",
+        help: "Record only these MPI functions: comma-separated names, globs (MPI_*send*) or \
+               classes (class:collective-blocking, as in recorder/mpi_functions.tsv); empty = all. \
+               MPI_Init, MPI_Finalize and MPI_Pcontrol are always recorded",
+        apply: |c, v| {
+            c.include = filter_rules(v);
+            Ok(())
+        },
+    },
+    Setting {
+        flag: "exclude",
+        env: "EVENFLUSH_EXCLUDE",
+        default: "",
+        help: "Do not record these MPI functions (same rules as --include), e.g. \
+               MPI_Test*,MPI_Iprobe for polling loops. Their requests are still tracked, but the \
+               messages they send or receive cannot be matched. MPI_Pcontrol(0) pauses recording \
+               in the program itself, any other level resumes it",
+        apply: |c, v| {
+            c.exclude = filter_rules(v);
+            Ok(())
+        },
+    },
+    Setting {
         flag: "watchdog",
         env: "EVENFLUSH_WATCHDOG",
         default: "0",
@@ -475,6 +512,8 @@ impl Config {
             writer: Writer::Posix,
             layout: Layout::Rank,
             zstd_level: 3,
+            include: Vec::new(),
+            exclude: Vec::new(),
             watchdog: Duration::ZERO,
             watchdog_abort: false,
             abort_flush_limit: Duration::ZERO,

@@ -500,12 +500,13 @@ impl Suspender {
             return Ok(None);
         }
         // Rank 0 times the interval that ends here, before the verdict's stride replaces it.
+        let agreed = (verdict >> STRIDE_SHIFT).clamp(1, MAX_STRIDE);
         let proposal = if transport.rank() == 0 {
-            self.propose_stride(start)
+            self.propose_stride(start, agreed)
         } else {
             0
         };
-        self.stride = (verdict >> STRIDE_SHIFT).clamp(1, MAX_STRIDE);
+        self.stride = agreed;
         let suspended = if verdict & WANT_FLUSH != 0 {
             // After a failed suspension this rank still starts the next decision, so that it
             // stays in step with the others and can ask them all to stop.
@@ -535,13 +536,17 @@ impl Suspender {
     /// Rank 0's proposal for the stride after next: the current stride scaled so that decision
     /// points fall [`Settings::decision_interval_ns`] apart, growing at most twofold per decision
     /// (a burst of fast collectives must not push the next decision far into a slow phase).
-    fn propose_stride(&mut self, now: u64) -> u64 {
+    /// The stride to propose for the interval after the next one, from how long the interval
+    /// that ends now took with the current stride. It takes over from `agreed` (the stride just
+    /// agreed, which the next interval uses), so growth is capped against that one: capped
+    /// against the current stride, a proposal could double a stride that had meanwhile shrunk.
+    fn propose_stride(&mut self, now: u64, agreed: u64) -> u64 {
         let target = self.settings.decision_interval_ns;
         match self.interval_began_ns {
             Some(began) if target > 0 => {
                 let elapsed = now.saturating_sub(began).max(1);
                 let ideal = self.stride as f64 * target as f64 / elapsed as f64;
-                (ideal as u64).clamp(1, (self.stride * 2).min(MAX_STRIDE))
+                (ideal as u64).clamp(1, (agreed * 2).min(MAX_STRIDE))
             }
             _ => 1,
         }

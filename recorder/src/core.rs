@@ -31,6 +31,7 @@ use offload::config::Config;
 
 use crate::buffers::{self, Taken};
 use crate::clock;
+use crate::filter;
 use crate::requests::{self, ReqKind};
 use crate::sink;
 
@@ -195,6 +196,9 @@ pub fn record_call(rec: &CallRecord) {
     record_call_on(buffers::mine(), rec);
 }
 
+static PCONTROL: std::sync::LazyLock<Option<format::FunctionId>> =
+    std::sync::LazyLock::new(|| crate::functions::id_of("MPI_Pcontrol"));
+
 /// Stores one call record (the hot path) on `tb`, which must be this thread's buffer.
 #[inline]
 pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
@@ -217,6 +221,13 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
         REQ_FREE => requests::free(rec.req_handle),
         _ => NO_REQUEST,
     };
+    if Some(rec.func) == *PCONTROL {
+        // The wrapper passes the level as the tag.
+        filter::pcontrol(rec.tag);
+    }
+    if !filter::admit_call(rec.func) {
+        return;
+    }
     let mut call = MpiCall {
         func: rec.func,
         start: rec.start,
@@ -289,6 +300,14 @@ pub fn lost(events: u64) {
 
 /// Stores the completion of a request (or, with `handle == 0`, of a blocking receive).
 pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancelled: bool) {
+    if !filter::admit_completion() {
+        // The request is over all the same: a later request reusing the handle must not
+        // inherit it.
+        if handle != 0 {
+            requests::complete(handle);
+        }
+        return;
+    }
     let completion = if handle == 0 {
         Completion {
             request: NO_REQUEST,

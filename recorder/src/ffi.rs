@@ -109,6 +109,12 @@ pub extern "C" fn evf_rust_init(
             return 0;
         }
     };
+    if let Err(e) = crate::filter::configure(&config.include, &config.exclude) {
+        if world_rank == 0 {
+            eprintln!("evenflush: {e}; recording is disabled");
+        }
+        return 0;
+    }
     let start = CALIBRATION.lock().unwrap_or_else(|e| e.into_inner()).take();
     let start = start.unwrap_or_else(clock::begin_calibration);
     let calibration = clock::finish_calibration(start, Duration::from_millis(20));

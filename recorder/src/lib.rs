@@ -17,6 +17,7 @@ pub mod buffers;
 pub mod clock;
 pub mod core;
 pub mod ffi;
+pub mod filter;
 pub mod group_file;
 pub mod mpi_link;
 pub mod mpiio;

@@ -57,6 +57,7 @@ build_c worker_barrier -pthread -ldl
 build_c user_records -ldl
 build_c sigterm
 build_c deadlock
+build_c pcontrol
 build_f fortran_ring
 build_f fortran_f08
 # The recorder's smoke programs (tests/smoke.rs): every wrapped family, abnormal ends, Fortran.
