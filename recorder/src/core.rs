@@ -196,6 +196,23 @@ pub fn record_call(rec: &CallRecord) {
     record_call_on(buffers::mine(), rec);
 }
 
+/// Blocking (and blocking neighbourhood) collectives by function id: the calls after which the
+/// protocol's hook runs (the C layer calls it for these categories).
+static BLOCKING_COLLECTIVES: std::sync::LazyLock<Vec<bool>> = std::sync::LazyLock::new(|| {
+    crate::functions::FUNCTIONS
+        .iter()
+        .map(|(_, category)| matches!(*category, "collective-blocking" | "neighbor-blocking"))
+        .collect()
+});
+
+#[inline]
+fn is_blocking_collective(func: format::FunctionId) -> bool {
+    BLOCKING_COLLECTIVES
+        .get(usize::from(func))
+        .copied()
+        .unwrap_or(false)
+}
+
 static PCONTROL: std::sync::LazyLock<Option<format::FunctionId>> =
     std::sync::LazyLock::new(|| crate::functions::id_of("MPI_Pcontrol"));
 
@@ -246,7 +263,13 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
         let sampled = l.calls < WARMUP_SAMPLES || l.calls.is_multiple_of(SAMPLE_EVERY);
         l.calls += 1;
         call.cost = charged_cost(l.cost_estimate, read_cost, l.cost_carry);
-        l.cost_carry = 0;
+        // A blocking collective's hook runs after this record is stored: its estimated cost
+        // goes to the next event, as measured work after a call always does.
+        l.cost_carry = if is_blocking_collective(rec.func) {
+            crate::protocol::hook_estimate()
+        } else {
+            0
+        };
         let allocated = match l.profile() {
             Some(p) => {
                 p.add_event(tb.stream, &Event::Call(call));

@@ -20,7 +20,7 @@
 //! and reconstruct removes the pause from that stream only.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use format::{CommId, Event, FunctionId, SampleKind};
 use offload::config::{Config, Mode, SuspendAt};
@@ -163,15 +163,57 @@ pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
     if !RUNNING.load(Ordering::Acquire) {
         return;
     }
+    // Every 32nd call on a thread is timed, to keep the estimate of what this hook costs when it
+    // only counts (`hook_estimate`), which the call's record charged to the next event.
+    let sampled = HOOK_CALLS.with(|n| {
+        let k = n.get();
+        n.set(k.wrapping_add(1));
+        k < 8 || k.is_multiple_of(32)
+    });
+    let hook_began = sampled.then(crate::clock::now);
+    let acted = after_blocking_collective_locked(comm, func);
+    if let (Some(began), false) = (hook_began, acted) {
+        let measured = crate::clock::now().wrapping_sub(began);
+        let old = HOOK_ESTIMATE.load(Ordering::Relaxed);
+        // Preempted or faulted: says nothing about the hook.
+        if old == 0 || measured < 8 * old {
+            let new = if old == 0 {
+                measured
+            } else {
+                (3 * old + measured.min(4 * old)) / 4
+            };
+            HOOK_ESTIMATE.store(new, Ordering::Relaxed);
+        }
+    }
+}
+
+thread_local! {
+    static HOOK_CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+/// Ticks the collective hook takes when it only counts (no decision): charged as recorder cost
+/// (DP) by every blocking collective's record, since the hook runs after that record was stored.
+static HOOK_ESTIMATE: AtomicU64 = AtomicU64::new(0);
+
+/// The hook's estimated cost in ticks (see [`HOOK_ESTIMATE`]).
+#[inline]
+pub fn hook_estimate() -> u64 {
+    HOOK_ESTIMATE.load(Ordering::Relaxed)
+}
+
+/// The hook's work; says whether it did more than count (a decision, measured and charged on
+/// its own).
+fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
     let mut guard = PROTOCOL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(p) = guard.as_mut() else { return };
+    let Some(p) = guard.as_mut() else {
+        return false;
+    };
     let eligible = if p.world_only {
         comm == WORLD_COMM
     } else {
         comm == WORLD_COMM || crate::comm_spans_world(comm)
     };
     if !eligible || (p.suspend_at == SuspendAt::Barrier && Some(func) != p.barrier_id) {
-        return;
+        return false;
     }
     // Most collectives only advance a counter: no clock reads for them, and no sum over the
     // threads' buffers (which takes the registry's lock), since only a decision reads it.
@@ -203,7 +245,7 @@ pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
                 );
                 *guard = None;
                 RUNNING.store(false, Ordering::Release);
-                return;
+                return true;
             }
             eprintln!(
                 "evenflush: rank {}: the suspension failed: {e}; asking every rank to turn \
@@ -225,6 +267,7 @@ pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
             rank()
         );
     }
+    may_act
 }
 
 /// Mode `local`: a rank flushes alone as soon as its buffers pass S, wherever it is, as common
