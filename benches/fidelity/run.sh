@@ -8,7 +8,8 @@
 # target/fidelity/<mpi>-<workload>.json (validate --json) and .png; the last lines print the table.
 # LAMMPS is Debian's `lammps` package, hpcc Debian's HPC Challenge benchmark `hpcc` (HPL, PTRANS,
 # RandomAccess, FFT, ... at N = 1200 on a 1 x 2 grid; 40 M MPI calls, mostly MPI_Test/Testany
-# polling); both Open MPI only, installed here on first use.
+# polling; hpcc-nopoll leaves MPI_Test, MPI_Testany and MPI_Iprobe out with --exclude); both Open
+# MPI only, installed here on first use.
 # Run it on a quiet machine: anything else running widens the noise floor.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,13 +48,15 @@ for w in "${workloads[@]}"; do
     command -v lmp >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lammps >/dev/null
     sed 's/^run[[:space:]].*/run 1500/' /usr/share/lammps/examples/melt/in.melt > "$out/in.melt"
     cmd=(lmp -log none -screen none -in "$out/in.melt"); extra=(--threshold 8KiB --decision-interval 0) ;;
-  hpcc)
+  hpcc | hpcc-nopoll)
     if [ "$mpi" != openmpi ]; then echo "hpcc: Debian builds it with Open MPI only; skipped"; continue; fi
     command -v hpcc >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hpcc >/dev/null
     # Debian's example input on a 1 x 2 process grid, problem size 1200 (~3.5 s untraced here).
     sed -e 's/^[0-9]*\( *\)Ns$/1200\1Ns/' -e 's/^[0-9]*\( *\)Ps$/1\1Ps/' -e 's/^[0-9]*\( *\)Qs$/2\1Qs/' \
       /usr/share/doc/hpcc/examples/_hpccinf.txt > "$out/hpccinf.txt"
-    cmd=("$PWD/benches/fidelity/hpcc-rank.sh"); extra=(--threshold 8MiB) ;;
+    cmd=("$PWD/benches/fidelity/hpcc-rank.sh"); extra=(--threshold 8MiB)
+    # hpcc-nopoll: the same without its polls (unsuccessful or not) in the trace.
+    [ "$w" = hpcc-nopoll ] && extra+=(--exclude 'MPI_Test,MPI_Testany,MPI_Iprobe') ;;
   *) echo "unknown workload $w" >&2; exit 2 ;;
   esac
   echo "== $mpi $w (${extra[*]}, $reps pairs)" >&2
