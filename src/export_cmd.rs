@@ -92,13 +92,16 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         ExportFormat::Otf2 => otf2::export(&trace, &args.out, &mut progress).map(|s| {
             warn_skipped(&s.skipped);
             format!(
-                "wrote {}: {} locations, {} events ({} MPI sends, {} receives, {} collectives)",
+                "wrote {}: {} locations, {} events ({} MPI sends, {} receives, {} collectives, {} \
+                 suspensions, {} buffer flushes)",
                 args.out.display(),
                 s.locations,
                 s.events,
                 s.sends,
                 s.receives,
-                s.collectives
+                s.collectives,
+                s.suspensions,
+                s.buffer_flushes
             )
         }),
     };

@@ -275,6 +275,25 @@ fn check_otf2(dir: &Path, scratch_dir: &Path) {
         "one MPI receive record per message"
     );
     assert_eq!(count("ENTER"), count("LEAVE"));
+    // One BufferFlush per suspension in which a rank wrote its trace, inside its measurement-off
+    // interval.
+    let info = info_json(dir);
+    let flushed: u64 = info["per_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rank"].as_u64().unwrap())
+        .map(|rank| {
+            read_trace(dir)
+                .iter()
+                .filter(|t| u64::from(t.rank) == rank)
+                .flat_map(|t| t.all())
+                .filter(|e| matches!(e, Event::Suspension(s) if s.flushed && s.write_ns > 0))
+                .count() as u64
+        })
+        .sum();
+    assert_eq!(count("BUFFER_FLUSH"), flushed, "BufferFlush records");
+    assert_eq!(count("MEASUREMENT_ON_OFF") % 2, 0);
     // The Python reader of the OTF2 project, where installed, must read the same records.
     let script = "import otf2, sys\nn = 0\nwith otf2.reader.open(sys.argv[1]) as t:\n    for _, e in t.events:\n        n += type(e).__name__ in ('MpiSend', 'MpiIsend')\nprint(n)\n";
     match Command::new("/usr/bin/python3")

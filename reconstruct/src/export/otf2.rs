@@ -13,11 +13,13 @@
 //! - blocking collectives as `MpiCollectiveBegin`/`MpiCollectiveEnd` inside their region, with
 //!   the recorded bytes as the size sent (the trace records one size per collective call, so the
 //!   size received is written as 0 = unknown). Nonblocking collectives are regions only;
-//! - suspensions as `MeasurementOnOff` (off at the suspension's start, on at its end) rather than
-//!   `BufferFlush`: every suspension stops the program, flushing or not (most do not flush: they
-//!   only equalise), and an analysis should leave the whole interval out, which is what a
-//!   measurement-off interval tells OTF2 tools; a buffer flush would cover only the writing and
-//!   would mislabel the suspensions that wrote nothing.
+//! - suspensions as `MeasurementOnOff` (off at the suspension's start, on at its end): every
+//!   suspension stops the program, and an analysis should leave the whole interval out, which is
+//!   what a measurement-off interval tells OTF2 tools. Inside it, when the rank wrote its trace,
+//!   a `BufferFlush` from the start over the write (`write_ns`), as Score-P marks its own flushes;
+//! - no `ClockOffset` definitions: the times written are already in the global clock (the
+//!   measured offsets applied, `crate::clock`), and offsets would make a reader that applies them
+//!   (Scalasca's clock correction) correct twice.
 //!
 //! Times: the global clock in nanoseconds (timer resolution 1e9), clamped to never decrease
 //! within a location as OTF2 requires. Memory: one event buffer per location inside the library,
@@ -44,6 +46,8 @@ pub struct Otf2Summary {
     /// `MpiCollectiveEnd` records.
     pub collectives: u64,
     pub suspensions: u64,
+    /// `BufferFlush` records: suspensions in which the rank wrote its trace.
+    pub buffer_flushes: u64,
     pub skipped: Vec<crate::trace::Skipped>,
 }
 
@@ -658,6 +662,25 @@ mod imp {
                             if let Err(err) = wr.done(lane, code, "MeasurementOnOff") {
                                 failed = Some(err);
                                 return;
+                            }
+                            if s.flushed && s.write_ns > 0 {
+                                // The write comes first in a flushing suspension; Score-P marks
+                                // its own flushes the same way, so Scalasca-family tools know
+                                // the interval.
+                                let stop = wr.ts(
+                                    lane,
+                                    map.absolute(map.global_ns(s.start, cur))
+                                        .saturating_add(s.write_ns),
+                                );
+                                // SAFETY: live writer, null attribute list, plain values.
+                                let code = unsafe {
+                                    ffi::OTF2_EvtWriter_BufferFlush(w, ptr::null_mut(), a, stop)
+                                };
+                                if let Err(err) = wr.done(lane, code, "BufferFlush") {
+                                    failed = Some(err);
+                                    return;
+                                }
+                                wr.summary.buffer_flushes += 1;
                             }
                             let b = wr.ts(lane, map.absolute(map.global_ns(s.end, cur)));
                             // SAFETY: as above.

@@ -324,6 +324,12 @@ unsafe extern "C" {
         size_sent: u64,
         size_received: u64,
     ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_BufferFlush(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        stop_time: OTF2_TimeStamp,
+    ) -> OTF2_ErrorCode;
     pub fn OTF2_EvtWriter_MeasurementOnOff(
         w: *mut OTF2_EvtWriter,
         attributes: *mut OTF2_AttributeList,
