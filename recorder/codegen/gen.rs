@@ -896,6 +896,21 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
                 "if (evf_rc == MPI_SUCCESS) {{ if (evf_saved && evf_saved_ok_st) evf_complete_set({ck}, evf_n, evf_saved, {statuses}, {flag}, {index}, {outcount}, {indices}, {base}); else evf_completions_lost(evf_n); }}"
             ),
         );
+        // MPI_ERR_IN_STATUS (the array completions only): the statuses say which requests
+        // completed; without this their completions were lost and their table entries stale.
+        let in_status = match kind {
+            "all" => Some("EVF_DONE_ALL_IN_STATUS"),
+            "some" => Some("EVF_DONE_SOME"),
+            _ => None,
+        };
+        if let Some(ck) = in_status {
+            w(
+                out,
+                &format!(
+                    "else if (evf_rc == MPI_ERR_IN_STATUS) {{ if (evf_saved && evf_saved_ok_st) evf_complete_set({ck}, evf_n, evf_saved, {statuses}, 1, {index}, {outcount}, {indices}, {base}); else evf_completions_lost(evf_n); }}"
+                ),
+            );
+        }
         w(out, "if (evf_saved != evf_saved_small) free(evf_saved);");
         match lang {
             Lang::C => w(

@@ -705,6 +705,13 @@ void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, M
         for (int i = 0; i < n; i++)
             if (saved[i] != null_h) evf_emit(saved[i], evf_status_at(cst, fst, i, &tmp), &t);
         break;
+    case EVF_DONE_ALL_IN_STATUS:
+        for (int i = 0; i < n; i++) {
+            if (saved[i] == null_h) continue;
+            MPI_Status *st = evf_status_at(cst, fst, i, &tmp);
+            if (st->MPI_ERROR != MPI_ERR_PENDING) evf_emit(saved[i], st, &t);
+        }
+        break;
     case EVF_DONE_ANY: {
         if (!flag || index == MPI_UNDEFINED) break;
         int i = index - base;

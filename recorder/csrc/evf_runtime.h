@@ -38,7 +38,9 @@
 
 enum { EVF_REQ_NONE = 0, EVF_REQ_NEW = 1, EVF_REQ_NEW_PERSISTENT = 2, EVF_REQ_START = 3, EVF_REQ_FREE = 4 };
 enum { EVF_KIND_NONE = 0, EVF_KIND_SEND = 1, EVF_KIND_RECV = 2, EVF_KIND_OTHER = 3 };
-enum { EVF_DONE_SINGLE = 0, EVF_DONE_ALL = 1, EVF_DONE_ANY = 2, EVF_DONE_SOME = 3 };
+/* EVF_DONE_ALL_IN_STATUS: a Waitall/Testall that returned MPI_ERR_IN_STATUS, whose requests
+ * completed (with or without an error of their own) unless their status says MPI_ERR_PENDING. */
+enum { EVF_DONE_SINGLE = 0, EVF_DONE_ALL = 1, EVF_DONE_ANY = 2, EVF_DONE_SOME = 3, EVF_DONE_ALL_IN_STATUS = 4 };
 
 /* Mirrored by recorder::ffi::CallRecord (same field order and types). */
 typedef struct {

@@ -58,6 +58,7 @@ build_c user_records -ldl
 build_c sigterm
 build_c deadlock
 build_c pcontrol
+build_c in_status
 build_f fortran_ring
 build_f fortran_f08
 # The recorder's smoke programs (tests/smoke.rs): every wrapped family, abnormal ends, Fortran.
