@@ -50,6 +50,8 @@ fn marker_name(m: &Marker) -> &'static str {
         Marker::InitDone { .. } => "InitDone",
         Marker::FinalizeStart { .. } => "FinalizeStart",
         Marker::Stuck { .. } => "Stuck",
+        Marker::Compressed { .. } => "Compressed",
+        Marker::MemoryLow { .. } => "MemoryLow",
     }
 }
 

@@ -18,6 +18,8 @@ pub(crate) const KIND_RANK_INFO: u8 = 12;
 pub(crate) const KIND_WRITER: u8 = 13;
 pub(crate) const KIND_REMOTE_GROUP: u8 = 14;
 pub(crate) const KIND_WIN_DEF: u8 = 15;
+pub(crate) const KIND_MEMORY: u8 = 16;
+pub(crate) const KIND_THRESHOLD: u8 = 17;
 
 /// The highest event kind a chunk of `version` may hold (FORMAT.md "Event kinds"); `None` for a
 /// version this crate does not read.
@@ -26,6 +28,7 @@ pub(crate) fn max_kind(version: u16) -> Option<u8> {
         1 => Some(KIND_MARKER),
         2 => Some(KIND_WRITER),
         3 => Some(KIND_WIN_DEF),
+        4 => Some(KIND_THRESHOLD),
         _ => None,
     }
 }
@@ -37,9 +40,35 @@ const MARKER_ABNORMAL_END: u8 = 4;
 const MARKER_INIT_DONE: u8 = 5;
 const MARKER_FINALIZE_START: u8 = 6;
 const MARKER_STUCK: u8 = 7;
+const MARKER_COMPRESSED: u8 = 8;
+const MARKER_MEMORY_LOW: u8 = 9;
+
+/// The number a marker's kind is written as.
+pub(crate) fn marker_kind(m: &Marker) -> u8 {
+    match m {
+        Marker::LocalFlush { .. } => MARKER_LOCAL_FLUSH,
+        Marker::RecordingStopped { .. } => MARKER_RECORDING_STOPPED,
+        Marker::Lost { .. } => MARKER_LOST,
+        Marker::AbnormalEnd { .. } => MARKER_ABNORMAL_END,
+        Marker::InitDone { .. } => MARKER_INIT_DONE,
+        Marker::FinalizeStart { .. } => MARKER_FINALIZE_START,
+        Marker::Stuck { .. } => MARKER_STUCK,
+        Marker::Compressed { .. } => MARKER_COMPRESSED,
+        Marker::MemoryLow { .. } => MARKER_MEMORY_LOW,
+    }
+}
+
+/// The highest marker kind a chunk of `version` may hold.
+pub(crate) fn max_marker(version: u16) -> u8 {
+    if version >= 4 {
+        MARKER_MEMORY_LOW
+    } else {
+        MARKER_STUCK
+    }
+}
 
 pub(crate) fn is_misc_kind(kind: u8) -> bool {
-    (KIND_USER..=KIND_WIN_DEF).contains(&kind)
+    (KIND_USER..=KIND_THRESHOLD).contains(&kind)
 }
 
 /// Bytes of `s` a `RankInfo` body keeps: its length field is a `u16`, so a longer string is cut
@@ -186,6 +215,26 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
                     put32(out, peer as u32);
                     put32(out, tag as u32);
                 }
+                Marker::Compressed {
+                    time,
+                    raw_bytes,
+                    stored_bytes,
+                } => {
+                    out.push(MARKER_COMPRESSED);
+                    put64(out, time);
+                    put64(out, raw_bytes);
+                    put64(out, stored_bytes);
+                }
+                Marker::MemoryLow {
+                    time,
+                    available,
+                    needed,
+                } => {
+                    out.push(MARKER_MEMORY_LOW);
+                    put64(out, time);
+                    put64(out, available);
+                    put64(out, needed);
+                }
             }
             KIND_MARKER
         }
@@ -205,6 +254,30 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
             put32(out, w.part);
             out.extend_from_slice(w.reason.as_bytes());
             KIND_WRITER
+        }
+        Event::Memory(m) => {
+            for v in [
+                m.time,
+                m.rss_bytes,
+                m.recorder_bytes,
+                m.compressed_bytes,
+                m.node_available,
+                m.cgroup_limit,
+                m.cgroup_usage,
+                m.swap_out_pages,
+            ] {
+                put64(out, v);
+            }
+            out.push(m.when as u8);
+            KIND_MEMORY
+        }
+        Event::Threshold(t) => {
+            put64(out, t.time);
+            put64(out, t.bytes);
+            out.push(t.basis as u8);
+            put64(out, t.available);
+            put32(out, t.ranks_on_node);
+            KIND_THRESHOLD
         }
     }
 }
@@ -386,7 +459,60 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                     peer: c.u32().ok_or(short)? as i32,
                     tag: c.u32().ok_or(short)? as i32,
                 },
+                MARKER_COMPRESSED => Marker::Compressed {
+                    time,
+                    raw_bytes: c.u64().ok_or(short)?,
+                    stored_bytes: c.u64().ok_or(short)?,
+                },
+                MARKER_MEMORY_LOW => Marker::MemoryLow {
+                    time,
+                    available: c.u64().ok_or(short)?,
+                    needed: c.u64().ok_or(short)?,
+                },
                 _ => return Err("unknown marker kind"),
+            })
+        }
+        KIND_MEMORY => {
+            let mut v = [0u64; 8];
+            for x in &mut v {
+                *x = c.u64().ok_or(short)?;
+            }
+            let when = match c.u8().ok_or(short)? {
+                0 => MemoryWhen::Init,
+                1 => MemoryWhen::Suspension,
+                2 => MemoryWhen::Periodic,
+                3 => MemoryWhen::Finalize,
+                4 => MemoryWhen::Compressed,
+                _ => return Err("unknown memory sample kind"),
+            };
+            Event::Memory(MemorySample {
+                time: v[0],
+                rss_bytes: v[1],
+                recorder_bytes: v[2],
+                compressed_bytes: v[3],
+                node_available: v[4],
+                cgroup_limit: v[5],
+                cgroup_usage: v[6],
+                swap_out_pages: v[7],
+                when,
+            })
+        }
+        KIND_THRESHOLD => {
+            let time = c.u64().ok_or(short)?;
+            let bytes = c.u64().ok_or(short)?;
+            let basis = match c.u8().ok_or(short)? {
+                0 => ThresholdBasis::Fixed,
+                1 => ThresholdBasis::Cgroup,
+                2 => ThresholdBasis::Node,
+                3 => ThresholdBasis::Unknown,
+                _ => return Err("unknown threshold basis"),
+            };
+            Event::Threshold(ThresholdChoice {
+                time,
+                bytes,
+                basis,
+                available: c.u64().ok_or(short)?,
+                ranks_on_node: c.u32().ok_or(short)?,
             })
         }
         KIND_RANK_INFO => {
@@ -451,7 +577,9 @@ pub(crate) fn misc_body_times(kind: u8, body: &[u8]) -> Option<(u64, u64)> {
             .map(|s| u64::from_le_bytes(s.try_into().unwrap_or_default()))
     };
     match kind {
-        KIND_USER | KIND_REGION | KIND_CLOCK => at(0).map(|t| (t, t)),
+        KIND_USER | KIND_REGION | KIND_CLOCK | KIND_MEMORY | KIND_THRESHOLD => {
+            at(0).map(|t| (t, t))
+        }
         KIND_MARKER => at(1).map(|t| (t, t)),
         KIND_SUSPENSION => {
             let (start, end) = (at(8)?, at(24)?);

@@ -17,7 +17,7 @@ pub const CHUNK_MAGIC: [u8; 4] = *b"EVFC";
 /// Version of the chunk header and payload layout this crate writes. Version 2 added the event
 /// kinds `RankInfo` (12) and `Writer` (13) to version 1's layout, version 3 `RemoteGroup` (14) and
 /// `WinDef` (15).
-pub const CHUNK_VERSION: u16 = 3;
+pub const CHUNK_VERSION: u16 = 4;
 /// The oldest chunk version this crate still reads (FORMAT.md "Versioning").
 pub const CHUNK_MIN_VERSION: u16 = 1;
 /// Bytes of a chunk header.
@@ -767,8 +767,13 @@ pub(crate) fn split_columns(payload: &[u8], events: u64, version: u16) -> Result
         completions,
     };
     let mut misc_cursor = MiscCursor::new(&columns);
+    let max_marker = body::max_marker(version);
     for _ in 0..misc {
-        misc_cursor.next_body(payload, &columns)?;
+        if let Event::Marker(m) = misc_cursor.next_body(payload, &columns)?
+            && body::marker_kind(&m) > max_marker
+        {
+            return Err("marker kind newer than the chunk's version".into());
+        }
     }
     if misc_cursor.misc_pos != ranges[COL_MISC].1 {
         return Err("columns hold bytes no event uses".into());

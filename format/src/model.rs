@@ -189,6 +189,145 @@ pub enum Marker {
         peer: i32,
         tag: i32,
     },
+    /// The hard memory limit was reached between collectives, and this rank compressed its
+    /// buffers in memory instead of writing them alone; the compressed chunks wait for the next
+    /// flushing suspension. The time it took is recorder cost (charged to the next event).
+    Compressed {
+        time: u64,
+        raw_bytes: u64,
+        stored_bytes: u64,
+    },
+    /// The node (or the job's memory cgroup) had less memory available than this rank's next flush
+    /// needs: it may swap. Written once per rank, with what would have helped said on stderr.
+    MemoryLow {
+        time: u64,
+        available: u64,
+        needed: u64,
+    },
+}
+
+impl Marker {
+    /// When it happened (ticks).
+    pub fn time(&self) -> u64 {
+        match *self {
+            Marker::LocalFlush { time, .. }
+            | Marker::RecordingStopped { time }
+            | Marker::Lost { time, .. }
+            | Marker::AbnormalEnd { time, .. }
+            | Marker::InitDone { time }
+            | Marker::FinalizeStart { time }
+            | Marker::Stuck { time, .. }
+            | Marker::Compressed { time, .. }
+            | Marker::MemoryLow { time, .. } => time,
+        }
+    }
+
+    /// A short name for views.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Marker::LocalFlush { .. } => "local flush",
+            Marker::RecordingStopped { .. } => "recording stopped",
+            Marker::Lost { .. } => "events lost",
+            Marker::AbnormalEnd { .. } => "abnormal end",
+            Marker::InitDone { .. } => "MPI_Init done",
+            Marker::FinalizeStart { .. } => "MPI_Finalize entered",
+            Marker::Stuck { .. } => "stuck call",
+            Marker::Compressed { .. } => "compressed in memory",
+            Marker::MemoryLow { .. } => "memory low",
+        }
+    }
+}
+
+/// Why a [`MemorySample`] was taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MemoryWhen {
+    #[default]
+    Init = 0,
+    /// During a flushing suspension, after the write (inside the equalised pause).
+    Suspension = 1,
+    /// A few seconds passed since the last sample (taken at a decision point or a buffer growth).
+    Periodic = 2,
+    Finalize = 3,
+    /// Right after the buffers were compressed in memory (`Marker::Compressed`).
+    Compressed = 4,
+}
+
+/// [`MemorySample`] fields that were not available on this node.
+pub const UNKNOWN_BYTES: u64 = u64::MAX;
+
+/// What memory one rank and its node had at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MemorySample {
+    pub time: u64,
+    /// The process's resident set (`/proc/self/statm`), recorder included.
+    pub rss_bytes: u64,
+    /// What the recorder holds: its buffers' capacity plus compressed chunks waiting for a flush.
+    pub recorder_bytes: u64,
+    /// The compressed part of `recorder_bytes`.
+    pub compressed_bytes: u64,
+    /// The node's `MemAvailable` ([`UNKNOWN_BYTES`] if not read: only one rank per node reads the
+    /// node-wide figures).
+    pub node_available: u64,
+    /// The memory cgroup's limit ([`UNKNOWN_BYTES`] when none applies or it was not read).
+    pub cgroup_limit: u64,
+    /// The cgroup's usage without its inactive file cache (the kernel reclaims that first).
+    pub cgroup_usage: u64,
+    /// Pages swapped out on the node since boot (`pswpout` of `/proc/vmstat`).
+    pub swap_out_pages: u64,
+    pub when: MemoryWhen,
+}
+
+impl MemorySample {
+    /// Memory the node or the cgroup can still give, whichever is less; `None` if neither was read.
+    pub fn available(&self) -> Option<u64> {
+        let cgroup = (self.cgroup_limit != UNKNOWN_BYTES && self.cgroup_usage != UNKNOWN_BYTES)
+            .then(|| self.cgroup_limit.saturating_sub(self.cgroup_usage));
+        let node = (self.node_available != UNKNOWN_BYTES).then_some(self.node_available);
+        match (cgroup, node) {
+            (Some(c), Some(n)) => Some(c.min(n)),
+            (c, n) => c.or(n),
+        }
+    }
+}
+
+/// Where `--threshold auto` took its S from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ThresholdBasis {
+    /// A size the user gave (`--threshold 64MiB`).
+    #[default]
+    Fixed = 0,
+    /// The memory cgroup's limit minus its usage.
+    Cgroup = 1,
+    /// The node's `MemAvailable`.
+    Node = 2,
+    /// Nothing could be read: the fallback size.
+    Unknown = 3,
+}
+
+impl ThresholdBasis {
+    pub fn name(self) -> &'static str {
+        match self {
+            ThresholdBasis::Fixed => "fixed",
+            ThresholdBasis::Cgroup => "cgroup",
+            ThresholdBasis::Node => "node",
+            ThresholdBasis::Unknown => "unknown",
+        }
+    }
+}
+
+/// The threshold S a rank uses from `time` on, and why (written at `MPI_Init`, and again when
+/// `--threshold auto` re-evaluates it to a different value at a suspension).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ThresholdChoice {
+    pub time: u64,
+    pub bytes: u64,
+    pub basis: ThresholdBasis,
+    /// The available memory it was computed from (0 for a fixed S).
+    pub available: u64,
+    /// Ranks sharing that memory (this node's ranks).
+    pub ranks_on_node: u32,
 }
 
 /// Everything a trace can say, in the order it happened on one rank.
@@ -233,6 +372,10 @@ pub enum Event {
         id: CommId,
         comm: CommId,
     },
+    /// Memory of the rank and its node (chunk version 4).
+    Memory(MemorySample),
+    /// The threshold S in use (chunk version 4).
+    Threshold(ThresholdChoice),
 }
 
 /// A member of a `CommDef` or `RemoteGroup` that is not a process of this `MPI_COMM_WORLD`.

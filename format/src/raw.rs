@@ -328,6 +328,7 @@ fn misc_body_len(e: &Event) -> usize {
             | Marker::FinalizeStart { .. } => 9,
             Marker::AbnormalEnd { .. } => 13,
             Marker::Stuck { .. } => 31,
+            Marker::Compressed { .. } | Marker::MemoryLow { .. } => 25,
         },
         Event::RankInfo(r) => {
             12 + 2 + body::str16_len(&r.host) + 2 + body::str16_len(&r.mpi_library) + r.run_id.len()
@@ -335,6 +336,8 @@ fn misc_body_len(e: &Event) -> usize {
         Event::Writer(w) => 7 + w.reason.len(),
         Event::RemoteGroup { members, .. } => 4 + 4 * members.len(),
         Event::WinDef { .. } => 8,
+        Event::Memory(_) => 65,
+        Event::Threshold(_) => 29,
     }
 }
 

@@ -158,8 +158,8 @@ fn first_chunk_offset() -> usize {
 
 #[test]
 fn version_1_chunks_are_still_read() {
-    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 3));
-    // A version-1 chunk is a version-3 chunk without the newer kinds: same layout otherwise.
+    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 4));
+    // A version-1 chunk is a version-4 chunk without the newer kinds: same layout otherwise.
     let events = synthetic::events(&synthetic::HaloConfig {
         iterations: 5,
         ..Default::default()
@@ -221,19 +221,74 @@ fn remote_groups_and_windows_are_version_3_kinds() {
     );
 }
 
+/// Version 4 added memory samples, threshold choices and two markers; they round-trip, and a
+/// version-3 chunk may hold none of them.
+#[test]
+fn memory_records_are_version_4_kinds() {
+    let sample = MemorySample {
+        time: 10,
+        rss_bytes: 300 << 20,
+        recorder_bytes: 64 << 20,
+        compressed_bytes: 1 << 20,
+        node_available: format::UNKNOWN_BYTES,
+        cgroup_limit: 512 << 20,
+        cgroup_usage: 400 << 20,
+        swap_out_pages: 7,
+        when: MemoryWhen::Suspension,
+    };
+    assert_eq!(sample.available(), Some(112 << 20));
+    let newer = [
+        Event::Memory(sample),
+        Event::Threshold(ThresholdChoice {
+            time: 11,
+            bytes: 40 << 20,
+            basis: ThresholdBasis::Cgroup,
+            available: 480 << 20,
+            ranks_on_node: 4,
+        }),
+        Event::Marker(Marker::Compressed {
+            time: 12,
+            raw_bytes: 1 << 30,
+            stored_bytes: 50 << 20,
+        }),
+        Event::Marker(Marker::MemoryLow {
+            time: 13,
+            available: 10 << 20,
+            needed: 64 << 20,
+        }),
+    ];
+    let (bytes, _) = write_file(&[newer.to_vec()], Some(1));
+    let file = RankFile::from_bytes(bytes, "v4.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![newer.to_vec()]);
+    for event in newer {
+        let (mut bytes, _) = write_file(&[vec![event.clone()]], Some(1));
+        relabel(&mut bytes, first_chunk_offset(), 3);
+        let file = RankFile::from_bytes(bytes, "v3-new-kind.evf").unwrap();
+        let (chunks, _, err) = read_everything(&file);
+        assert!(chunks.is_empty(), "{event:?} accepted in a version-3 chunk");
+        let err = err.expect("rejected").to_string();
+        assert!(
+            err.contains("unknown event kind") || err.contains("newer than the chunk's version"),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn versions_beyond_the_known_ones_are_refused() {
     let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
-    relabel(&mut bytes, first_chunk_offset(), 4);
-    let file = RankFile::from_bytes(bytes, "v4.evf").unwrap();
+    relabel(&mut bytes, first_chunk_offset(), 5);
+    let file = RankFile::from_bytes(bytes, "v5.evf").unwrap();
     let (_, _, err) = read_everything(&file);
     let err = err.expect("refused");
     assert!(
         matches!(
             err,
             FormatError::UnsupportedVersion {
-                version: 4,
-                supported: 3,
+                version: 5,
+                supported: 4,
                 ..
             }
         ),

@@ -30,6 +30,10 @@ pub struct RankInfo {
     pub mpi_library: Option<String>,
     /// Every writer that wrote this rank's files, in order (`Writer` records).
     pub writers: Vec<WriterInfo>,
+    /// Times the hard limit made this rank compress its buffers in memory (`Marker::Compressed`).
+    pub in_memory_compressions: u64,
+    /// The rank warned that its node ran low on memory (`Marker::MemoryLow`).
+    pub memory_low: bool,
 }
 
 /// One `Writer` record of a rank: which backend wrote its files from part `part` on.
@@ -196,6 +200,8 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                         Marker::RecordingStopped { .. } => info.recording_stopped = true,
                         Marker::AbnormalEnd { .. } => rank.abnormal_end = true,
                         Marker::Stuck { .. } => {}
+                        Marker::Compressed { .. } => rank.in_memory_compressions += 1,
+                        Marker::MemoryLow { .. } => rank.memory_low = true,
                     },
                     _ => {}
                 }

@@ -16,6 +16,8 @@ pub fn for_each_time(e: &mut Event, mut f: impl FnMut(&mut u64)) {
             f(&mut s.end);
         }
         Event::Clock(s) => f(&mut s.local),
+        Event::Memory(m) => f(&mut m.time),
+        Event::Threshold(t) => f(&mut t.time),
         Event::Marker(m) => match m {
             Marker::LocalFlush { time, .. }
             | Marker::RecordingStopped { time }
@@ -23,7 +25,9 @@ pub fn for_each_time(e: &mut Event, mut f: impl FnMut(&mut u64)) {
             | Marker::AbnormalEnd { time, .. }
             | Marker::InitDone { time }
             | Marker::FinalizeStart { time }
-            | Marker::Stuck { time, .. } => f(time),
+            | Marker::Stuck { time, .. }
+            | Marker::Compressed { time, .. }
+            | Marker::MemoryLow { time, .. } => f(time),
         },
         Event::Completion(_)
         | Event::CommDef { .. }

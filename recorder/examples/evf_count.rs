@@ -18,6 +18,8 @@ fn marker_name(m: &Marker) -> &'static str {
         Marker::InitDone { .. } => "InitDone",
         Marker::FinalizeStart { .. } => "FinalizeStart",
         Marker::Stuck { .. } => "Stuck",
+        Marker::Compressed { .. } => "Compressed",
+        Marker::MemoryLow { .. } => "MemoryLow",
     }
 }
 

@@ -119,6 +119,20 @@ pub fn arb_marker() -> impl Strategy<Value = Marker> {
                 peer,
                 tag,
             }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(time, raw_bytes, stored_bytes)| {
+            Marker::Compressed {
+                time,
+                raw_bytes,
+                stored_bytes,
+            }
+        }),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(time, available, needed)| {
+            Marker::MemoryLow {
+                time,
+                available,
+                needed,
+            }
+        }),
     ]
 }
 
@@ -183,7 +197,42 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         1 => arb_marker().prop_map(Event::Marker),
         1 => arb_rank_info().prop_map(Event::RankInfo),
         1 => arb_writer_used().prop_map(Event::Writer),
+        1 => arb_memory_sample().prop_map(Event::Memory),
+        1 => (any::<u64>(), any::<u64>(), 0usize..4, any::<u64>(), any::<u32>()).prop_map(
+            |(time, bytes, basis, available, ranks_on_node)| Event::Threshold(ThresholdChoice {
+                time,
+                bytes,
+                basis: [
+                    ThresholdBasis::Fixed,
+                    ThresholdBasis::Cgroup,
+                    ThresholdBasis::Node,
+                    ThresholdBasis::Unknown,
+                ][basis],
+                available,
+                ranks_on_node,
+            })
+        ),
     ]
+}
+
+pub fn arb_memory_sample() -> impl Strategy<Value = MemorySample> {
+    (proptest::array::uniform8(any::<u64>()), 0usize..5).prop_map(|(v, when)| MemorySample {
+        time: v[0],
+        rss_bytes: v[1],
+        recorder_bytes: v[2],
+        compressed_bytes: v[3],
+        node_available: v[4],
+        cgroup_limit: v[5],
+        cgroup_usage: v[6],
+        swap_out_pages: v[7],
+        when: [
+            MemoryWhen::Init,
+            MemoryWhen::Suspension,
+            MemoryWhen::Periodic,
+            MemoryWhen::Finalize,
+            MemoryWhen::Compressed,
+        ][when],
+    })
 }
 
 pub fn arb_rank_info() -> impl Strategy<Value = RankInfo> {

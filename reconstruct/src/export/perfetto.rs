@@ -285,15 +285,7 @@ impl<W: Write> State<W> {
             }
             Event::Marker(m) => {
                 rs.fill += misc_len(&mut self.scratch, e);
-                let (time, what) = match *m {
-                    Marker::LocalFlush { time, .. } => (time, "local flush"),
-                    Marker::RecordingStopped { time } => (time, "recording stopped"),
-                    Marker::Lost { time, .. } => (time, "events lost"),
-                    Marker::AbnormalEnd { time, .. } => (time, "abnormal end"),
-                    Marker::InitDone { time } => (time, "MPI_Init done"),
-                    Marker::FinalizeStart { time } => (time, "MPI_Finalize entered"),
-                    Marker::Stuck { time, .. } => (time, "stuck call"),
-                };
+                let (time, what) = (m.time(), m.label());
                 let t = time as i64;
                 rs.last_ns = t;
                 let _ = write!(
@@ -302,7 +294,7 @@ impl<W: Write> State<W> {
                     us(t),
                     serde_json::to_string(&format!("{m:?}")).unwrap_or_default()
                 );
-                if let Marker::LocalFlush { .. } = m {
+                if let Marker::LocalFlush { .. } | Marker::Compressed { .. } = m {
                     out.counter(rank, t, rs.fill);
                     rs.fill = 0;
                     counter_reset = true;

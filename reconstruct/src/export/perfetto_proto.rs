@@ -534,17 +534,9 @@ impl<W: Write> State<'_, W> {
             }
             Event::Marker(m) => {
                 self.ranks[ri].fill += self.misc_len(e);
-                let (time, what) = match *m {
-                    Marker::LocalFlush { time, .. } => (time, "local flush"),
-                    Marker::RecordingStopped { time } => (time, "recording stopped"),
-                    Marker::Lost { time, .. } => (time, "events lost"),
-                    Marker::AbnormalEnd { time, .. } => (time, "abnormal end"),
-                    Marker::InitDone { time } => (time, "MPI_Init done"),
-                    Marker::FinalizeStart { time } => (time, "MPI_Finalize entered"),
-                    Marker::Stuck { time, .. } => (time, "stuck call"),
-                };
+                let (time, what) = (m.time(), m.label());
                 self.instant(li, time, NameKey::Fixed(what), |_| {});
-                if let Marker::LocalFlush { .. } = m {
+                if let Marker::LocalFlush { .. } | Marker::Compressed { .. } = m {
                     self.counter(li, time);
                     self.ranks[ri].fill = 0;
                     reset = true;
