@@ -113,8 +113,11 @@ impl Layout {
 pub struct Config {
     /// Output directories; ranks rotate to the next one when a disk fills.
     pub out: Vec<PathBuf>,
-    /// Buffer size S that makes a rank ask for a suspension, in bytes.
+    /// Buffer size S that makes a rank ask for a suspension, in bytes (with `threshold_auto`, the
+    /// fallback used when no memory figure can be read).
     pub threshold: u64,
+    /// `--threshold auto`: S is sized from the memory free on the node (recorder::threshold).
+    pub threshold_auto: bool,
     /// Hard memory limit for the recorder's buffers, in bytes.
     pub limit: u64,
     pub mode: Mode,
@@ -209,6 +212,9 @@ fn filter_rules(v: &str) -> Vec<String> {
         .collect()
 }
 
+/// `--threshold auto`'s S when no memory figure can be read: the fixed default.
+pub const AUTO_FALLBACK_THRESHOLD: u64 = 64 << 20;
+
 static SETTINGS: &[Setting] = &[
     Setting {
         flag: "out",
@@ -237,9 +243,18 @@ static SETTINGS: &[Setting] = &[
         flag: "threshold",
         env: "EVENFLUSH_THRESHOLD",
         default: "64MiB",
-        help: "Buffer size S at which a rank asks for an offload suspension (e.g. 64MiB, 1G, 100MB)",
+        help: "Buffer size S at which a rank asks for an offload suspension (e.g. 64MiB, 1G, 100MB), \
+               or auto: half the memory free at start-up (the job's memory cgroup limit if it has \
+               one, else the node's MemAvailable) shared by the node's ranks, re-evaluated at every \
+               memory sample, at most --limit",
         apply: |c, v| {
-            c.threshold = parse_size(v)?;
+            if v.trim().eq_ignore_ascii_case("auto") {
+                c.threshold_auto = true;
+                c.threshold = AUTO_FALLBACK_THRESHOLD;
+            } else {
+                c.threshold_auto = false;
+                c.threshold = parse_size(v)?;
+            }
             Ok(())
         },
     },
@@ -503,6 +518,7 @@ impl Config {
         let mut config = Config {
             out: Vec::new(),
             threshold: 0,
+            threshold_auto: false,
             limit: 0,
             mode: Mode::Dynamic,
             suspend_at: SuspendAt::Collectives,
@@ -525,6 +541,9 @@ impl Config {
         for s in SETTINGS {
             let value = lookup(s.env).filter(|v| !v.trim().is_empty());
             s.apply(&mut config, value.as_deref().unwrap_or(s.default))?;
+        }
+        if config.threshold_auto {
+            config.threshold = config.threshold.min(config.limit);
         }
         if config.limit < config.threshold {
             return Err(ConfigError {

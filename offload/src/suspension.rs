@@ -366,6 +366,12 @@ impl Suspender {
         Ok(())
     }
 
+    /// Changes S from the next decision on (`--threshold auto` re-evaluates it as memory changes).
+    /// S only shapes this rank's own vote, so ranks may differ.
+    pub fn set_threshold(&mut self, bytes: u64) {
+        self.settings.threshold_bytes = bytes;
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.settings
     }

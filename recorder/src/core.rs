@@ -85,6 +85,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static FINISHED: AtomicBool = AtomicBool::new(false);
 static FINISH_DONE: AtomicBool = AtomicBool::new(false);
 static LOCAL_FLUSHES: AtomicU64 = AtomicU64::new(0);
+static IN_MEMORY_COMPRESSIONS: AtomicU64 = AtomicU64::new(0);
 static FLUSH_LOCK: Mutex<()> = Mutex::new(());
 static LIMIT_WARNING: Once = Once::new();
 static LOST_WARNING: Once = Once::new();
@@ -421,41 +422,78 @@ pub fn record_event(event: &Event) {
     }
 }
 
-/// After a buffer grew: mode `local` flushes past S; anything past the hard limit flushes locally
-/// (timing may be perturbed; the trace says so).
+/// After a buffer grew: mode `local` flushes past S, and a memory sample may be due. Past the
+/// hard limit, the recorder first compresses its buffers in memory and keeps the chunks for the
+/// next flushing suspension (FORMAT.md `Compressed`): the program keeps its timing, and only the
+/// compression's time is recorder cost. Only when the compressed backlog itself takes half the
+/// limit (data that does not compress), or in the modes that do not suspend collectively, does
+/// the rank write alone (a local flush: timing may be perturbed; the trace says so).
 fn check_limit() {
     if crate::signals::forked_child() {
         return;
     }
     crate::protocol::after_buffer_growth();
-    if buffers::held_bytes() <= LIMIT.load(Ordering::Relaxed) {
+    crate::memory_watch::maybe_periodic();
+    let limit = LIMIT.load(Ordering::Relaxed);
+    let held = || buffers::held_bytes() + sink::held_compressed();
+    if held() <= limit {
         return;
     }
     let Ok(_guard) = FLUSH_LOCK.try_lock() else {
         return; // another thread is flushing right now
     };
-    if buffers::held_bytes() <= LIMIT.load(Ordering::Relaxed) {
+    if held() <= limit {
         return;
     }
     let t0 = clock::now();
-    let held = buffers::held_bytes();
+    let raw_held = buffers::held_bytes();
     let (taken, _) = buffers::take_all(None);
-    let stats = sink::write(taken);
+    let collective = session().is_some_and(|s| {
+        matches!(
+            s.config.mode,
+            offload::config::Mode::Dynamic
+                | offload::config::Mode::Static
+                | offload::config::Mode::NoRemeasure
+        )
+    });
+    if collective && sink::held_compressed() < limit / 2 {
+        let (raw_bytes, stored_bytes) = sink::compress_in_memory(taken);
+        IN_MEMORY_COMPRESSIONS.fetch_add(1, Ordering::Relaxed);
+        record_event(&Event::Marker(Marker::Compressed {
+            time: t0,
+            raw_bytes,
+            stored_bytes,
+        }));
+        crate::memory_watch::at_compression();
+        let t1 = clock::now();
+        buffers::with_mine(|l| l.cost_carry += t1.wrapping_sub(t0));
+        return;
+    }
+    sink::write(taken);
     LOCAL_FLUSHES.fetch_add(1, Ordering::Relaxed);
     LIMIT_WARNING.call_once(|| {
         let rank = session().map_or(0, |s| s.rank);
+        let why = if collective {
+            "and what it compressed in memory since the last flush takes half of it"
+        } else {
+            "in a mode without collective flushes"
+        };
         eprintln!(
-            "evenflush: rank {rank}: recorder memory reached the limit ({held} bytes held); flushing locally \
-             (marked in the trace; raise EVENFLUSH_LIMIT to avoid it)"
+            "evenflush: rank {rank}: recorder memory reached the limit ({raw_held} bytes held) {why}; \
+             flushing locally (marked in the trace; raise EVENFLUSH_LIMIT to avoid it)"
         );
     });
-    let _ = stats;
     let t1 = clock::now();
     record_event(&Event::Marker(Marker::LocalFlush {
         time: t0,
-        bytes: held,
+        bytes: raw_held,
     }));
     buffers::with_mine(|l| l.cost_carry += t1.wrapping_sub(t0));
+}
+
+/// How many times the hard limit made this rank compress in memory.
+pub fn in_memory_compressions() -> u64 {
+    IN_MEMORY_COMPRESSIONS.load(Ordering::Relaxed)
 }
 
 /// How many local flushes the hard limit forced so far.

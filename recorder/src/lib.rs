@@ -19,12 +19,15 @@ pub mod core;
 pub mod ffi;
 pub mod filter;
 pub mod group_file;
+pub mod memory;
+pub mod memory_watch;
 pub mod mpi_link;
 pub mod mpiio;
 pub mod protocol;
 pub mod requests;
 pub mod signals;
 pub mod sink;
+pub mod threshold;
 pub mod watchdog;
 
 /// The wrapped functions, by `FunctionId`.

@@ -95,10 +95,12 @@ pub fn on_init_done() {
     if !session.config.watchdog.is_zero() {
         crate::watchdog::start(session.config.watchdog, session.config.watchdog_abort);
     }
+    crate::memory_watch::at_init();
     let Some(mut transport) = MpiTransport::new() else {
         return;
     };
-    let settings = Settings::from_config(&session.config);
+    let mut settings = Settings::from_config(&session.config);
+    settings.threshold_bytes = crate::threshold::current();
     let mut suspender = Suspender::new(settings);
     let sample = match suspender.init(&mut transport) {
         Ok(Some(sample)) => Ok(sample),
@@ -151,6 +153,7 @@ fn flush_all() -> FlushReport {
     } else {
         sink::write(taken)
     };
+    crate::memory_watch::at_suspension();
     FlushReport {
         bytes_raw: after.bytes_raw - before.bytes_raw,
         bytes_stored: after.bytes_stored - before.bytes_stored,
@@ -219,7 +222,17 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
     // threads' buffers (which takes the registry's lock), since only a decision reads it.
     let may_act = p.suspender.next_call_may_act();
     let entered = may_act.then(crate::clock::now);
-    let used = if may_act { buffers::used_bytes() } else { 0 };
+    if may_act {
+        crate::memory_watch::maybe_periodic();
+        p.suspender.set_threshold(crate::threshold::current());
+    }
+    // Chunks compressed in memory since the last flush (the hard limit was reached) ask for the
+    // next flush whatever S is: they exist because memory ran short.
+    let used = match (may_act, sink::held_compressed()) {
+        (false, _) => 0,
+        (true, 0) => buffers::used_bytes(),
+        (true, _) => u64::MAX,
+    };
     let result = p.suspender.suspend(&mut p.transport, used, &mut flush_all);
     if let (Some(entered), Ok(None)) = (entered, &result) {
         // A decision point without a suspension (or just the counter) is recorder time like any
@@ -277,7 +290,7 @@ pub fn after_buffer_growth() {
     let Some(session) = core::session() else {
         return;
     };
-    if session.config.mode != Mode::Local || buffers::used_bytes() <= session.config.threshold {
+    if session.config.mode != Mode::Local || buffers::used_bytes() <= crate::threshold::current() {
         return;
     }
     let Ok(mut guard) = PROTOCOL.try_lock() else {
@@ -302,6 +315,7 @@ pub fn after_buffer_growth() {
 /// and the MPI-IO writer's last write.
 pub fn on_finalize_start() {
     RUNNING.store(false, Ordering::Release);
+    crate::memory_watch::at_finalize();
     {
         let mut guard = PROTOCOL.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = guard.as_mut() {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use format::{
     ChunkEncoder, EncodedChunk, Event, FileHeader, Marker, RawBuf, WriterChange, WriterId,
@@ -56,6 +57,17 @@ struct Sink {
     pending_lost: u64,
     /// Set while writing that marker right after the failure.
     marking_lost: bool,
+    /// Chunks compressed in memory when the hard limit was reached between flushing suspensions
+    /// (`compress_in_memory`), written first by the next write: their sequence numbers are older.
+    held: Vec<EncodedChunk>,
+}
+
+/// Bytes of [`Sink::held`] chunks, readable without the sink's lock (memory samples, decisions).
+static HELD_COMPRESSED: AtomicU64 = AtomicU64::new(0);
+
+/// Compressed bytes waiting in memory for the next flush.
+pub fn held_compressed() -> u64 {
+    HELD_COMPRESSED.load(Ordering::Relaxed)
 }
 
 /// Totals over the life of the trace.
@@ -129,6 +141,7 @@ pub fn configure(
         stats: SinkStats::default(),
         pending_lost: 0,
         marking_lost: false,
+        held: Vec::new(),
     });
 }
 
@@ -265,6 +278,12 @@ impl Sink {
         out
     }
 
+    /// The chunks compressed in memory so far, handed to a write (they go before anything newer).
+    fn take_held(&mut self) -> Vec<EncodedChunk> {
+        HELD_COMPRESSED.store(0, Ordering::Relaxed);
+        std::mem::take(&mut self.held)
+    }
+
     fn encode_note(&mut self, note: WriterUsed) -> EncodedChunk {
         let mut buf = RawBuf::new();
         buf.push_event(&Event::Writer(note));
@@ -285,7 +304,7 @@ impl Sink {
         }
         let own_data = self.stopped.is_none() && !self.diverted;
         let chunks = if own_data {
-            let mut chunks = Vec::new();
+            let mut chunks = self.take_held();
             if let Some(group) = &self.group
                 && !group.noted()
             {
@@ -334,6 +353,9 @@ impl Sink {
     /// Writes chunks encoded earlier (a failed group write's) through this rank's own writer. The
     /// writer's record follows them here: its sequence number is newer than theirs.
     fn write_encoded(&mut self, chunks: Vec<EncodedChunk>) {
+        let mut held = self.take_held();
+        held.extend(chunks);
+        let chunks = held;
         let events: u64 = chunks.iter().map(|c| c.events).sum();
         if self.stopped.is_some() {
             self.stats.events_lost += events;
@@ -359,7 +381,8 @@ impl Sink {
         {
             // After MPI_Finalize, the slot kept in the group file takes a small remainder.
             if group.has_tail_slot() {
-                let chunks = self.encode_all(taken);
+                let mut chunks = self.take_held();
+                chunks.extend(self.encode_all(taken));
                 let group = self.group.as_mut().expect("checked above");
                 match group.write_tail(&chunks) {
                     Ok(()) => {
@@ -374,7 +397,7 @@ impl Sink {
                     }
                 }
             }
-            if taken.iter().any(|t| !t.buf.is_empty()) {
+            if taken.iter().any(|t| !t.buf.is_empty()) || !self.held.is_empty() {
                 self.diverted = true;
                 self.next_change = Some((
                     WriterChange::Fallback,
@@ -403,7 +426,9 @@ impl Sink {
                 },
             );
         }
-        let events: u64 = taken.iter().map(|t| t.buf.events()).sum();
+        let held = self.take_held();
+        let events: u64 = taken.iter().map(|t| t.buf.events()).sum::<u64>()
+            + held.iter().map(|c| c.events).sum::<u64>();
         if events == 0 {
             return;
         }
@@ -444,7 +469,7 @@ impl Sink {
                         return Some(chunk);
                     }
                 });
-                let mut chunks = note.into_iter().chain(&mut chunks);
+                let mut chunks = held.into_iter().chain(note).chain(&mut chunks);
                 writer
                     .as_mut()
                     .expect("opened above")
@@ -675,6 +700,27 @@ pub fn write_collective(taken: Vec<Taken>) -> SinkStats {
     };
     sink.write_collective(taken);
     sink.stats
+}
+
+/// Compresses every taken buffer into chunks kept in memory until the next write (the hard limit
+/// reached between flushing suspensions, FORMAT.md `Compressed`). Returns the bytes the records
+/// took in memory and their compressed size. Once recording stopped, the events are counted as lost instead.
+pub fn compress_in_memory(taken: Vec<Taken>) -> (u64, u64) {
+    let mut guard = SINK.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(sink) = guard.as_mut() else {
+        return (0, 0);
+    };
+    if sink.stopped.is_some() {
+        sink.stats.events_lost += taken.iter().map(|t| t.buf.events()).sum::<u64>();
+        return (0, 0);
+    }
+    let raw: u64 = taken.iter().map(|t| t.buf.bytes() as u64).sum();
+    let chunks = sink.encode_all(taken);
+    let stored: u64 = chunks.iter().map(|c| c.bytes.len() as u64).sum();
+    sink.held.extend(chunks);
+    let held: u64 = sink.held.iter().map(|c| c.bytes.len() as u64).sum();
+    HELD_COMPRESSED.store(held, Ordering::Relaxed);
+    (raw, stored)
 }
 
 /// Whether flushes must go through [`before_mpi_finalize`] at the start of `MPI_Finalize`.

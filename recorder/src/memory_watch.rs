@@ -1,0 +1,153 @@
+//! When the recorder looks at memory, and what it does with what it sees: `Memory` records at
+//! init, in flushing suspensions, every few seconds and at finalize; `--threshold auto`'s S
+//! re-evaluated from each sample; and a warning, once, when the node has less memory available
+//! than the next flush needs.
+
+use std::sync::Once;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use format::{Event, Marker, MemorySample, MemoryWhen};
+
+use crate::memory::{self, NodePlace};
+use crate::{buffers, clock, core, sink, threshold};
+
+static LOW_WARNING: Once = Once::new();
+/// Ticks spent sampling, and samples taken (what `EVENFLUSH_MEMORY_COST` reports at finalize).
+static SAMPLE_TICKS: AtomicU64 = AtomicU64::new(0);
+static SAMPLES: AtomicU64 = AtomicU64::new(0);
+
+/// End of `MPI_Init`: opens the files, chooses S, and records both with the first sample.
+pub fn at_init() {
+    let Some(session) = core::session() else {
+        return;
+    };
+    let place = NodePlace::from_env(session.size);
+    memory::init(
+        place,
+        session.config.threshold_auto,
+        session.clock.ticks_per_sec,
+    );
+    let now = clock::now();
+    let sample = take(MemoryWhen::Init);
+    let node = memory::last_node().unwrap_or_else(|| memory::Sampler::open().node(false));
+    let choice = threshold::choose(now, &session.config, &node, place);
+    core::record_event(&Event::Threshold(choice));
+    if let Some(sample) = sample {
+        warn_if_low(&sample, place);
+    }
+}
+
+/// Inside a flushing suspension, after the write: the pause covers the sample's cost.
+pub fn at_suspension() {
+    observe(MemoryWhen::Suspension);
+}
+
+/// At a decision point or a buffer growth: a sample if the last is a few seconds old.
+pub fn maybe_periodic() {
+    if memory::periodic_due(clock::now()) {
+        observe(MemoryWhen::Periodic);
+    }
+}
+
+/// Right after an in-memory compression.
+pub fn at_compression() {
+    observe(MemoryWhen::Compressed);
+}
+
+/// Start of `MPI_Finalize`.
+pub fn at_finalize() {
+    take(MemoryWhen::Finalize);
+    if std::env::var_os("EVENFLUSH_MEMORY_COST").is_some()
+        && let Some(s) = core::session()
+    {
+        let n = SAMPLES.load(Ordering::Relaxed).max(1);
+        let ns = SAMPLE_TICKS.load(Ordering::Relaxed) as f64 * 1e9 / s.clock.ticks_per_sec;
+        eprintln!(
+            "evenflush: rank {}: {} memory samples, {:.2} us each on average",
+            s.rank,
+            SAMPLES.load(Ordering::Relaxed),
+            ns / n as f64 / 1e3
+        );
+    }
+}
+
+/// Takes and records a sample; re-evaluates S and checks for low memory.
+fn observe(when: MemoryWhen) {
+    let Some(sample) = take(when) else { return };
+    let (Some(session), Some(place)) = (core::session(), memory::place()) else {
+        return;
+    };
+    let node = memory::NodeMemory {
+        node_available: sample.node_available,
+        cgroup_limit: sample.cgroup_limit,
+        cgroup_usage: sample.cgroup_usage,
+        swap_out_pages: sample.swap_out_pages,
+    };
+    if let Some(choice) = threshold::reevaluate(
+        sample.time,
+        &session.config,
+        &node,
+        place,
+        sample.recorder_bytes,
+    ) {
+        core::record_event(&Event::Threshold(choice));
+    }
+    warn_if_low(&sample, place);
+}
+
+fn take(when: MemoryWhen) -> Option<MemorySample> {
+    let began = clock::now();
+    let sample = memory::sample(
+        began,
+        when,
+        buffers::held_bytes() + sink::held_compressed(),
+        sink::held_compressed(),
+    )?;
+    SAMPLE_TICKS.fetch_add(clock::now().wrapping_sub(began), Ordering::Relaxed);
+    SAMPLES.fetch_add(1, Ordering::Relaxed);
+    core::record_event(&Event::Memory(sample));
+    Some(sample)
+}
+
+/// What the node's ranks still need before their next flush frees their buffers: each grows to
+/// S, and the flush itself encodes a few pieces at a time.
+fn needed_before_next_flush(place: NodePlace, recorder_bytes: u64) -> u64 {
+    let per_rank =
+        threshold::current().saturating_sub(recorder_bytes) + 2 * sink::PIECE_BYTES as u64;
+    per_rank * u64::from(place.local_size)
+}
+
+fn warn_if_low(sample: &MemorySample, place: NodePlace) {
+    let Some(available) = sample.available() else {
+        return;
+    };
+    let needed = needed_before_next_flush(place, sample.recorder_bytes);
+    if available >= needed {
+        return;
+    }
+    LOW_WARNING.call_once(|| {
+        let rank = core::session().map_or(0, |s| s.rank);
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let fits = available / u64::from(place.local_size.max(1)) / 2;
+        eprintln!(
+            "evenflush: rank {rank}: WARNING: {:.0} MiB of memory left on this node{}, but its {} \
+             rank(s) may each buffer up to {:.0} MiB before the next flush: the job may swap. \
+             A threshold of about {:.0} MiB would fit (--threshold / EVENFLUSH_THRESHOLD, or \
+             --threshold auto to size it from free memory).",
+            mib(available),
+            if sample.cgroup_limit != format::UNKNOWN_BYTES {
+                " (in its memory cgroup)"
+            } else {
+                ""
+            },
+            place.local_size,
+            mib(threshold::current()),
+            mib(fits.max(threshold::AUTO_MIN)),
+        );
+        core::record_event(&Event::Marker(Marker::MemoryLow {
+            time: sample.time,
+            available,
+            needed,
+        }));
+    });
+}

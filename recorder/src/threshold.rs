@@ -1,0 +1,147 @@
+//! The threshold S at which a rank asks for a flush: the size the user gave, or with
+//! `--threshold auto` one sized from the memory the node (or the job's memory cgroup) has free.
+//!
+//! Auto: S = [`AUTO_SHARE`] × (free memory / ranks on the node + what this rank's recorder holds
+//! now), clamped to [[`AUTO_MIN`], `--limit`]. The free memory excludes what the recorders hold,
+//! so their holding is added back (each rank counts its own, assuming its neighbours hold about
+//! as much); the other half stays for the program's growth, the page cache and the buffers'
+//! growth between the decision that asks for a flush and the suspension that makes it. S is
+//! re-evaluated at every memory sample, so it follows the program's own allocations.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use format::{ThresholdBasis, ThresholdChoice};
+
+use crate::memory::{NodeMemory, NodePlace};
+
+/// The part of the free memory per rank that auto gives the recorder.
+pub const AUTO_SHARE: f64 = 0.5;
+/// Auto never goes below this: smaller flushes only add suspensions.
+pub const AUTO_MIN: u64 = 4 << 20;
+/// A re-evaluated S replaces the current one only when it differs by more than this fraction
+/// (samples fluctuate; every change is a record).
+const CHANGE: f64 = 0.1;
+
+static CURRENT: AtomicU64 = AtomicU64::new(64 << 20);
+
+/// S in bytes, as of now.
+#[inline]
+pub fn current() -> u64 {
+    CURRENT.load(Ordering::Relaxed)
+}
+
+/// Auto's S for `available` bytes free (`None`: unknown, the fallback applies) shared by
+/// `ranks_on_node`, with the recorder holding `held` bytes now; never above `limit`.
+pub fn auto_size(
+    available: Option<u64>,
+    ranks_on_node: u32,
+    held: u64,
+    limit: u64,
+    fallback: u64,
+) -> u64 {
+    match available {
+        None => fallback.min(limit),
+        Some(free) => {
+            let per_rank = free / u64::from(ranks_on_node.max(1)) + held;
+            ((per_rank as f64 * AUTO_SHARE) as u64)
+                .max(AUTO_MIN)
+                .min(limit)
+        }
+    }
+}
+
+/// Sets S at start-up and says how it was chosen.
+pub fn choose(
+    now: u64,
+    config: &offload::config::Config,
+    node: &NodeMemory,
+    place: NodePlace,
+) -> ThresholdChoice {
+    let choice = if config.threshold_auto {
+        let (available, basis) = node.available();
+        ThresholdChoice {
+            time: now,
+            bytes: auto_size(
+                available,
+                place.local_size,
+                0,
+                config.limit,
+                config.threshold,
+            ),
+            basis,
+            available: available.unwrap_or(0),
+            ranks_on_node: place.local_size,
+        }
+    } else {
+        ThresholdChoice {
+            time: now,
+            bytes: config.threshold,
+            basis: ThresholdBasis::Fixed,
+            available: 0,
+            ranks_on_node: place.local_size,
+        }
+    };
+    CURRENT.store(choice.bytes, Ordering::Relaxed);
+    choice
+}
+
+/// Auto: S again from a new sample; the new choice when it changed enough to record.
+pub fn reevaluate(
+    now: u64,
+    config: &offload::config::Config,
+    node: &NodeMemory,
+    place: NodePlace,
+    held: u64,
+) -> Option<ThresholdChoice> {
+    if !config.threshold_auto {
+        return None;
+    }
+    let (available, basis) = node.available();
+    // A rank that does not read the node's figures keeps the S it has.
+    let available = available?;
+    let bytes = auto_size(
+        Some(available),
+        place.local_size,
+        held,
+        config.limit,
+        config.threshold,
+    );
+    let old = current();
+    if (bytes as f64 - old as f64).abs() <= CHANGE * old as f64 {
+        return None;
+    }
+    CURRENT.store(bytes, Ordering::Relaxed);
+    Some(ThresholdChoice {
+        time: now,
+        bytes,
+        basis,
+        available,
+        ranks_on_node: place.local_size,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn auto_gives_half_the_free_memory_per_rank_within_the_bounds() {
+        // 512 MiB free, 4 ranks: 64 MiB each.
+        assert_eq!(
+            auto_size(Some(512 * MIB), 4, 0, 1 << 30, 64 * MIB),
+            64 * MIB
+        );
+        // What the recorder already holds counts as its own.
+        assert_eq!(
+            auto_size(Some(512 * MIB), 4, 32 * MIB, 1 << 30, 64 * MIB),
+            80 * MIB
+        );
+        // Bounded by the hard limit, and from below.
+        assert_eq!(auto_size(Some(64 << 30), 1, 0, 1 << 30, 64 * MIB), 1 << 30);
+        assert_eq!(auto_size(Some(MIB), 8, 0, 1 << 30, 64 * MIB), AUTO_MIN);
+        // Nothing readable: the fallback, still within the limit.
+        assert_eq!(auto_size(None, 8, 0, 32 * MIB, 64 * MIB), 32 * MIB);
+    }
+}
