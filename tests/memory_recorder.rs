@@ -1,0 +1,344 @@
+//! The recorder's memory awareness, on real jobs under both MPIs (issue: memory awareness):
+//! - a collective-free phase that records several times `--limit` stays bounded by compressing
+//!   in memory, with no local flush, and the compressed chunks reach the disk at the next
+//!   flushing suspension with nothing lost (tests/programs/collective_free.c);
+//! - records that compress poorly fall back to a counted local flush;
+//! - `Memory` and `Threshold` records are written, and `--threshold auto` sizes S from what the
+//!   node (or the job's memory cgroup) has free;
+//! - a job whose S cannot fit in its cgroup is warned, on stderr and in the trace.
+
+#[macro_use]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{
+    Mpi, evenflush_bin, mpi_env, mpi_lock, programs, read_trace, run_traced_output, scratch,
+};
+use format::{Event, Marker, MemorySample, MemoryWhen, ThresholdBasis, ThresholdChoice};
+
+const MIB: u64 = 1 << 20;
+/// A trace block (one huge page): what a buffer may grow past its limit before the check runs.
+const BLOCK: u64 = 2 * MIB;
+
+struct Seen {
+    compressed: Vec<(u64, u64)>,
+    local_flushes: u64,
+    lost: u64,
+    samples: Vec<MemorySample>,
+    thresholds: Vec<ThresholdChoice>,
+    sendrecv: u64,
+    flushing_suspensions: u64,
+    memory_low: u64,
+}
+
+fn seen(dir: &Path) -> Vec<Seen> {
+    read_trace(dir)
+        .iter()
+        .map(|r| {
+            let mut s = Seen {
+                compressed: Vec::new(),
+                local_flushes: 0,
+                lost: 0,
+                samples: Vec::new(),
+                thresholds: Vec::new(),
+                sendrecv: r.calls("MPI_Sendrecv").len() as u64,
+                flushing_suspensions: 0,
+                memory_low: 0,
+            };
+            for e in r.all() {
+                match e {
+                    Event::Marker(Marker::Compressed {
+                        raw_bytes,
+                        stored_bytes,
+                        ..
+                    }) => s.compressed.push((*raw_bytes, *stored_bytes)),
+                    Event::Marker(Marker::LocalFlush { .. }) => s.local_flushes += 1,
+                    Event::Marker(Marker::Lost { events, .. }) => s.lost += events,
+                    Event::Marker(Marker::MemoryLow { .. }) => s.memory_low += 1,
+                    Event::Memory(m) => s.samples.push(*m),
+                    Event::Threshold(t) => s.thresholds.push(*t),
+                    Event::Suspension(x) if x.flushed => s.flushing_suspensions += 1,
+                    _ => {}
+                }
+            }
+            s
+        })
+        .collect()
+}
+
+/// Two phases of 600 000 exchanges each (a call and a completion record, 80 bytes in memory,
+/// so about 48 MB per phase and rank: six times the 8 MiB limit) end in a barrier each.
+fn collective_free_phase_stays_in_memory(mpi: Mpi) {
+    let dir = scratch(&format!("memory-collective-free-{}", mpi.name()));
+    let (n, phases) = (600_000u64, 2u64);
+    let out = {
+        let _guard = mpi_lock();
+        run_traced_output(
+            mpi,
+            2,
+            "collective_free",
+            &[
+                "--iterations",
+                &n.to_string(),
+                "--phases",
+                &phases.to_string(),
+            ],
+            &dir,
+            &[
+                "--limit",
+                "8MiB",
+                "--threshold",
+                "4MiB",
+                "--decision-interval",
+                "0",
+            ],
+        )
+    };
+    let out = common::check(out, "collective_free under the recorder");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("flushing locally"), "{stderr}");
+    let ranks = seen(&dir);
+    assert_eq!(ranks.len(), 2);
+    for (rank, s) in ranks.iter().enumerate() {
+        assert_eq!(
+            s.sendrecv,
+            n * phases,
+            "rank {rank}: every call is in the trace"
+        );
+        assert_eq!(s.lost, 0, "rank {rank}");
+        assert_eq!(s.local_flushes, 0, "rank {rank}: no local flush");
+        // At least four times the limit went through in-memory compression.
+        let raw: u64 = s.compressed.iter().map(|c| c.0).sum();
+        assert!(
+            raw >= 4 * 8 * MIB,
+            "rank {rank}: only {raw} bytes compressed"
+        );
+        for &(raw, stored) in &s.compressed {
+            assert!(
+                stored > 0 && raw >= 10 * stored,
+                "rank {rank}: {raw} -> {stored}"
+            );
+        }
+        // The compressed chunks of phase 1 waited for the barrier of phase 2 and its suspension.
+        assert!(s.flushing_suspensions >= 1, "rank {rank}");
+        // Memory stayed bounded: what the recorder held never passed the limit by more than the
+        // block that made it check.
+        let peak = s.samples.iter().map(|m| m.recorder_bytes).max().unwrap();
+        assert!(
+            peak <= 8 * MIB + BLOCK,
+            "rank {rank}: recorder held {peak} bytes"
+        );
+        let whens: Vec<MemoryWhen> = s.samples.iter().map(|m| m.when).collect();
+        for when in [
+            MemoryWhen::Init,
+            MemoryWhen::Compressed,
+            MemoryWhen::Suspension,
+            MemoryWhen::Finalize,
+        ] {
+            assert!(
+                whens.contains(&when),
+                "rank {rank}: no {when:?} sample in {whens:?}"
+            );
+        }
+        assert!(
+            s.samples
+                .iter()
+                .all(|m| m.rss_bytes > MIB && m.rss_bytes < 64 << 30)
+        );
+        // One rank per node reads the node's figures.
+        let node_figures = s
+            .samples
+            .iter()
+            .filter(|m| m.node_available != format::UNKNOWN_BYTES)
+            .count();
+        assert_eq!(node_figures > 0, rank == 0, "rank {rank}: {node_figures}");
+        assert_eq!(
+            s.thresholds
+                .first()
+                .map(|t| (t.bytes, t.basis, t.ranks_on_node)),
+            Some((4 * MIB, ThresholdBasis::Fixed, 2)),
+            "rank {rank}"
+        );
+    }
+}
+
+/// Pseudo-random tags and sizes compress poorly: with a 4 MiB limit, what was compressed soon
+/// takes half of it, and the rank must write alone, counted and said.
+fn poorly_compressing_phase_falls_back_to_a_local_flush(mpi: Mpi) {
+    let dir = scratch(&format!("memory-fallback-{}", mpi.name()));
+    let n = 700_000u64;
+    let out = {
+        let _guard = mpi_lock();
+        run_traced_output(
+            mpi,
+            2,
+            "collective_free",
+            &["--iterations", &n.to_string(), "--scatter-tags", "1"],
+            &dir,
+            &["--limit", "4MiB", "--threshold", "2MiB"],
+        )
+    };
+    let out = common::check(out, "collective_free --scatter-tags 1 under the recorder");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("flushing locally"), "{stderr}");
+    for (rank, s) in seen(&dir).iter().enumerate() {
+        assert_eq!(s.sendrecv, n, "rank {rank}");
+        assert_eq!(s.lost, 0, "rank {rank}");
+        assert!(s.local_flushes >= 1, "rank {rank}");
+        assert!(
+            !s.compressed.is_empty(),
+            "rank {rank}: compression came first"
+        );
+    }
+}
+
+for_both_mpis!(
+    collective_free_phase_stays_in_memory,
+    poorly_compressing_phase_falls_back_to_a_local_flush
+);
+
+/// A memory cgroup of our own for one job, removed on drop (root only).
+struct JobCgroup {
+    dir: PathBuf,
+}
+
+impl JobCgroup {
+    fn create(name: &str, limit: u64) -> Option<JobCgroup> {
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let (dir, limit_file) =
+            if v1.join("memory.limit_in_bytes").exists() || v1.join("cgroup.procs").exists() {
+                (v1.join(name), "memory.limit_in_bytes")
+            } else if std::fs::read_to_string(v2.join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"))
+            {
+                let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+memory");
+                (v2.join(name), "memory.max")
+            } else {
+                return None;
+            };
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).ok()?;
+        let cgroup = JobCgroup { dir };
+        std::fs::write(cgroup.dir.join(limit_file), limit.to_string()).ok()?;
+        Some(cgroup)
+    }
+
+    /// `evenflush run FLAGS -- mpirun ... program args`, started inside the cgroup.
+    fn run(
+        &self,
+        mpi: Mpi,
+        program: &str,
+        args: &[&str],
+        out: &Path,
+        flags: &[&str],
+    ) -> std::process::Output {
+        let mut cmd = Command::new("bash");
+        cmd.arg("-c")
+            .arg("echo $$ > \"$0/cgroup.procs\" && exec \"$@\"")
+            .arg(&self.dir)
+            .arg(evenflush_bin())
+            .arg("run")
+            .arg("--out")
+            .arg(out)
+            .args(flags)
+            .arg("--")
+            .args(mpi.launch(2))
+            .arg(programs(mpi).join(program))
+            .args(args);
+        common::output_with_timeout(mpi_env(&mut cmd), common::JOB_TIMEOUT, "job in a cgroup")
+    }
+}
+
+impl Drop for JobCgroup {
+    fn drop(&mut self) {
+        // The job has ended; its processes left the cgroup with it.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+fn cgroup_or_skip(name: &str, limit: u64) -> Option<JobCgroup> {
+    let cgroup = JobCgroup::create(name, limit);
+    if cgroup.is_none() {
+        common::skip_or_fail(
+            "memory-cgroup",
+            "no writable memory cgroup (not root, or no cgroup file system)",
+        );
+    }
+    cgroup
+}
+
+/// `--threshold auto` inside a 1 GiB cgroup: S comes from the cgroup's free memory, half of it
+/// per rank, and the record says so.
+fn auto_threshold_follows_the_cgroup(mpi: Mpi) {
+    let Some(cgroup) = cgroup_or_skip(&format!("evenflush-test-auto-{}", mpi.name()), 1 << 30)
+    else {
+        return;
+    };
+    let dir = scratch(&format!("memory-auto-{}", mpi.name()));
+    let out = {
+        let _guard = mpi_lock();
+        cgroup.run(
+            mpi,
+            "ring",
+            &["--iterations", "1000"],
+            &dir,
+            &["--threshold", "auto"],
+        )
+    };
+    common::check(out, "ring with --threshold auto");
+    for (rank, s) in seen(&dir).iter().enumerate() {
+        let t = s.thresholds.first().expect("a Threshold record");
+        assert_eq!(t.basis, ThresholdBasis::Cgroup, "rank {rank}: {t:?}");
+        assert_eq!(t.ranks_on_node, 2);
+        assert!(t.available > 0 && t.available <= 1 << 30, "{t:?}");
+        assert_eq!(
+            t.bytes,
+            t.available / 2 / 2,
+            "rank {rank}: half the free memory per rank"
+        );
+    }
+}
+
+/// A fixed S of 1 GiB per rank in a 256 MiB cgroup: the job is told, once per rank that sees the
+/// cgroup's figures, with the setting that would help, and the trace marks it.
+fn an_s_that_cannot_fit_is_warned(mpi: Mpi) {
+    let Some(cgroup) = cgroup_or_skip(&format!("evenflush-test-low-{}", mpi.name()), 256 * MIB)
+    else {
+        return;
+    };
+    let dir = scratch(&format!("memory-low-{}", mpi.name()));
+    let out = {
+        let _guard = mpi_lock();
+        cgroup.run(
+            mpi,
+            "ring",
+            &["--iterations", "1000"],
+            &dir,
+            &["--threshold", "1GiB", "--limit", "2GiB"],
+        )
+    };
+    let out = common::check(out, "ring with an oversized threshold");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the job may swap") && stderr.contains("--threshold auto"),
+        "{stderr}"
+    );
+    let ranks = seen(&dir);
+    assert_eq!(ranks[0].memory_low, 1, "rank 0 reads the node's figures");
+}
+
+mod cgroups {
+    use super::*;
+    for_both_mpis!(
+        auto_threshold_follows_the_cgroup,
+        an_s_that_cannot_fit_is_warned
+    );
+}
