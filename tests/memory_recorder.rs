@@ -275,8 +275,8 @@ fn cgroup_or_skip(name: &str, limit: u64) -> Option<JobCgroup> {
     cgroup
 }
 
-/// `--threshold auto` inside a 1 GiB cgroup: S comes from the cgroup's free memory, half of it
-/// per rank, and the record says so.
+/// `--threshold auto` inside a 1 GiB cgroup: S comes from the cgroup's free memory, a quarter of
+/// it per rank, and the record says so.
 fn auto_threshold_follows_the_cgroup(mpi: Mpi) {
     let Some(cgroup) = cgroup_or_skip(&format!("evenflush-test-auto-{}", mpi.name()), 1 << 30)
     else {
@@ -301,8 +301,8 @@ fn auto_threshold_follows_the_cgroup(mpi: Mpi) {
         assert!(t.available > 0 && t.available <= 1 << 30, "{t:?}");
         assert_eq!(
             t.bytes,
-            t.available / 2 / 2,
-            "rank {rank}: half the free memory per rank"
+            t.available / 2 / 4,
+            "rank {rank}: a quarter of the free memory per rank"
         );
     }
 }

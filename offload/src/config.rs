@@ -242,11 +242,11 @@ static SETTINGS: &[Setting] = &[
     Setting {
         flag: "threshold",
         env: "EVENFLUSH_THRESHOLD",
-        default: "64MiB",
+        default: "auto",
         help: "Buffer size S at which a rank asks for an offload suspension (e.g. 64MiB, 1G, 100MB), \
-               or auto: half the memory free at start-up (the job's memory cgroup limit if it has \
-               one, else the node's MemAvailable) shared by the node's ranks, re-evaluated at every \
-               memory sample, at most --limit",
+               or auto: a quarter of the memory free at start-up (the job's memory cgroup limit if it has \
+               one, else the node's MemAvailable) shared by the node's ranks, re-evaluated as the \
+               program allocates, at most half of --limit",
         apply: |c, v| {
             if v.trim().eq_ignore_ascii_case("auto") {
                 c.threshold_auto = true;
@@ -756,7 +756,7 @@ mod tests {
                 s.flag
             );
         }
-        assert_eq!(c.threshold, 64 << 20);
+        assert_eq!((c.threshold, c.threshold_auto), (64 << 20, true));
         assert_eq!(c.mode, Mode::Dynamic);
     }
 
@@ -781,9 +781,17 @@ mod tests {
         assert_eq!(err.env, "EVENFLUSH_MODE");
         assert!(err.to_string().contains("dynamic"), "{err}");
 
-        let err = Config::from_lookup(|k| (k == "EVENFLUSH_LIMIT").then(|| "1MiB".to_string()))
-            .unwrap_err();
+        let fixed_above_limit = |k: &str| match k {
+            "EVENFLUSH_LIMIT" => Some("1MiB".to_string()),
+            "EVENFLUSH_THRESHOLD" => Some("64MiB".to_string()),
+            _ => None,
+        };
+        let err = Config::from_lookup(fixed_above_limit).unwrap_err();
         assert_eq!(err.setting, "limit");
+        // Auto's fallback follows the limit down instead.
+        let c =
+            Config::from_lookup(|k| (k == "EVENFLUSH_LIMIT").then(|| "1MiB".to_string())).unwrap();
+        assert_eq!((c.threshold, c.threshold_auto), (1 << 20, true));
     }
 
     #[test]

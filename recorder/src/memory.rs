@@ -3,17 +3,18 @@
 //!
 //! Cost: every file is opened once and re-read with `pread`, which skips the path lookup (an
 //! `open` of a `/proc` file costs more than reading it). The per-rank figure (`/proc/self/statm`,
-//! about 1 µs) is read by every rank; the node-wide ones (`/proc/meminfo`, `/proc/vmstat`, the
-//! cgroup's files, tens of µs together) by one rank per node only, unless `--threshold auto`
-//! needs them on every rank. Samples are only ever taken at init, inside flushing suspensions
-//! (whose pause covers them), at decision points or buffer growths at most every
-//! [`PERIOD_NS`], and at finalize: never on the per-call path.
+//! about 1 µs) is read by the rank's own thread at each sample; the node-wide ones
+//! (`/proc/meminfo`, `/proc/vmstat`, the cgroup's files, 15–35 µs together) by a watcher thread of
+//! one rank per node (of every rank with `--threshold auto`), which publishes them in atomics.
+//! Samples are only ever taken at init, inside flushing suspensions, at decision points or
+//! buffer growths at most every [`PERIOD_NS`], and at finalize: never on the per-call path.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use format::{MemorySample, MemoryWhen, ThresholdBasis, UNKNOWN_BYTES};
 
@@ -304,39 +305,101 @@ fn find_cgroup() -> Option<Cgroup> {
     }
 }
 
-/// The rank's sampler and what it last saw; taken by whoever samples (never on the call path).
-struct State {
-    sampler: Sampler,
-    place: NodePlace,
-    /// Node figures on every rank, not only on the node's first (`--threshold auto`).
-    every_rank_reads_node: bool,
-    last_node: NodeMemory,
+/// The node's figures as the watcher thread last read them ([`UNKNOWN_BYTES`] until it has).
+static NODE_AVAILABLE: AtomicU64 = AtomicU64::new(UNKNOWN_BYTES);
+static CGROUP_LIMIT: AtomicU64 = AtomicU64::new(UNKNOWN_BYTES);
+static CGROUP_USAGE: AtomicU64 = AtomicU64::new(UNKNOWN_BYTES);
+static SWAP_OUT_PAGES: AtomicU64 = AtomicU64::new(UNKNOWN_BYTES);
+
+fn publish(n: &NodeMemory) {
+    NODE_AVAILABLE.store(n.node_available, Ordering::Relaxed);
+    CGROUP_LIMIT.store(n.cgroup_limit, Ordering::Relaxed);
+    CGROUP_USAGE.store(n.cgroup_usage, Ordering::Relaxed);
+    SWAP_OUT_PAGES.store(n.swap_out_pages, Ordering::Relaxed);
 }
 
-static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// The node's figures as last published (all unknown on ranks that do not read them).
+pub fn node() -> NodeMemory {
+    NodeMemory {
+        node_available: NODE_AVAILABLE.load(Ordering::Relaxed),
+        cgroup_limit: CGROUP_LIMIT.load(Ordering::Relaxed),
+        cgroup_usage: CGROUP_USAGE.load(Ordering::Relaxed),
+        swap_out_pages: SWAP_OUT_PAGES.load(Ordering::Relaxed),
+    }
+}
+
+/// How often the watcher re-reads the node's figures: `--threshold auto` follows the program's
+/// allocations closely (they happen while the buffers fill); otherwise a sample every few
+/// seconds needs nothing fresher.
+pub const WATCH_AUTO: Duration = Duration::from_millis(50);
+pub const WATCH_PLAIN: Duration = Duration::from_millis(500);
+
+/// What the ranks' own threads read at a sample: only `/proc/self/statm`.
+struct Own {
+    sampler: Sampler,
+    place: NodePlace,
+}
+
+static OWN: Mutex<Option<Own>> = Mutex::new(None);
 /// Recorder clock ticks of the last sample, and the ticks in [`PERIOD_NS`].
 static LAST_SAMPLE: AtomicU64 = AtomicU64::new(0);
 static PERIOD_TICKS: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// Opens the files. `every_rank_reads_node` for `--threshold auto`, which needs the node's
-/// figures on every rank.
+/// Opens the files, reads the node's figures once (so the first sample and S have them), and on
+/// the ranks that read node figures (the node's first; every rank with `--threshold auto`) starts
+/// the thread that keeps them fresh. That thread does the costly reads (`/proc/meminfo`,
+/// `/proc/vmstat`, the cgroup's `memory.stat`: 15–35 µs) off the program's path: a sample or a
+/// decision then costs one `statm` read and a few atomic loads.
 pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64) {
     PERIOD_TICKS.store(
         (PERIOD_NS as f64 * 1e-9 * ticks_per_sec) as u64,
         Ordering::Relaxed,
     );
-    *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(State {
+    let reads_node = place.reads_node() || every_rank_reads_node;
+    if reads_node {
+        let mut watcher = Sampler::open();
+        publish(&watcher.node(place.reads_node()));
+        let period = if every_rank_reads_node {
+            WATCH_AUTO
+        } else {
+            WATCH_PLAIN
+        };
+        let swap = place.reads_node();
+        let spawned = std::thread::Builder::new()
+            .name("evenflush-memory".into())
+            .spawn(move || {
+                block_signals();
+                while crate::core::active() {
+                    std::thread::sleep(period);
+                    publish(&watcher.node(swap));
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!(
+                "evenflush: cannot start the memory watcher thread: {e}; node memory figures stay as read at start-up"
+            );
+        }
+    }
+    *OWN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Own {
         sampler: Sampler::open(),
         place,
-        every_rank_reads_node,
-        last_node: NodeMemory::UNKNOWN,
     });
+}
+
+/// The application's signals must reach its own threads (or the recorder's handler on them),
+/// never this helper.
+fn block_signals() {
+    // SAFETY: sigfillset fills a local set; pthread_sigmask changes only this thread's mask.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
 }
 
 /// Where this rank sits on its node (after [`init`]).
 pub fn place() -> Option<NodePlace> {
-    STATE
-        .lock()
+    OWN.lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
         .map(|s| s.place)
@@ -356,17 +419,11 @@ pub fn sample(
     recorder_bytes: u64,
     compressed_bytes: u64,
 ) -> Option<MemorySample> {
-    let mut guard = STATE.try_lock().ok()?;
-    let state = guard.as_mut()?;
+    let mut guard = OWN.try_lock().ok()?;
+    let own = guard.as_mut()?;
     LAST_SAMPLE.store(now, Ordering::Relaxed);
-    let rss_bytes = state.sampler.rss_bytes();
-    let leader = state.place.reads_node();
-    let node = if leader || state.every_rank_reads_node {
-        state.sampler.node(leader)
-    } else {
-        NodeMemory::UNKNOWN
-    };
-    state.last_node = node;
+    let rss_bytes = own.sampler.rss_bytes();
+    let node = node();
     Some(MemorySample {
         time: now,
         rss_bytes,
@@ -378,15 +435,6 @@ pub fn sample(
         swap_out_pages: node.swap_out_pages,
         when,
     })
-}
-
-/// The node figures of the last sample.
-pub fn last_node() -> Option<NodeMemory> {
-    STATE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .map(|s| s.last_node)
 }
 
 #[cfg(test)]

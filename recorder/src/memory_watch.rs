@@ -4,7 +4,6 @@
 //! than the next flush needs.
 
 use std::sync::Once;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use format::{Event, Marker, MemorySample, MemoryWhen};
 
@@ -12,9 +11,6 @@ use crate::memory::{self, NodePlace};
 use crate::{buffers, clock, core, sink, threshold};
 
 static LOW_WARNING: Once = Once::new();
-/// Ticks spent sampling, and samples taken (what `EVENFLUSH_MEMORY_COST` reports at finalize).
-static SAMPLE_TICKS: AtomicU64 = AtomicU64::new(0);
-static SAMPLES: AtomicU64 = AtomicU64::new(0);
 
 /// End of `MPI_Init`: opens the files, chooses S, and records both with the first sample.
 pub fn at_init() {
@@ -29,8 +25,7 @@ pub fn at_init() {
     );
     let now = clock::now();
     let sample = take(MemoryWhen::Init);
-    let node = memory::last_node().unwrap_or_else(|| memory::Sampler::open().node(false));
-    let choice = threshold::choose(now, &session.config, &node, place);
+    let choice = threshold::choose(now, &session.config, &memory::node(), place);
     core::record_event(&Event::Threshold(choice));
     if let Some(sample) = sample {
         warn_if_low(&sample, place);
@@ -40,6 +35,24 @@ pub fn at_init() {
 /// Inside a flushing suspension, after the write: the pause covers the sample's cost.
 pub fn at_suspension() {
     observe(MemoryWhen::Suspension);
+}
+
+/// At a decision point: with `--threshold auto`, S follows the free memory as the watcher thread
+/// last read it (every 50 ms: the program allocates most of its memory early, while the buffers
+/// fill); then a sample if one is due.
+pub fn at_decision() {
+    if let Some(session) = core::session()
+        && session.config.threshold_auto
+        && let Some(place) = memory::place()
+    {
+        let held = buffers::held_bytes() + sink::held_compressed();
+        if let Some(choice) =
+            threshold::reevaluate(clock::now(), &session.config, &memory::node(), place, held)
+        {
+            core::record_event(&Event::Threshold(choice));
+        }
+    }
+    maybe_periodic();
 }
 
 /// At a decision point or a buffer growth: a sample if the last is a few seconds old.
@@ -57,18 +70,6 @@ pub fn at_compression() {
 /// Start of `MPI_Finalize`.
 pub fn at_finalize() {
     take(MemoryWhen::Finalize);
-    if std::env::var_os("EVENFLUSH_MEMORY_COST").is_some()
-        && let Some(s) = core::session()
-    {
-        let n = SAMPLES.load(Ordering::Relaxed).max(1);
-        let ns = SAMPLE_TICKS.load(Ordering::Relaxed) as f64 * 1e9 / s.clock.ticks_per_sec;
-        eprintln!(
-            "evenflush: rank {}: {} memory samples, {:.2} us each on average",
-            s.rank,
-            SAMPLES.load(Ordering::Relaxed),
-            ns / n as f64 / 1e3
-        );
-    }
 }
 
 /// Takes and records a sample; re-evaluates S and checks for low memory.
@@ -96,15 +97,12 @@ fn observe(when: MemoryWhen) {
 }
 
 fn take(when: MemoryWhen) -> Option<MemorySample> {
-    let began = clock::now();
     let sample = memory::sample(
-        began,
+        clock::now(),
         when,
         buffers::held_bytes() + sink::held_compressed(),
         sink::held_compressed(),
     )?;
-    SAMPLE_TICKS.fetch_add(clock::now().wrapping_sub(began), Ordering::Relaxed);
-    SAMPLES.fetch_add(1, Ordering::Relaxed);
     core::record_event(&Event::Memory(sample));
     Some(sample)
 }

@@ -223,7 +223,7 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
     let may_act = p.suspender.next_call_may_act();
     let entered = may_act.then(crate::clock::now);
     if may_act {
-        crate::memory_watch::maybe_periodic();
+        crate::memory_watch::at_decision();
         p.suspender.set_threshold(crate::threshold::current());
     }
     // Chunks compressed in memory since the last flush (the hard limit was reached) ask for the

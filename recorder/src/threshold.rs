@@ -2,11 +2,16 @@
 //! `--threshold auto` one sized from the memory the node (or the job's memory cgroup) has free.
 //!
 //! Auto: S = [`AUTO_SHARE`] × (free memory / ranks on the node + what this rank's recorder holds
-//! now), clamped to [[`AUTO_MIN`], `--limit`]. The free memory excludes what the recorders hold,
+//! now), clamped to [[`AUTO_MIN`], half of `--limit`] (so that the buffers' growth past S before
+//! their flush stays below the hard limit, which would compress them in memory at a cost). The free memory excludes what the recorders hold,
 //! so their holding is added back (each rank counts its own, assuming its neighbours hold about
-//! as much); the other half stays for the program's growth, the page cache and the buffers'
-//! growth between the decision that asks for a flush and the suspension that makes it. S is
-//! re-evaluated at every memory sample, so it follows the program's own allocations.
+//! as much). The other three quarters stay for the program's growth (at `MPI_Init` most programs
+//! have not allocated yet), the buffers' growth between the decision that asks for a flush and
+//! the suspension that makes it (up to two decision intervals, several MiB at high record rates),
+//! and the flush's own working memory. Half was not enough: in the swap-versus-offload harness
+//! (512 MiB cgroup, a program of 290 MiB, 50 MB/s of records per rank) the buffers reached the
+//! limit before their flush and the job swapped. S is re-evaluated at every decision point (at
+//! most every 50 ms) and memory sample, so it follows the program's own allocations.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,7 +20,7 @@ use format::{ThresholdBasis, ThresholdChoice};
 use crate::memory::{NodeMemory, NodePlace};
 
 /// The part of the free memory per rank that auto gives the recorder.
-pub const AUTO_SHARE: f64 = 0.5;
+pub const AUTO_SHARE: f64 = 0.25;
 /// Auto never goes below this: smaller flushes only add suspensions.
 pub const AUTO_MIN: u64 = 4 << 20;
 /// A re-evaluated S replaces the current one only when it differs by more than this fraction
@@ -23,6 +28,8 @@ pub const AUTO_MIN: u64 = 4 << 20;
 const CHANGE: f64 = 0.1;
 
 static CURRENT: AtomicU64 = AtomicU64::new(64 << 20);
+/// The S of the last `Threshold` record.
+static RECORDED: AtomicU64 = AtomicU64::new(0);
 
 /// S in bytes, as of now.
 #[inline]
@@ -31,7 +38,7 @@ pub fn current() -> u64 {
 }
 
 /// Auto's S for `available` bytes free (`None`: unknown, the fallback applies) shared by
-/// `ranks_on_node`, with the recorder holding `held` bytes now; never above `limit`.
+/// `ranks_on_node`, with the recorder holding `held` bytes now; never above half of `limit`.
 pub fn auto_size(
     available: Option<u64>,
     ranks_on_node: u32,
@@ -45,7 +52,7 @@ pub fn auto_size(
             let per_rank = free / u64::from(ranks_on_node.max(1)) + held;
             ((per_rank as f64 * AUTO_SHARE) as u64)
                 .max(AUTO_MIN)
-                .min(limit)
+                .min(limit / 2)
         }
     }
 }
@@ -82,10 +89,12 @@ pub fn choose(
         }
     };
     CURRENT.store(choice.bytes, Ordering::Relaxed);
+    RECORDED.store(choice.bytes, Ordering::Relaxed);
     choice
 }
 
-/// Auto: S again from a new sample; the new choice when it changed enough to record.
+/// Auto: S again from new figures; the new choice when it moved enough from the last recorded
+/// one to be worth a record (it takes effect either way).
 pub fn reevaluate(
     now: u64,
     config: &offload::config::Config,
@@ -106,11 +115,12 @@ pub fn reevaluate(
         config.limit,
         config.threshold,
     );
-    let old = current();
-    if (bytes as f64 - old as f64).abs() <= CHANGE * old as f64 {
+    CURRENT.store(bytes, Ordering::Relaxed);
+    let recorded = RECORDED.load(Ordering::Relaxed);
+    if (bytes as f64 - recorded as f64).abs() <= CHANGE * recorded as f64 {
         return None;
     }
-    CURRENT.store(bytes, Ordering::Relaxed);
+    RECORDED.store(bytes, Ordering::Relaxed);
     Some(ThresholdChoice {
         time: now,
         bytes,
@@ -127,20 +137,18 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     #[test]
-    fn auto_gives_half_the_free_memory_per_rank_within_the_bounds() {
-        // 512 MiB free, 4 ranks: 64 MiB each.
-        assert_eq!(
-            auto_size(Some(512 * MIB), 4, 0, 1 << 30, 64 * MIB),
-            64 * MIB
-        );
+    fn auto_gives_a_quarter_of_the_free_memory_per_rank_within_the_bounds() {
+        // 512 MiB free, 4 ranks: a quarter of 128 MiB each.
+        let limit = 1 << 30;
+        assert_eq!(auto_size(Some(512 * MIB), 4, 0, limit, 64 * MIB), 32 * MIB);
         // What the recorder already holds counts as its own.
         assert_eq!(
-            auto_size(Some(512 * MIB), 4, 32 * MIB, 1 << 30, 64 * MIB),
-            80 * MIB
+            auto_size(Some(512 * MIB), 4, 32 * MIB, limit, 64 * MIB),
+            40 * MIB
         );
-        // Bounded by the hard limit, and from below.
-        assert_eq!(auto_size(Some(64 << 30), 1, 0, 1 << 30, 64 * MIB), 1 << 30);
-        assert_eq!(auto_size(Some(MIB), 8, 0, 1 << 30, 64 * MIB), AUTO_MIN);
+        // Bounded by half the hard limit, and from below.
+        assert_eq!(auto_size(Some(64 << 30), 1, 0, limit, 64 * MIB), 512 * MIB);
+        assert_eq!(auto_size(Some(MIB), 8, 0, limit, 64 * MIB), AUTO_MIN);
         // Nothing readable: the fallback, still within the limit.
         assert_eq!(auto_size(None, 8, 0, 32 * MIB, 64 * MIB), 32 * MIB);
     }

@@ -12,7 +12,9 @@
  * Exact MPI calls per rank: MPI_Init 1, MPI_Comm_rank 1, MPI_Comm_size 1, MPI_Sendrecv K*N,
  * MPI_Barrier K, MPI_Finalize 1.
  *
- * stdout (rank 0 only): "collective_free P=<P> N=<N> sum=<checksum>".
+ * stdout (rank 0 only): "collective_free P=<P> N=<N> K=<K> sum=<checksum> span_s=<seconds>", the
+ * span from the end of MPI_Init to the start of MPI_Finalize on rank 0 (what `evenflush
+ * reconstruct` reports as the reconstructed span, so the two compare directly).
  */
 #include <mpi.h>
 #include "common.h"
@@ -24,6 +26,7 @@ int main(int argc, char **argv)
     long phases = flag_value(argc, argv, "--phases", 1);
     int rank, size;
     MPI_Init(&argc, &argv);
+    double began = MPI_Wtime();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size < 2) {
@@ -52,8 +55,8 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);
     }
     if (rank == 0)
-        printf("collective_free P=%d N=%ld K=%ld sum=%llu\n", size, iterations, phases,
-               (unsigned long long)sum);
+        printf("collective_free P=%d N=%ld K=%ld sum=%llu span_s=%.6f\n", size, iterations, phases,
+               (unsigned long long)sum, MPI_Wtime() - began);
     MPI_Finalize();
     return 0;
 }

@@ -48,7 +48,7 @@ pub struct SwapArgs {
     #[arg(long, value_name = "LIST")]
     pub sizes: Option<String>,
     /// Configurations, comma-separated: untraced, off, dynamic (all three thresholds), static,
-    /// noremeasure, local.
+    /// noremeasure, local, auto (dynamic with --threshold auto).
     #[arg(
         long,
         value_name = "LIST",

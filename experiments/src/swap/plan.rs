@@ -19,6 +19,8 @@ pub enum Config {
     NoRemeasure,
     /// Each rank flushes alone when its buffer is full (what common tracers do).
     Local,
+    /// Dynamic Z with `--threshold auto`: S sized by the recorder from the memory it finds free.
+    Auto,
 }
 
 impl Config {
@@ -31,6 +33,15 @@ impl Config {
             Config::Static => Some("static"),
             Config::NoRemeasure => Some("noremeasure"),
             Config::Local => Some("local"),
+            Config::Auto => Some("dynamic"),
+        }
+    }
+
+    /// The `--threshold` a cell of this configuration passes, given its planned S.
+    pub fn threshold_arg(self, planned: u64) -> String {
+        match self {
+            Config::Auto => "auto".into(),
+            _ => planned.to_string(),
         }
     }
 
@@ -38,6 +49,7 @@ impl Config {
     pub fn label(self) -> String {
         match self {
             Config::Dynamic(i) => format!("dynamic-S{}", i + 1),
+            Config::Auto => "dynamic-auto".into(),
             other => other.recorder_mode().unwrap_or("untraced").to_string(),
         }
     }
@@ -50,6 +62,7 @@ impl Config {
             "static" => Config::Static,
             "noremeasure" => Config::NoRemeasure,
             "local" => Config::Local,
+            "dynamic-auto" => Config::Auto,
             other => {
                 let n: u8 = other.strip_prefix("dynamic-S")?.parse().ok()?;
                 Config::Dynamic(n.checked_sub(1)?)
@@ -66,6 +79,7 @@ impl Config {
             Config::Static => "Ts".into(),
             Config::NoRemeasure => "Ta".into(),
             Config::Local => "local".into(),
+            Config::Auto => "Tauto".into(),
         }
     }
 
@@ -93,6 +107,7 @@ pub const MODE_NAMES: &[&str] = &[
     "static",
     "noremeasure",
     "local",
+    "auto",
 ];
 
 /// Expands `--modes` names into configurations, in table order, without duplicates.
@@ -106,6 +121,7 @@ pub fn parse_modes(names: &[String], thresholds: usize) -> Result<Vec<Config>> {
             "static" => vec![Config::Static],
             "noremeasure" => vec![Config::NoRemeasure],
             "local" => vec![Config::Local],
+            "auto" => vec![Config::Auto],
             other => bail!("unknown mode {other:?}; expected {}", MODE_NAMES.join(", ")),
         };
         for c in expanded {
@@ -159,6 +175,8 @@ pub fn build_matrix(sizes: &[u64], configs: &[Config], thresholds: &[u64], reps:
                 }
                 let threshold = match config {
                     Config::Dynamic(i) => thresholds.get(i as usize).copied(),
+                    // The recorder chooses; the row takes the S it chose from the trace.
+                    Config::Auto => None,
                     c if c.offloads() => thresholds.first().copied(),
                     _ => None,
                 };
