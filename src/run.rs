@@ -36,6 +36,19 @@ struct Meta<'a> {
     end_unix_s: Option<f64>,
     wall_s: Option<f64>,
     exit_code: Option<i32>,
+    /// The S rank 0 used from start-up and where it came from (its `Threshold` record), after
+    /// the run.
+    threshold: Option<ThresholdJson>,
+}
+
+#[derive(Serialize)]
+struct ThresholdJson {
+    bytes: u64,
+    /// `fixed` (--threshold SIZE), `cgroup` or `node` (--threshold auto, from that free memory),
+    /// `unknown` (auto with nothing readable: the fallback).
+    basis: &'static str,
+    available_bytes: u64,
+    ranks_on_node: u32,
 }
 
 fn unix_now() -> f64 {
@@ -174,6 +187,7 @@ pub fn run(req: RunRequest) -> Result<i32> {
         end_unix_s: None,
         wall_s: None,
         exit_code: None,
+        threshold: None,
     };
     let meta_path = first_out.join("meta.json");
     write_meta(&meta_path, &meta)?;
@@ -195,6 +209,12 @@ pub fn run(req: RunRequest) -> Result<i32> {
     meta.end_unix_s = Some(unix_now());
     meta.wall_s = Some(started.elapsed().as_secs_f64());
     meta.exit_code = Some(code);
+    meta.threshold = reconstruct::trace::initial_threshold(first_out).map(|t| ThresholdJson {
+        bytes: t.bytes,
+        basis: t.basis.name(),
+        available_bytes: t.available,
+        ranks_on_node: t.ranks_on_node,
+    });
     write_meta(&meta_path, &meta)?;
     Ok(code)
 }

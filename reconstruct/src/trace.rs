@@ -356,3 +356,18 @@ pub fn ticks_to_s(clock: &ClockCalibration, ticks: u64) -> f64 {
         0.0
     }
 }
+
+/// The S rank 0 chose at start-up and why (its first `Threshold` record, in its first chunks, so
+/// only those are read): what `evenflush run` puts into meta.json and the swap experiment into
+/// its rows. `None` for traces without one (older versions, or rank 0 missing).
+pub fn initial_threshold(dir: &Path) -> Option<format::ThresholdChoice> {
+    let trace = Trace::open(dir).ok()?;
+    let files = trace.ranks.iter().find(|r| r.rank == 0)?.open().ok()?;
+    files.iter().find_map(|file| {
+        file.events().find_map(|e| match e {
+            Ok(Event::Threshold(t)) => Some(Some(t)),
+            Ok(_) => None,
+            Err(_) => Some(None),
+        })?
+    })
+}

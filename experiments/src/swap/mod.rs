@@ -71,15 +71,6 @@ pub struct Outcome {
     pub out: PathBuf,
 }
 
-/// The S rank 0 chose at start-up (its first `Threshold` record, in its first chunks).
-fn chosen_threshold(trace_dir: &Path) -> Option<u64> {
-    let file = format::RankFile::open(trace_dir.join(format::rank_file_name(0, 0))).ok()?;
-    file.events().find_map(|e| match e {
-        Ok(format::Event::Threshold(t)) => Some(t.bytes),
-        _ => None,
-    })
-}
-
 fn info_f(v: &Value, pointer: &str) -> Option<f64> {
     v.pointer(pointer).and_then(Value::as_f64)
 }
@@ -558,7 +549,7 @@ impl Runner<'_> {
         row.lost_events = info_u(&info, "/lost_events");
         row.local_flushes = info_u(&info, "/local_flushes");
         if row.threshold.is_none() {
-            row.threshold = chosen_threshold(trace_dir);
+            row.threshold = reconstruct::trace::initial_threshold(trace_dir).map(|t| t.bytes);
         }
 
         let rebuilt = dir.join("reconstructed");
