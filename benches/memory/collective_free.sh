@@ -15,12 +15,14 @@
 # spread (max/min - 1) as the noise floor.
 #
 # Usage: benches/memory/collective_free.sh [openmpi|mpich] [reps] (after cargo build --release)
-#   env: N (default 1500000), K (2), LIMIT (16MiB). Raw results: target/memory-bench/<mpi>.csv
+#   env: N (default 1000000), K (2), WORK (2000 steps of arithmetic per exchange, ~2 us), LIMIT
+#   (16MiB). Raw results: target/memory-bench/<mpi>.csv
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mpi=${1:-openmpi}
 reps=${2:-5}
-n=${N:-1500000}
+n=${N:-1000000}
+work_steps=${WORK:-2000}
 k=${K:-2}
 limit=${LIMIT:-16MiB}
 ef=target/release/evenflush
@@ -34,7 +36,7 @@ openmpi) launch=(mpirun.openmpi --oversubscribe -np 2) ;;
 mpich) launch=(mpirun.mpich -np 2) ;;
 *) echo "usage: $0 [openmpi|mpich] [reps]" >&2; exit 2 ;;
 esac
-prog=("$work/programs-$mpi/collective_free" --iterations "$n" --phases "$k")
+prog=("$work/programs-$mpi/collective_free" --iterations "$n" --phases "$k" --work "$work_steps")
 half=$($py -c "import sys; v=sys.argv[1]; u={'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}; n=[x for x in u if v.endswith(x)]; print(int(float(v[:-3])*u[n[0]]/2) if n else int(v)//2)" "$limit")
 
 span_of() { sed -n 's/.*span_s=\([0-9.]*\).*/\1/p' <<<"$1" | tail -1; }

@@ -4,8 +4,11 @@
  * meet in one MPI_Barrier. A recorder that must bound its memory inside the phase can only
  * compress in memory or write alone; the barrier is the first chance to flush together.
  *
- * Usage: collective_free [--iterations N] [--phases K] [--scatter-tags 0|1]
- *   (defaults N = 1000, K = 1; P >= 2). K phases of N exchanges, each ending in the barrier.
+ * Usage: collective_free [--iterations N] [--phases K] [--scatter-tags 0|1] [--work W]
+ *   (defaults N = 1000, K = 1, W = 0; P >= 2). K phases of N exchanges, each ending in the
+ *   barrier; W steps of register arithmetic before each exchange (about 1 ns each), as a program
+ *   computes between its messages (a bare exchange loop makes both ranks spin on each other, and
+ *   its time then depends on how the two cores are shared more than on anything else).
  *   --scatter-tags 1 gives every message a pseudo-random tag and size, so the records compress
  *   poorly (the case where in-memory compression is not enough).
  *
@@ -24,6 +27,7 @@ int main(int argc, char **argv)
     long iterations = flag_value(argc, argv, "--iterations", 1000);
     long scatter = flag_value(argc, argv, "--scatter-tags", 0);
     long phases = flag_value(argc, argv, "--phases", 1);
+    long work = flag_value(argc, argv, "--work", 0);
     int rank, size;
     MPI_Init(&argc, &argv);
     double began = MPI_Wtime();
@@ -47,7 +51,10 @@ int main(int argc, char **argv)
                 tag = (int)((lcg >> 33) % 30000);
                 count = 1 + (int)((lcg >> 20) % 8);
             }
-            out[0] = (uint64_t)i + (uint64_t)rank;
+            uint64_t x = (uint64_t)i;
+            for (long w = 0; w < work; w++)
+                x = x * 2862933555777941757ULL + 3037000493ULL;
+            out[0] = (uint64_t)i + (uint64_t)rank + (x >> 63);
             MPI_Sendrecv(out, count, MPI_UINT64_T, right, tag, in, count, MPI_UINT64_T, left, tag,
                          MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             sum += in[0];
