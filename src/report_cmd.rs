@@ -23,7 +23,7 @@ the end of MPI_Init and the start of MPI_Finalize, and the suspensions. Function
 pub struct ReportArgs {
     /// Trace directory (rank-*.evf, raw or reconstructed) or a directory of profile-NNNNN.json.
     pub dir: PathBuf,
-    /// Print JSON: {"functions": [...], "partners": [{"source", "dest", "messages", "bytes"}, ...], "ranks": [...], "suspensions": [...], ...}.
+    /// Print JSON: {"functions": [...], "partners": [{"source", "dest", "messages", "bytes"}, ...], "ranks": [...], "suspensions": [...], "memory": {...} or null, ...}.
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
     /// Print the function table as CSV (histogram bins as columns).
@@ -32,7 +32,8 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: &ReportArgs) -> Result<()> {
-    let (profiles, source) = if report::is_profile_dir(&args.dir) {
+    let is_profile = report::is_profile_dir(&args.dir);
+    let (profiles, source) = if is_profile {
         (
             report::read_profiles(&args.dir)?,
             format!("{} (profile files)", args.dir.display()),
@@ -52,7 +53,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         }
         (profiles, args.dir.display().to_string())
     };
-    let rep = Report::build(&source, &profiles);
+    let mut rep = Report::build(&source, &profiles);
+    if !is_profile {
+        let trace = Trace::open(&args.dir)?;
+        let (ranks, _) =
+            reconstruct::memory_summary::of_trace(&trace).map_err(ReportError::from)?;
+        rep.memory = reconstruct::memory_summary::job_of(&ranks);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rep.to_json())?);
     } else if args.csv {

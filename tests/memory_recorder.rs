@@ -162,6 +162,46 @@ fn collective_free_phase_stays_in_memory(mpi: Mpi) {
             "rank {rank}"
         );
     }
+    // What the tools say about it, from the same records.
+    let info = common::info_json(&dir);
+    let memory = &info["memory"];
+    let compressions: u64 = ranks.iter().map(|s| s.compressed.len() as u64).sum();
+    assert_eq!(memory["in_memory_compressions"], compressions, "{memory}");
+    assert_eq!(memory["initial_threshold"]["basis"], "fixed", "{memory}");
+    assert_eq!(memory["initial_threshold"]["bytes"], 4 * MIB, "{memory}");
+    let peak_recorder = ranks
+        .iter()
+        .flat_map(|s| s.samples.iter().map(|m| m.recorder_bytes))
+        .max()
+        .unwrap();
+    assert_eq!(memory["peak_recorder_bytes"], peak_recorder, "{memory}");
+    let text = Command::new(evenflush_bin())
+        .arg("info")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("compressed in memory between collectives")
+            && text.contains("S at start-up 4.0 MiB (given)"),
+        "{text}"
+    );
+    let report = Command::new(evenflush_bin())
+        .args(["report", "--json"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["memory"], *memory, "report and info agree");
+    let png = dir.join("timeline.png");
+    let out = Command::new(evenflush_bin())
+        .args(["timeline", "--png"])
+        .arg(&png)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let out = common::check(out, "evenflush timeline");
+    assert!(png.exists(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Pseudo-random tags and sizes compress poorly: with a 4 MiB limit, what was compressed soon

@@ -6,6 +6,7 @@ use format::{Event, Marker};
 use serde::Serialize;
 
 use crate::clock::{RankMeta, align_clocks};
+use crate::memory_summary::{JobMemory, RankMemory};
 use crate::span;
 use crate::trace::{Skipped, Trace, TraceError, for_each_event, ticks_to_s};
 
@@ -34,6 +35,8 @@ pub struct RankInfo {
     pub in_memory_compressions: u64,
     /// The rank warned that its node ran low on memory (`Marker::MemoryLow`).
     pub memory_low: bool,
+    /// Its memory samples and thresholds, summarised (empty in traces without them).
+    pub memory: RankMemory,
 }
 
 /// One `Writer` record of a rank: which backend wrote its files from part `part` on.
@@ -117,6 +120,8 @@ pub struct Info {
     /// Max over ranks of the span from the end of `MPI_Init` to the start of `MPI_Finalize`.
     pub span_s: f64,
     pub suspension: SuspensionInfo,
+    /// The job's memory (`None` for traces without memory records).
+    pub memory: Option<JobMemory>,
     /// What could not be read, file by file.
     pub skipped: Vec<Skipped>,
 }
@@ -165,6 +170,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
             },
             |stream, event| {
                 meta.see(stream, event);
+                rank.memory.see(event);
                 match event {
                     Event::Call(c) => {
                         *calls_by_id.entry(c.func).or_default() += 1;
@@ -308,6 +314,9 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         })
         .collect();
     info.suspension.pause_diff_us = Quantiles::of(&mut pause_diffs);
+    let memories: Vec<(u32, &RankMemory)> =
+        info.per_rank.iter().map(|r| (r.rank, &r.memory)).collect();
+    info.memory = JobMemory::of(&memories);
     Ok(info)
 }
 
@@ -453,6 +462,10 @@ pub fn render_table(info: &Info) -> String {
             "             flush throughput {:.0} MB/s of raw trace ({:.0} MB/s compressed to disk)",
             sus.flush_raw_mb_per_s, sus.flush_stored_mb_per_s
         );
+    }
+    match &info.memory {
+        Some(m) => s.push_str(&m.render()),
+        None => s.push_str("memory       no memory samples (recorded before chunk version 4)\n"),
     }
     // Skipped data is reported once, on stderr, by the command (see `Skipped`'s Display).
     s

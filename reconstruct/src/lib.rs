@@ -14,6 +14,7 @@ pub mod info;
 pub mod lanes;
 mod mapping;
 pub mod members;
+pub mod memory_summary;
 mod output;
 pub mod pipeline;
 pub mod progress;

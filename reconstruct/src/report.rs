@@ -239,6 +239,9 @@ pub struct Report {
     pub recorder_typical_cost_s: f64,
     pub lost_events: u64,
     pub warnings: Vec<String>,
+    /// The job's memory, for a trace directory with memory records (profile directories have
+    /// none): filled in by the caller (`memory_summary::of_trace`), not by [`Report::build`].
+    pub memory: Option<crate::memory_summary::JobMemory>,
 }
 
 impl Report {
@@ -405,6 +408,7 @@ impl Report {
             recorder_typical_cost_s: typical_cost / 1e9,
             lost_events: all.lost_events,
             warnings,
+            memory: None,
         }
     }
 
@@ -633,6 +637,10 @@ impl Report {
                     s.max_length_s * 1e3
                 );
             }
+        }
+        if let Some(m) = &self.memory {
+            o.push('\n');
+            o.push_str(&m.render());
         }
         for w in &self.warnings {
             let _ = writeln!(o, "warning: {w}");

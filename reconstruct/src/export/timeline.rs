@@ -66,6 +66,8 @@ pub struct TimelineSummary {
     pub arrows_drawn: u64,
     pub messages_in_window: u64,
     pub suspensions_in_window: u64,
+    /// Memory samples drawn (the resident set and the recorder's bytes of each row, as lines).
+    pub memory_samples_in_window: u64,
     pub skipped: Vec<Skipped>,
 }
 
@@ -230,6 +232,8 @@ pub fn render(
     // are often far shorter than a column and lose it to the wait beside them; marks keep them seen.
     let mut p2p = vec![vec![0u8; cols]; rows.len()];
     let mut suspensions: Vec<(usize, f64, f64)> = Vec::new();
+    // Per row: (seconds, resident set, recorder bytes) of every memory sample in the window.
+    let mut memory: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); rows.len()];
     let max_arrows = if opts.max_arrows == 0 {
         (cols / 4).max(50)
     } else {
@@ -319,7 +323,15 @@ pub fn render(
                             suspensions.push((row, (a - origin) / 1e9, (b - origin) / 1e9));
                         }
                     }
-                    Event::Marker(Marker::LocalFlush { time, .. }) => {
+                    Event::Memory(m) if m.rss_bytes != format::UNKNOWN_BYTES => {
+                        let a = to_axis(map, m.time, cur);
+                        if a >= lo_ns && a <= hi_ns {
+                            memory[row].push(((a - origin) / 1e9, m.rss_bytes, m.recorder_bytes));
+                        }
+                    }
+                    Event::Marker(
+                        Marker::LocalFlush { time, .. } | Marker::Compressed { time, .. },
+                    ) => {
                         let a = to_axis(map, *time, cur);
                         if a >= lo_ns && a <= hi_ns {
                             suspensions.push((row, (a - origin) / 1e9, (a - origin) / 1e9));
@@ -332,6 +344,7 @@ pub fn render(
         summary.skipped.extend(skipped);
     }
     summary.suspensions_in_window = suspensions.len() as u64;
+    summary.memory_samples_in_window = memory.iter().map(|m| m.len() as u64).sum();
 
     let band = 0.36;
     // Suspensions first, so calls and arrows stay visible on top.
@@ -393,6 +406,25 @@ pub fn render(
     }
     chart.draw_series(marks).map_err(draw_err)?;
 
+    // Memory: per row, the resident set and the recorder's bytes as lines, the row's height
+    // standing for the largest resident set drawn (said in the legend).
+    let rss_color = RGBColor(0, 120, 60);
+    let recorder_color = RGBColor(230, 120, 0);
+    let top_rss = memory.iter().flatten().map(|p| p.1).max().unwrap_or(0);
+    if top_rss > 0 {
+        for (row, points) in memory.iter().enumerate() {
+            let y = |bytes: u64| row as f64 + 0.94 - 0.88 * bytes as f64 / top_rss as f64;
+            for (value, c) in [(1usize, rss_color), (2, recorder_color)] {
+                let line = points
+                    .iter()
+                    .map(|p| (p.0, y(if value == 1 { p.1 } else { p.2 })));
+                chart
+                    .draw_series(LineSeries::new(line, c.stroke_width(2)))
+                    .map_err(draw_err)?;
+            }
+        }
+    }
+
     // Arrows: messages between drawn rows with some part inside the window.
     summary.messages_in_window = arrows.seen;
     let step = arrows.step;
@@ -440,7 +472,20 @@ pub fn render(
         .iter()
         .map(|k| (k.label().to_string(), color(*k).to_rgba()))
         .collect();
-    items.push(("suspension".into(), RGBColor(150, 110, 210).mix(0.35)));
+    items.push((
+        "suspension / lone write / compression".into(),
+        RGBColor(150, 110, 210).mix(0.35),
+    ));
+    if top_rss > 0 {
+        items.push((
+            format!(
+                "RSS (row = {:.0} MiB)",
+                top_rss as f64 / (1u64 << 20) as f64
+            ),
+            rss_color.to_rgba(),
+        ));
+        items.push(("recorder memory".into(), recorder_color.to_rgba()));
+    }
     for (label, c) in &items {
         legend_area
             .draw(&Rectangle::new([(x, y), (x + 18, y + 14)], c.filled()))
