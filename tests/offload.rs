@@ -29,6 +29,17 @@ fn assert_all_records_present(dir: &Path) {
 }
 
 fn offload_run(mpi: Mpi, name: &str, flags: &[&str], min_flushes: u64) -> serde_json::Value {
+    offload_run_app(mpi, name, flags, min_flushes, &[])
+}
+
+/// [`offload_run`] with more arguments for the iterative program.
+fn offload_run_app(
+    mpi: Mpi,
+    name: &str,
+    flags: &[&str],
+    min_flushes: u64,
+    app_args: &[&str],
+) -> serde_json::Value {
     let _guard = mpi_lock();
     let out = scratch(&format!("offload-{name}-{}", mpi.name()));
     // Decision points about every barrier pair (the run is short; the default interval is for
@@ -37,7 +48,7 @@ fn offload_run(mpi: Mpi, name: &str, flags: &[&str], min_flushes: u64) -> serde_
     if !flags.contains(&"--decision-interval") {
         flags.extend(["--decision-interval", "2ms"]);
     }
-    let output = run_iterative(mpi, &out, &flags);
+    let output = common::run_iterative_with(mpi, &out, &flags, 1_800_000, app_args);
     assert!(
         output.status.success(),
         "{name} ({}): {}",
@@ -402,11 +413,12 @@ fn group_node(mpi: Mpi) {
     assert_finalize_recorded(&dir);
 }
 
-/// A rank that must flush alone (the hard memory limit, reached between decision points) cannot
-/// write the group file, which is written collectively: it goes on in part files of its own, and
-/// the trace stays complete.
+/// A rank that must flush alone cannot write the group file, which is written collectively: it
+/// goes on in part files of its own, and the trace stays complete. A rank flushes alone when the
+/// hard limit is reached between decision points and compressing in memory is not enough: the
+/// records carry random bytes here, which zstd cannot shrink.
 fn group_local_flush(mpi: Mpi) {
-    let info = offload_run(
+    let info = offload_run_app(
         mpi,
         "group-local",
         &[
@@ -416,10 +428,13 @@ fn group_local_flush(mpi: Mpi) {
             "256KiB",
             "--limit",
             "300KiB",
-            "--decision-interval",
-            "50ms",
+            // No decision point in the whole run: the compressed backlog cannot go to disk with
+            // the others, so the second full trace block makes the rank write alone.
+            "--suspend-every",
+            "1000000",
         ],
-        1,
+        0,
+        &["--random-payload", "1"],
     );
     let dir = scratch_dir(mpi, "group-local");
     let names = names_in(&dir);

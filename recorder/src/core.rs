@@ -445,6 +445,11 @@ fn check_limit() {
     if held() <= limit {
         return;
     }
+    // What is held may be mostly the empty part of each thread's current block (a limit below
+    // the block size): writing or compressing a few records then frees nothing lasting.
+    if buffers::used_bytes() < limit / 4 {
+        return;
+    }
     let t0 = clock::now();
     let raw_held = buffers::held_bytes();
     let (taken, _) = buffers::take_all(None);

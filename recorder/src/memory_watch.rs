@@ -127,11 +127,22 @@ fn warn_if_low(sample: &MemorySample, place: NodePlace) {
         let rank = core::session().map_or(0, |s| s.rank);
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         let fits = available / u64::from(place.local_size.max(1)) / 2;
+        let auto = core::session().is_some_and(|s| s.config.threshold_auto);
+        let advice = if auto {
+            "even with --threshold auto: the program itself leaves too little memory (give the \
+             job more memory or fewer ranks per node)"
+                .to_string()
+        } else {
+            format!(
+                "a threshold of about {:.0} MiB would fit (--threshold / EVENFLUSH_THRESHOLD, or \
+                 --threshold auto to size it from free memory)",
+                mib(fits.max(threshold::AUTO_MIN))
+            )
+        };
         eprintln!(
             "evenflush: rank {rank}: WARNING: {:.0} MiB of memory left on this node{}, but its {} \
-             rank(s) may each buffer up to {:.0} MiB before the next flush: the job may swap. \
-             A threshold of about {:.0} MiB would fit (--threshold / EVENFLUSH_THRESHOLD, or \
-             --threshold auto to size it from free memory).",
+             rank(s) may each buffer up to {:.0} MiB before the next flush: the job may swap; \
+             {advice}.",
             mib(available),
             if sample.cgroup_limit != format::UNKNOWN_BYTES {
                 " (in its memory cgroup)"
@@ -140,7 +151,6 @@ fn warn_if_low(sample: &MemorySample, place: NodePlace) {
             },
             place.local_size,
             mib(threshold::current()),
-            mib(fits.max(threshold::AUTO_MIN)),
         );
         core::record_event(&Event::Marker(Marker::MemoryLow {
             time: sample.time,

@@ -397,6 +397,17 @@ pub fn run_iterative_work(
     flags: &[&str],
     work_units: u64,
 ) -> std::process::Output {
+    run_iterative_with(mpi, out, flags, work_units, &[])
+}
+
+/// [`run_iterative_work`] with more arguments for the program (e.g. `--random-payload 1`).
+pub fn run_iterative_with(
+    mpi: Mpi,
+    out: &Path,
+    flags: &[&str],
+    work_units: u64,
+    app_args: &[&str],
+) -> std::process::Output {
     let mut cmd = Command::new(evenflush_bin());
     cmd.arg("run");
     // Flags naming several output directories replace the single one.
@@ -422,6 +433,7 @@ pub fn run_iterative_work(
         "--records",
         &RECORDS.to_string(),
     ]);
+    cmd.args(app_args);
     output_with_timeout(
         mpi_env(&mut cmd),
         JOB_TIMEOUT,
