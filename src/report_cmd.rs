@@ -33,9 +33,10 @@ pub struct ReportArgs {
 
 pub fn run(args: &ReportArgs) -> Result<()> {
     let is_profile = report::is_profile_dir(&args.dir);
-    let (profiles, source) = if is_profile {
+    let (profiles, memory, source) = if is_profile {
         (
             report::read_profiles(&args.dir)?,
+            None,
             format!("{} (profile files)", args.dir.display()),
         )
     } else {
@@ -45,21 +46,21 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         } else {
             Bar::for_terminal("profiling")
         };
-        let result = report::profile_trace(&trace, &mut |done, _| bar.update(done, done));
+        let result =
+            report::profile_trace_with_memory(&trace, &mut |done, _| bar.update(done, done));
         bar.finish();
-        let (profiles, skipped) = result.map_err(ReportError::from)?;
+        let (profiles, memory, skipped) = result.map_err(ReportError::from)?;
         for k in &skipped {
             eprintln!("evenflush: warning: {k}");
         }
-        (profiles, args.dir.display().to_string())
+        (
+            profiles,
+            reconstruct::memory::job_of(&memory),
+            args.dir.display().to_string(),
+        )
     };
     let mut rep = Report::build(&source, &profiles);
-    if !is_profile {
-        let trace = Trace::open(&args.dir)?;
-        let (ranks, _) =
-            reconstruct::memory_summary::of_trace(&trace).map_err(ReportError::from)?;
-        rep.memory = reconstruct::memory_summary::job_of(&ranks);
-    }
+    rep.memory = memory;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rep.to_json())?);
     } else if args.csv {

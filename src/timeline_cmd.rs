@@ -87,8 +87,16 @@ pub fn run(args: &TimelineArgs) -> Result<()> {
         other => anyhow::Error::new(other),
     })?;
     crate::export_cmd::warn_skipped(&s.skipped);
+    let memory = if s.memory_samples_in_window + s.memory_low_in_window > 0 {
+        format!(
+            ", {} memory samples, {} memory-low warnings",
+            s.memory_samples_in_window, s.memory_low_in_window
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "wrote {} ({}x{}): {} ranks, {:.6}-{:.6} s, {} calls, {} of {} messages drawn, {} suspensions",
+        "wrote {} ({}x{}): {} ranks, {:.6}-{:.6} s, {} calls, {} of {} messages drawn, {} suspensions{memory}",
         args.png.display(),
         s.width,
         s.height,

@@ -6,7 +6,7 @@ use format::{Event, Marker};
 use serde::Serialize;
 
 use crate::clock::{RankMeta, align_clocks};
-use crate::memory_summary::{JobMemory, RankMemory};
+use crate::memory::{JobMemory, RankMemory};
 use crate::span;
 use crate::trace::{Skipped, Trace, TraceError, for_each_event, ticks_to_s};
 
@@ -31,7 +31,8 @@ pub struct RankInfo {
     pub mpi_library: Option<String>,
     /// Every writer that wrote this rank's files, in order (`Writer` records).
     pub writers: Vec<WriterInfo>,
-    /// Times the hard limit made this rank compress its buffers in memory (`Marker::Compressed`).
+    /// Times the hard limit made this rank compress its buffers in memory (`Marker::Compressed`;
+    /// the same as `memory.in_memory_compressions`, kept for scripts that read it here).
     pub in_memory_compressions: u64,
     /// The rank warned that its node ran low on memory (`Marker::MemoryLow`).
     pub memory_low: bool,
@@ -206,8 +207,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                         Marker::RecordingStopped { .. } => info.recording_stopped = true,
                         Marker::AbnormalEnd { .. } => rank.abnormal_end = true,
                         Marker::Stuck { .. } => {}
-                        Marker::Compressed { .. } => rank.in_memory_compressions += 1,
-                        Marker::MemoryLow { .. } => rank.memory_low = true,
+                        Marker::Compressed { .. } | Marker::MemoryLow { .. } => {}
                     },
                     _ => {}
                 }
@@ -215,6 +215,8 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         )?;
         meta.clock = clock;
         info.skipped.extend(skipped);
+        rank.in_memory_compressions = rank.memory.in_memory_compressions;
+        rank.memory_low = rank.memory.memory_low;
         rank.threads = streams.len() as u32;
         for (id, n) in calls_by_id {
             let name = function_names
@@ -465,7 +467,9 @@ pub fn render_table(info: &Info) -> String {
     }
     match &info.memory {
         Some(m) => s.push_str(&m.render()),
-        None => s.push_str("memory       no memory samples (recorded before chunk version 4)\n"),
+        None => s.push_str(
+            "memory       no memory samples (recorders before chunk version 4 wrote none)\n",
+        ),
     }
     // Skipped data is reported once, on stderr, by the command (see `Skipped`'s Display).
     s

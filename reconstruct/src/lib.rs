@@ -14,7 +14,7 @@ pub mod info;
 pub mod lanes;
 mod mapping;
 pub mod members;
-pub mod memory_summary;
+pub mod memory;
 mod output;
 pub mod pipeline;
 pub mod progress;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 pub use format::profile::*;
 use serde::Serialize;
 
+use crate::memory::{JobMemory, RankMemory, RanksMemory};
 use crate::trace::{Skipped, Trace, TraceError, for_each_event};
 
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +68,16 @@ pub fn profile_trace(
     trace: &Trace,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Vec<ProfileStats>, Vec<Skipped>), TraceError> {
+    profile_trace_with_memory(trace, progress).map(|(profiles, _, skipped)| (profiles, skipped))
+}
+
+/// [`profile_trace`], and every rank's memory from the same pass (for [`Report::memory`]).
+pub fn profile_trace_with_memory(
+    trace: &Trace,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(Vec<ProfileStats>, RanksMemory, Vec<Skipped>), TraceError> {
     let mut out = Vec::new();
+    let mut memories = Vec::with_capacity(trace.ranks.len());
     let mut skipped_all = Vec::new();
     let mut done = 0u64;
     // The spans, in the global clock as everywhere (`crate::span`), from metadata gathered in
@@ -82,6 +92,7 @@ pub fn profile_trace(
             rank: files.rank,
             ..Default::default()
         };
+        let mut memory = RankMemory::default();
         let (clock, skipped) = for_each_event(
             files,
             |chunk| {
@@ -100,6 +111,7 @@ pub fn profile_trace(
                 ) {
                     meta.see(stream, e);
                 }
+                memory.see(e);
                 p.add_event(stream, e);
             },
         )?;
@@ -110,6 +122,7 @@ pub fn profile_trace(
         p.seal();
         skipped_all.extend(skipped);
         out.push(p);
+        memories.push((files.rank, memory));
     }
     crate::clock::align_clocks(&mut metas);
     for (p, meta) in out.iter_mut().zip(&metas) {
@@ -117,7 +130,7 @@ pub fn profile_trace(
             p.span_ns = crate::span::global_s(meta).map(|s| s * 1e9);
         }
     }
-    Ok((out, skipped_all))
+    Ok((out, memories, skipped_all))
 }
 
 /// Worlds up to this size get the full partner matrix in the table; larger ones the heaviest
@@ -240,8 +253,8 @@ pub struct Report {
     pub lost_events: u64,
     pub warnings: Vec<String>,
     /// The job's memory, for a trace directory with memory records (profile directories have
-    /// none): filled in by the caller (`memory_summary::of_trace`), not by [`Report::build`].
-    pub memory: Option<crate::memory_summary::JobMemory>,
+    /// none): filled in by the caller from [`profile_trace_with_memory`], not by [`Report::build`].
+    pub memory: Option<JobMemory>,
 }
 
 impl Report {

@@ -68,6 +68,8 @@ pub struct TimelineSummary {
     pub suspensions_in_window: u64,
     /// Memory samples drawn (the resident set and the recorder's bytes of each row, as lines).
     pub memory_samples_in_window: u64,
+    /// `MemoryLow` markers drawn (the node had less memory than the rank's next flush needed).
+    pub memory_low_in_window: u64,
     pub skipped: Vec<Skipped>,
 }
 
@@ -234,6 +236,8 @@ pub fn render(
     let mut suspensions: Vec<(usize, f64, f64)> = Vec::new();
     // Per row: (seconds, resident set, recorder bytes) of every memory sample in the window.
     let mut memory: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); rows.len()];
+    // Per `MemoryLow` marker: (row, seconds).
+    let mut memory_low: Vec<(usize, f64)> = Vec::new();
     let max_arrows = if opts.max_arrows == 0 {
         (cols / 4).max(50)
     } else {
@@ -326,7 +330,19 @@ pub fn render(
                     Event::Memory(m) if m.rss_bytes != format::UNKNOWN_BYTES => {
                         let a = to_axis(map, m.time, cur);
                         if a >= lo_ns && a <= hi_ns {
-                            memory[row].push(((a - origin) / 1e9, m.rss_bytes, m.recorder_bytes));
+                            // An unknown recorder figure draws as nothing rather than off the row.
+                            let recorder = if m.recorder_bytes == format::UNKNOWN_BYTES {
+                                0
+                            } else {
+                                m.recorder_bytes
+                            };
+                            memory[row].push(((a - origin) / 1e9, m.rss_bytes, recorder));
+                        }
+                    }
+                    Event::Marker(Marker::MemoryLow { time, .. }) => {
+                        let a = to_axis(map, *time, cur);
+                        if a >= lo_ns && a <= hi_ns {
+                            memory_low.push((row, (a - origin) / 1e9));
                         }
                     }
                     Event::Marker(
@@ -345,6 +361,7 @@ pub fn render(
     }
     summary.suspensions_in_window = suspensions.len() as u64;
     summary.memory_samples_in_window = memory.iter().map(|m| m.len() as u64).sum();
+    summary.memory_low_in_window = memory_low.len() as u64;
 
     let band = 0.36;
     // Suspensions first, so calls and arrows stay visible on top.
@@ -413,7 +430,8 @@ pub fn render(
     let top_rss = memory.iter().flatten().map(|p| p.1).max().unwrap_or(0);
     if top_rss > 0 {
         for (row, points) in memory.iter().enumerate() {
-            let y = |bytes: u64| row as f64 + 0.94 - 0.88 * bytes as f64 / top_rss as f64;
+            let y =
+                |bytes: u64| row as f64 + 0.94 - 0.88 * (bytes as f64 / top_rss as f64).min(1.0);
             for (value, c) in [(1usize, rss_color), (2, recorder_color)] {
                 let line = points
                     .iter()
@@ -424,6 +442,17 @@ pub fn render(
             }
         }
     }
+
+    // Memory-low warnings: a bar across the row, wider than a column so that it stays seen.
+    let memory_low_color = RGBColor(200, 0, 0);
+    chart
+        .draw_series(memory_low.iter().map(|&(row, t)| {
+            Rectangle::new(
+                [(t, row as f64 + 0.02), (t + min_w, row as f64 + 0.98)],
+                memory_low_color.filled(),
+            )
+        }))
+        .map_err(draw_err)?;
 
     // Arrows: messages between drawn rows with some part inside the window.
     summary.messages_in_window = arrows.seen;
@@ -464,9 +493,7 @@ pub fn render(
     }
     summary.arrows_drawn = drawn;
 
-    // Legend.
-    let mut x = 90;
-    let y = 12;
+    // Legend: one line, or two when the memory entries make it wider than the picture.
     let text = ("sans-serif", 16).into_font();
     let mut items: Vec<(String, RGBAColor)> = CallKind::ALL
         .iter()
@@ -486,26 +513,51 @@ pub fn render(
         ));
         items.push(("recorder memory".into(), recorder_color.to_rgba()));
     }
-    for (label, c) in &items {
+    if !memory_low.is_empty() {
+        items.push(("memory low".into(), memory_low_color.to_rgba()));
+    }
+    let arrows_label = if step > 1 {
+        format!("message (1 in {step} of {} drawn)", arrows.seen)
+    } else {
+        "message send → receive".to_string()
+    };
+    let label_width = |label: &str| {
+        legend_area
+            .estimate_text_size(label, &TextStyle::from(text.clone()))
+            .map_or(9 * label.len() as i32, |(w, _)| w as i32)
+    };
+    let left = 90;
+    // The arrow entry draws a 26 px line where the others draw an 18 px box.
+    let widths: Vec<i32> = items
+        .iter()
+        .map(|(label, _)| 34 + label_width(label))
+        .chain([42 + label_width(&arrows_label)])
+        .collect();
+    let one_line = left + widths.iter().sum::<i32>() <= width as i32;
+    let mut places = Vec::with_capacity(widths.len());
+    let (mut x, mut y) = (left, if one_line { 12 } else { 4 });
+    for w in &widths {
+        if !one_line && x > left && x + w > width as i32 {
+            (x, y) = (left, 22);
+        }
+        places.push((x, y));
+        x += w;
+    }
+    for ((label, c), &(x, y)) in items.iter().zip(&places) {
         legend_area
             .draw(&Rectangle::new([(x, y), (x + 18, y + 14)], c.filled()))
             .map_err(draw_err)?;
         legend_area
             .draw(&Text::new(label.clone(), (x + 24, y), text.clone()))
             .map_err(draw_err)?;
-        x += 34 + 9 * label.len() as i32;
     }
+    let (x, y) = places.last().copied().unwrap_or((left, 12));
     legend_area
         .draw(&PathElement::new(
             vec![(x, y + 7), (x + 26, y + 7)],
             arrow_color.stroke_width(1),
         ))
         .map_err(draw_err)?;
-    let arrows_label = if step > 1 {
-        format!("message (1 in {step} of {} drawn)", arrows.seen)
-    } else {
-        "message send → receive".to_string()
-    };
     legend_area
         .draw(&Text::new(arrows_label, (x + 32, y), text.clone()))
         .map_err(draw_err)?;
