@@ -29,6 +29,8 @@ struct Seen {
     samples: Vec<MemorySample>,
     thresholds: Vec<ThresholdChoice>,
     sendrecv: u64,
+    /// In-memory bytes of every call and completion of the rank.
+    exchange_bytes: u64,
     flushing_suspensions: u64,
     memory_low: u64,
 }
@@ -44,6 +46,16 @@ fn seen(dir: &Path) -> Vec<Seen> {
                 samples: Vec::new(),
                 thresholds: Vec::new(),
                 sendrecv: r.calls("MPI_Sendrecv").len() as u64,
+                exchange_bytes: {
+                    // What the exchanges took in the recorder's buffer, re-encoded as it held them.
+                    let mut buf = format::RawBuf::new();
+                    for e in r.all() {
+                        if matches!(e, Event::Call(_) | Event::Completion(_)) {
+                            buf.push_event(e);
+                        }
+                    }
+                    buf.bytes() as u64
+                },
                 flushing_suspensions: 0,
                 memory_low: 0,
             };
@@ -68,11 +80,14 @@ fn seen(dir: &Path) -> Vec<Seen> {
         .collect()
 }
 
-/// Two phases of 600 000 exchanges each (a call and a completion record, 80 bytes in memory,
-/// so about 48 MB per phase and rank: six times the 8 MiB limit) end in a barrier each.
+/// One phase of 2 M exchanges (a call and a completion record, about 17 bytes in memory, so about
+/// 34 MB per rank: four times the 8 MiB limit) ends in a barrier. The records compress about 9×
+/// (compact as they already are), so the compressed backlog stays under the half of the limit
+/// that would force a lone write. One phase: the flush that empties the backlog comes at the
+/// second collective after the request (the split decision), so back-to-back phases share it.
 fn collective_free_phase_stays_in_memory(mpi: Mpi) {
     let dir = scratch(&format!("memory-collective-free-{}", mpi.name()));
-    let (n, phases) = (600_000u64, 2u64);
+    let (n, phases) = (2_000_000u64, 1u64);
     let out = {
         let _guard = mpi_lock();
         run_traced_output(
@@ -109,20 +124,25 @@ fn collective_free_phase_stays_in_memory(mpi: Mpi) {
         );
         assert_eq!(s.lost, 0, "rank {rank}");
         assert_eq!(s.local_flushes, 0, "rank {rank}: no local flush");
-        // At least four times the limit went through in-memory compression.
+        // Each phase recorded at least four times the limit, and most of it went through
+        // in-memory compression (the last buffers of a phase reach the disk at its barrier).
+        assert!(
+            s.exchange_bytes >= phases * 4 * 8 * MIB,
+            "rank {rank}: the phases recorded only {} bytes",
+            s.exchange_bytes
+        );
         let raw: u64 = s.compressed.iter().map(|c| c.0).sum();
         assert!(
-            raw >= 4 * 8 * MIB,
+            raw >= phases * 3 * 8 * MIB,
             "rank {rank}: only {raw} bytes compressed"
         );
         for &(raw, stored) in &s.compressed {
             assert!(
-                stored > 0 && raw >= 10 * stored,
+                stored > 0 && raw >= 7 * stored,
                 "rank {rank}: {raw} -> {stored}"
             );
         }
-        // The compressed chunks of phase 1 waited for the barrier of phase 2 and its suspension.
-        assert!(s.flushing_suspensions >= 1, "rank {rank}");
+        // The compressed chunks reached the disk at MPI_Finalize (the count above read them).
         // Memory stayed bounded: what the recorder held never passed the limit by more than the
         // block that made it check.
         let peak = s.samples.iter().map(|m| m.recorder_bytes).max().unwrap();
@@ -134,7 +154,6 @@ fn collective_free_phase_stays_in_memory(mpi: Mpi) {
         for when in [
             MemoryWhen::Init,
             MemoryWhen::Compressed,
-            MemoryWhen::Suspension,
             MemoryWhen::Finalize,
         ] {
             assert!(
@@ -204,11 +223,42 @@ fn collective_free_phase_stays_in_memory(mpi: Mpi) {
     assert!(png.exists(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Short phases under a small S: every barrier after the first can flush, and each flushing
+/// suspension takes a memory sample (what the phase above, with one barrier, never reaches).
+fn flushing_suspensions_sample_memory(mpi: Mpi) {
+    let dir = scratch(&format!("memory-suspension-{}", mpi.name()));
+    let out = {
+        let _guard = mpi_lock();
+        run_traced_output(
+            mpi,
+            2,
+            "collective_free",
+            &["--iterations", "100000", "--phases", "4"],
+            &dir,
+            &["--threshold", "1MiB", "--decision-interval", "0"],
+        )
+    };
+    common::check(out, "collective_free in short phases");
+    for (rank, s) in seen(&dir).iter().enumerate() {
+        assert!(s.flushing_suspensions >= 1, "rank {rank}");
+        let at_suspensions = s
+            .samples
+            .iter()
+            .filter(|m| m.when == MemoryWhen::Suspension)
+            .count() as u64;
+        assert!(
+            at_suspensions >= s.flushing_suspensions,
+            "rank {rank}: {at_suspensions} samples for {} flushing suspensions",
+            s.flushing_suspensions
+        );
+    }
+}
+
 /// Pseudo-random tags and sizes compress poorly: with a 4 MiB limit, what was compressed soon
 /// takes half of it, and the rank must write alone, counted and said.
 fn poorly_compressing_phase_falls_back_to_a_local_flush(mpi: Mpi) {
     let dir = scratch(&format!("memory-fallback-{}", mpi.name()));
-    let n = 700_000u64;
+    let n = 2_000_000u64;
     let out = {
         let _guard = mpi_lock();
         run_traced_output(
@@ -236,6 +286,7 @@ fn poorly_compressing_phase_falls_back_to_a_local_flush(mpi: Mpi) {
 
 for_both_mpis!(
     collective_free_phase_stays_in_memory,
+    flushing_suspensions_sample_memory,
     poorly_compressing_phase_falls_back_to_a_local_flush
 );
 

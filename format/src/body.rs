@@ -20,6 +20,23 @@ pub(crate) const KIND_REMOTE_GROUP: u8 = 14;
 pub(crate) const KIND_WIN_DEF: u8 = 15;
 pub(crate) const KIND_MEMORY: u8 = 16;
 pub(crate) const KIND_THRESHOLD: u8 = 17;
+pub(crate) const KIND_POLLS: u8 = 18;
+
+/// Byte offsets in a `Polls` body (FORMAT.md), fixed so that the recorder's buffer can extend the
+/// run in place while polls keep finding nothing.
+pub(crate) mod polls_at {
+    pub const START: usize = 0;
+    pub const END: usize = 8;
+    pub const COUNT: usize = 16;
+    pub const BUSY: usize = 24;
+    pub const INNER_COST: usize = 32;
+    pub const COST: usize = 40;
+    pub const FUNC: usize = 44;
+    pub const COMM: usize = 46;
+    pub const PEER: usize = 50;
+    pub const TAG: usize = 54;
+    pub const LEN: usize = 58;
+}
 
 /// The highest event kind a chunk of `version` may hold (FORMAT.md "Event kinds"); `None` for a
 /// version this crate does not read.
@@ -29,6 +46,7 @@ pub(crate) fn max_kind(version: u16) -> Option<u8> {
         2 => Some(KIND_WRITER),
         3 => Some(KIND_WIN_DEF),
         4 => Some(KIND_THRESHOLD),
+        5 => Some(KIND_POLLS),
         _ => None,
     }
 }
@@ -68,7 +86,7 @@ pub(crate) fn max_marker(version: u16) -> u8 {
 }
 
 pub(crate) fn is_misc_kind(kind: u8) -> bool {
-    (KIND_USER..=KIND_THRESHOLD).contains(&kind)
+    (KIND_USER..=KIND_POLLS).contains(&kind)
 }
 
 /// Bytes of `s` a `RankInfo` body keeps: its length field is a `u16`, so a longer string is cut
@@ -278,6 +296,17 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
             put64(out, t.available);
             put32(out, t.ranks_on_node);
             KIND_THRESHOLD
+        }
+        Event::Polls(p) => {
+            for v in [p.start, p.end, p.count, p.busy, p.inner_cost] {
+                put64(out, v);
+            }
+            put32(out, p.cost);
+            out.extend_from_slice(&p.func.to_le_bytes());
+            put32(out, p.comm);
+            put32(out, p.peer as u32);
+            put32(out, p.tag as u32);
+            KIND_POLLS
         }
     }
 }
@@ -515,6 +544,24 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                 ranks_on_node: c.u32().ok_or(short)?,
             })
         }
+        KIND_POLLS => {
+            let mut v = [0u64; 5];
+            for x in &mut v {
+                *x = c.u64().ok_or(short)?;
+            }
+            Event::Polls(PollRun {
+                start: v[0],
+                end: v[1],
+                count: v[2],
+                busy: v[3],
+                inner_cost: v[4],
+                cost: c.u32().ok_or(short)?,
+                func: c.u16().ok_or(short)?,
+                comm: c.u32().ok_or(short)?,
+                peer: c.u32().ok_or(short)? as i32,
+                tag: c.u32().ok_or(short)? as i32,
+            })
+        }
         KIND_RANK_INFO => {
             let rank = c.u32().ok_or(short)?;
             let world_size = c.u32().ok_or(short)?;
@@ -581,6 +628,10 @@ pub(crate) fn misc_body_times(kind: u8, body: &[u8]) -> Option<(u64, u64)> {
             at(0).map(|t| (t, t))
         }
         KIND_MARKER => at(1).map(|t| (t, t)),
+        KIND_POLLS => {
+            let (start, end) = (at(polls_at::START)?, at(polls_at::END)?);
+            Some((start.min(end), start.max(end)))
+        }
         KIND_SUSPENSION => {
             let (start, end) = (at(8)?, at(24)?);
             Some((start.min(end), start.max(end)))

@@ -17,7 +17,7 @@ pub const CHUNK_MAGIC: [u8; 4] = *b"EVFC";
 /// Version of the chunk header and payload layout this crate writes. Version 2 added the event
 /// kinds `RankInfo` (12) and `Writer` (13) to version 1's layout, version 3 `RemoteGroup` (14) and
 /// `WinDef` (15).
-pub const CHUNK_VERSION: u16 = 4;
+pub const CHUNK_VERSION: u16 = 5;
 /// The oldest chunk version this crate still reads (FORMAT.md "Versioning").
 pub const CHUNK_MIN_VERSION: u16 = 1;
 /// Bytes of a chunk header.

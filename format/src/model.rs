@@ -330,6 +330,89 @@ pub struct ThresholdChoice {
     pub ranks_on_node: u32,
 }
 
+/// Consecutive polls of one kind that found nothing (`MPI_Test` with flag 0, `MPI_Iprobe` without
+/// a message, `MPI_Testsome` completing none, ...), folded into one record (chunk version 5): a
+/// polling loop can otherwise make most of a trace. The first poll started at `start`, the last
+/// one ended at `end`; in between the program ran its own code too, so the time inside MPI is
+/// `busy`, not `end - start`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PollRun {
+    pub func: FunctionId,
+    pub comm: CommId,
+    /// The source and tag a probe asked for ([`NO_RANK`]/[`NO_TAG`] for tests).
+    pub peer: i32,
+    pub tag: i32,
+    pub start: u64,
+    pub end: u64,
+    /// Polls folded in (at least 1).
+    pub count: u64,
+    /// Ticks spent inside the MPI calls, summed over the polls.
+    pub busy: u64,
+    /// The recorder's cost charged to every poll but the last, in ticks: spent between `start`
+    /// and `end`.
+    pub inner_cost: u64,
+    /// The recorder's cost charged to the last poll, spent after `end` (as [`MpiCall::cost`]).
+    pub cost: u32,
+}
+
+impl PollRun {
+    /// The run of one poll.
+    pub fn of(call: &MpiCall) -> PollRun {
+        PollRun {
+            func: call.func,
+            comm: call.comm,
+            peer: call.peer,
+            tag: call.tag,
+            start: call.start,
+            end: call.end,
+            count: 1,
+            busy: call.end.saturating_sub(call.start),
+            inner_cost: 0,
+            cost: call.cost,
+        }
+    }
+
+    /// The run as views draw it: its first and its last poll (one if it holds one), each as long
+    /// as the run's mean poll, so that a timeline shows where polling began and ended without
+    /// claiming the time between them was spent in MPI. The last carries the run's costs.
+    pub fn as_calls(&self) -> impl Iterator<Item = MpiCall> + use<> {
+        let mean = self.busy / self.count.max(1);
+        let call = |start: u64, end: u64, cost: u32| MpiCall {
+            func: self.func,
+            start,
+            end,
+            comm: self.comm,
+            peer: self.peer,
+            tag: self.tag,
+            cost,
+            root: NO_RANK,
+            bytes: 0,
+            request: NO_REQUEST,
+        };
+        let first_end = self.start.saturating_add(mean).min(self.end);
+        let last_start = self.end.saturating_sub(mean).max(first_end);
+        let total_cost =
+            u32::try_from(self.inner_cost.saturating_add(u64::from(self.cost))).unwrap_or(u32::MAX);
+        let (first, last) = if self.count > 1 {
+            (
+                call(self.start, first_end, 0),
+                Some(call(last_start, self.end, total_cost)),
+            )
+        } else {
+            (call(self.start, self.end, total_cost), None)
+        };
+        std::iter::once(first).chain(last)
+    }
+
+    /// Whether `call` continues this run (same function, communicator, source and tag).
+    pub fn continued_by(&self, call: &MpiCall) -> bool {
+        self.func == call.func
+            && self.comm == call.comm
+            && self.peer == call.peer
+            && self.tag == call.tag
+    }
+}
+
 /// Everything a trace can say, in the order it happened on one rank.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
@@ -376,6 +459,8 @@ pub enum Event {
     Memory(MemorySample),
     /// The threshold S in use (chunk version 4).
     Threshold(ThresholdChoice),
+    /// Polls that found nothing, folded (chunk version 5).
+    Polls(PollRun),
 }
 
 /// A member of a `CommDef` or `RemoteGroup` that is not a process of this `MPI_COMM_WORLD`.

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::model::{Event, FunctionId, Marker, MpiCall, Suspension};
+use crate::model::{Event, FunctionId, Marker, MpiCall, PollRun, Suspension};
 use serde::{Deserialize, Serialize};
 
 use crate::funcs::FuncClass;
@@ -104,6 +104,21 @@ impl FuncStats {
         if sized {
             self.histogram[size_bin(bytes)] += 1;
         }
+    }
+
+    /// Adds `count` calls that took `busy_ns` and cost `cost_ns` together, whose single durations
+    /// are not known (a folded run of polls): each is taken as the run's mean.
+    fn add_run(&mut self, count: u64, busy_ns: f64, cost_ns: f64) {
+        if count == 0 {
+            return;
+        }
+        let mean = busy_ns / count as f64;
+        self.count += count;
+        self.total_ns += busy_ns;
+        self.min_ns = self.min_ns.min(mean);
+        self.max_ns = self.max_ns.max(mean);
+        self.cost_ns += cost_ns;
+        self.bytes_min = 0;
     }
 
     fn add_received(&mut self, bytes: u64) {
@@ -284,6 +299,7 @@ impl ProfileStats {
                 self.comms.insert(*id, (members.clone(), me));
             }
             Event::Call(c) => self.add_call(stream, c),
+            Event::Polls(p) => self.add_polls(stream, p),
             Event::Completion(done) => {
                 // Completions of sends carry no source; only receives count as received bytes.
                 if done.cancelled || done.source < 0 {
@@ -352,6 +368,25 @@ impl ProfileStats {
             p.bytes += c.bytes;
         }
         self.last_call.insert(stream, c.func);
+    }
+
+    fn add_polls(&mut self, stream: u32, p: &PollRun) {
+        let busy_ns = p.busy as f64 * self.ns_per_tick;
+        let cost_ns = (p.inner_cost as f64 + f64::from(p.cost)) * self.ns_per_tick;
+        self.by_id
+            .entry(p.func)
+            .or_default()
+            .add_run(p.count, busy_ns, cost_ns);
+        if p.count > 0 {
+            self.cost_histogram.resize(COST_BINS, 0);
+            self.cost_histogram[cost_bin(cost_ns / p.count as f64)] += p.count;
+        }
+        let in_span = self.init_done.is_some_and(|t| p.start >= t)
+            && self.finalize_start.is_none_or(|t| p.start < t);
+        if in_span {
+            self.mpi_in_span_ns += busy_ns;
+        }
+        self.last_call.insert(stream, p.func);
     }
 
     /// Bytes a collective call brought into this rank, where the recorded size tells.

@@ -6,24 +6,149 @@
 //! (a `Vec` doubling would copy the whole trace at unpredictable moments and perturb the timing
 //! the recorder is trying to preserve).
 //!
-//! Record layouts (all little-endian, byte offsets):
-//! - call, [`CALL_RECORD_LEN`] bytes: kind=1 @0, func u16 @1, comm u32 @3, start u64 @7, end u64 @15,
-//!   peer i32 @23, tag i32 @27, bytes u64 @31, root i32 @39, request u64 @43, cost u32 @51.
-//! - completion, [`COMPLETION_RECORD_LEN`] bytes: kind=2 (3 if cancelled) @0, request u64 @1,
-//!   source i32 @9, tag i32 @13, bytes u64 @17.
+//! Records are compact because the buffer's size is what sets how often the program pauses to
+//! flush (threshold S): the fixed 55-byte layout of earlier versions made a cheap call cost 3-4×
+//! the memory it needs. Layouts (varint = unsigned LEB128, zz = zigzag then varint):
+//! - call: kind=1, a presence byte (bit 0 comm, 1 peer, 2 tag, 3 bytes, 4 root, 5 request), then
+//!   varint func, [varint comm], zz(start - end of the block's previous call), zz(end - start),
+//!   varint cost, [zz peer], [zz tag], [varint bytes], [zz root], [varint request]. A field whose
+//!   bit is clear takes its usual value: the previous call's comm in this block, [`NO_RANK`],
+//!   [`NO_TAG`], 0 bytes, [`NO_RANK`], [`NO_REQUEST`]. Times are deltas within a block only, so
+//!   every block decodes on its own (a buffer is split and flushed block by block).
+//! - completion: kind=2 (3 if cancelled), varint request, zz source, zz tag, varint bytes.
 //! - anything else: kind u8, body length u64, body (the misc body of FORMAT.md).
 
 use crate::body::{self, KIND_CALL, KIND_COMPLETION, KIND_COMPLETION_CANCELLED};
 use crate::model::*;
 
-/// Bytes one [`MpiCall`] occupies in a [`RawBuf`].
-pub const CALL_RECORD_LEN: usize = 55;
-/// Bytes one [`Completion`] occupies in a [`RawBuf`].
-pub const COMPLETION_RECORD_LEN: usize = 25;
+/// The most bytes one [`MpiCall`] can take in a [`RawBuf`] (every field present and at its widest).
+pub const MAX_CALL_RECORD_LEN: usize = 2 + 3 + 5 + 10 + 10 + 5 + 5 + 5 + 10 + 5 + 10;
+/// The most bytes one [`Completion`] can take in a [`RawBuf`].
+pub const MAX_COMPLETION_RECORD_LEN: usize = 1 + 10 + 5 + 5 + 10;
 /// Bytes of the header in front of a misc record's body in a [`RawBuf`].
 pub const MISC_RECORD_HEADER_LEN: usize = 9;
 /// Size of one block of a [`RawBuf`]. Records bigger than this get a block of their own.
 pub const DEFAULT_BLOCK_SIZE: usize = 1 << 20;
+
+const HAS_COMM: u8 = 1;
+const HAS_PEER: u8 = 1 << 1;
+const HAS_TAG: u8 = 1 << 2;
+const HAS_BYTES: u8 = 1 << 3;
+const HAS_ROOT: u8 = 1 << 4;
+const HAS_REQUEST: u8 = 1 << 5;
+
+/// What a call record is encoded against: the previous call of the same block (a block's first
+/// call: end 0, communicator 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallContext {
+    pub prev_end: u64,
+    pub prev_comm: CommId,
+}
+
+#[inline(always)]
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+#[inline(always)]
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+#[inline(always)]
+fn varint_len(v: u64) -> usize {
+    // 1 byte per 7 bits, at least one.
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Writes `v` as LEB128 at `p`, returning the bytes written (at most 10).
+///
+/// # Safety
+/// `p` must be valid for writing `varint_len(v)` bytes.
+#[inline(always)]
+unsafe fn put_varint(p: *mut u8, mut v: u64) -> usize {
+    let mut i = 0;
+    while v >= 0x80 {
+        // SAFETY: i < varint_len(v) <= the room the caller guaranteed.
+        unsafe { p.add(i).write((v as u8) | 0x80) };
+        v >>= 7;
+        i += 1;
+    }
+    // SAFETY: as above, this is the last of the varint's bytes.
+    unsafe { p.add(i).write(v as u8) };
+    i + 1
+}
+
+/// The presence byte of `c` and the values of its fields in record order.
+#[inline(always)]
+fn call_fields(c: &MpiCall, ctx: &CallContext) -> (u8, [u64; 10]) {
+    let mut present = 0u8;
+    if c.comm != ctx.prev_comm {
+        present |= HAS_COMM;
+    }
+    if c.peer != NO_RANK {
+        present |= HAS_PEER;
+    }
+    if c.tag != NO_TAG {
+        present |= HAS_TAG;
+    }
+    if c.bytes != 0 {
+        present |= HAS_BYTES;
+    }
+    if c.root != NO_RANK {
+        present |= HAS_ROOT;
+    }
+    if c.request != NO_REQUEST {
+        present |= HAS_REQUEST;
+    }
+    let fields = [
+        u64::from(c.func),
+        u64::from(c.comm),
+        zigzag(c.start.wrapping_sub(ctx.prev_end) as i64),
+        zigzag(c.end.wrapping_sub(c.start) as i64),
+        u64::from(c.cost),
+        zigzag(i64::from(c.peer)),
+        zigzag(i64::from(c.tag)),
+        c.bytes,
+        zigzag(i64::from(c.root)),
+        c.request,
+    ];
+    (present, fields)
+}
+
+/// Which of the fields of [`call_fields`] are written, by presence byte.
+#[inline(always)]
+fn call_field_written(present: u8, index: usize) -> bool {
+    match index {
+        1 => present & HAS_COMM != 0,
+        5 => present & HAS_PEER != 0,
+        6 => present & HAS_TAG != 0,
+        7 => present & HAS_BYTES != 0,
+        8 => present & HAS_ROOT != 0,
+        9 => present & HAS_REQUEST != 0,
+        _ => true,
+    }
+}
+
+/// Bytes `c` takes in a buffer after a call described by `ctx` (exports that draw the recorder's
+/// buffer fill use it; it ignores that each block starts afresh, a few bytes per MiB).
+pub fn call_record_len(c: &MpiCall, ctx: &CallContext) -> usize {
+    let (present, fields) = call_fields(c, ctx);
+    2 + fields
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| call_field_written(present, *i))
+        .map(|(_, v)| varint_len(*v))
+        .sum::<usize>()
+}
+
+/// Bytes `c` takes in a buffer.
+pub fn completion_record_len(c: &Completion) -> usize {
+    1 + varint_len(c.request)
+        + varint_len(zigzag(i64::from(c.source)))
+        + varint_len(zigzag(i64::from(c.tag)))
+        + varint_len(c.bytes)
+}
 
 /// A per-thread trace buffer. See the module documentation for the layout.
 #[derive(Debug)]
@@ -40,6 +165,11 @@ pub struct RawBuf {
     full_events: Vec<u64>,
     events: u64,
     block_size: usize,
+    /// What the next call in `current` is encoded against.
+    ctx: CallContext,
+    /// Where in `current` the body of the last record starts when that record is a `Polls` run
+    /// that the next idle poll may extend in place.
+    open_poll: Option<usize>,
 }
 
 impl Default for RawBuf {
@@ -71,75 +201,126 @@ impl RawBuf {
             full_capacity: 0,
             full_events: Vec::new(),
             events: 0,
-            block_size: block_size.max(CALL_RECORD_LEN),
+            block_size: block_size.max(MAX_CALL_RECORD_LEN),
+            ctx: CallContext::default(),
+            open_poll: None,
         }
     }
 
-    /// Appends one MPI call: one capacity check and a few stores in the common case.
+    /// Appends one MPI call: one capacity check and a few byte stores in the common case.
     #[inline]
     pub fn push_call(&mut self, c: &MpiCall) {
-        if self.current.capacity() - self.current.len() < CALL_RECORD_LEN {
-            self.make_room(CALL_RECORD_LEN);
+        if self.current.capacity() - self.current.len() < MAX_CALL_RECORD_LEN {
+            self.make_room(MAX_CALL_RECORD_LEN);
         }
+        self.open_poll = None;
+        let (present, f) = call_fields(c, &self.ctx);
         let len = self.current.len();
-        let rec = &mut self.current.spare_capacity_mut()[..CALL_RECORD_LEN];
+        let rec = &mut self.current.spare_capacity_mut()[..MAX_CALL_RECORD_LEN];
         let p = rec.as_mut_ptr().cast::<u8>();
-        // SAFETY: `rec` is 55 bytes of this block's spare capacity (checked just above, and the
-        // slice index panics otherwise), every offset below plus its field size is within those
-        // 55 bytes, unaligned writes need no alignment, and `set_len` covers exactly the bytes
-        // just initialised. This is the recorder's hot path: stores straight into the block
-        // avoid building the record on the stack and copying it.
+        // SAFETY: `rec` is MAX_CALL_RECORD_LEN bytes of this block's spare capacity (checked just
+        // above, and the slice index panics otherwise); the kind, the presence byte and at most
+        // ten varints of at most their field's width add up to no more than that; `set_len`
+        // covers exactly the bytes just written. This is the recorder's hot path: stores straight
+        // into the block avoid building the record on the stack and copying it.
         unsafe {
             p.write(KIND_CALL);
-            p.add(1)
-                .cast::<[u8; 2]>()
-                .write_unaligned(c.func.to_le_bytes());
-            p.add(3)
-                .cast::<[u8; 4]>()
-                .write_unaligned(c.comm.to_le_bytes());
-            p.add(7)
-                .cast::<[u8; 8]>()
-                .write_unaligned(c.start.to_le_bytes());
-            p.add(15)
-                .cast::<[u8; 8]>()
-                .write_unaligned(c.end.to_le_bytes());
-            p.add(23)
-                .cast::<[u8; 4]>()
-                .write_unaligned(c.peer.to_le_bytes());
-            p.add(27)
-                .cast::<[u8; 4]>()
-                .write_unaligned(c.tag.to_le_bytes());
-            p.add(31)
-                .cast::<[u8; 8]>()
-                .write_unaligned(c.bytes.to_le_bytes());
-            p.add(39)
-                .cast::<[u8; 4]>()
-                .write_unaligned(c.root.to_le_bytes());
-            p.add(43)
-                .cast::<[u8; 8]>()
-                .write_unaligned(c.request.to_le_bytes());
-            p.add(51)
-                .cast::<[u8; 4]>()
-                .write_unaligned(c.cost.to_le_bytes());
-            self.current.set_len(len + CALL_RECORD_LEN);
+            p.add(1).write(present);
+            let mut n = 2;
+            n += put_varint(p.add(n), f[0]);
+            if present & HAS_COMM != 0 {
+                n += put_varint(p.add(n), f[1]);
+            }
+            n += put_varint(p.add(n), f[2]);
+            n += put_varint(p.add(n), f[3]);
+            n += put_varint(p.add(n), f[4]);
+            if present & HAS_PEER != 0 {
+                n += put_varint(p.add(n), f[5]);
+            }
+            if present & HAS_TAG != 0 {
+                n += put_varint(p.add(n), f[6]);
+            }
+            if present & HAS_BYTES != 0 {
+                n += put_varint(p.add(n), f[7]);
+            }
+            if present & HAS_ROOT != 0 {
+                n += put_varint(p.add(n), f[8]);
+            }
+            if present & HAS_REQUEST != 0 {
+                n += put_varint(p.add(n), f[9]);
+            }
+            self.current.set_len(len + n);
         }
+        self.ctx = CallContext {
+            prev_end: c.end,
+            prev_comm: c.comm,
+        };
         self.events += 1;
     }
 
     /// Appends one completion of a request.
     #[inline]
     pub fn push_completion(&mut self, c: &Completion) {
-        let mut rec = [0u8; COMPLETION_RECORD_LEN];
-        rec[0] = if c.cancelled {
-            KIND_COMPLETION_CANCELLED
-        } else {
-            KIND_COMPLETION
-        };
-        rec[1..9].copy_from_slice(&c.request.to_le_bytes());
-        rec[9..13].copy_from_slice(&c.source.to_le_bytes());
-        rec[13..17].copy_from_slice(&c.tag.to_le_bytes());
-        rec[17..25].copy_from_slice(&c.bytes.to_le_bytes());
-        self.append(&rec);
+        if self.current.capacity() - self.current.len() < MAX_COMPLETION_RECORD_LEN {
+            self.make_room(MAX_COMPLETION_RECORD_LEN);
+        }
+        self.open_poll = None;
+        let len = self.current.len();
+        let rec = &mut self.current.spare_capacity_mut()[..MAX_COMPLETION_RECORD_LEN];
+        let p = rec.as_mut_ptr().cast::<u8>();
+        // SAFETY: as in `push_call`: the kind and four varints fit in the checked spare capacity.
+        unsafe {
+            p.write(if c.cancelled {
+                KIND_COMPLETION_CANCELLED
+            } else {
+                KIND_COMPLETION
+            });
+            let mut n = 1;
+            n += put_varint(p.add(n), c.request);
+            n += put_varint(p.add(n), zigzag(i64::from(c.source)));
+            n += put_varint(p.add(n), zigzag(i64::from(c.tag)));
+            n += put_varint(p.add(n), c.bytes);
+            self.current.set_len(len + n);
+        }
+        self.events += 1;
+    }
+
+    /// Records a poll that found nothing: extends the run that the last record holds when this
+    /// poll continues it ([`PollRun::continued_by`]), otherwise starts a run. Returns whether a new
+    /// record was written (an extension adds no event and no byte).
+    #[inline]
+    pub fn push_idle_poll(&mut self, c: &MpiCall) -> bool {
+        use body::polls_at as at;
+        if let Some(b) = self.open_poll {
+            let body = &mut self.current[b..b + at::LEN];
+            let get64 = |body: &[u8], off: usize| le_u64(body, off);
+            let same = u16::from_le_bytes([body[at::FUNC], body[at::FUNC + 1]]) == c.func
+                && le_u32(body, at::COMM) == c.comm
+                && le_u32(body, at::PEER) as i32 == c.peer
+                && le_u32(body, at::TAG) as i32 == c.tag;
+            if same {
+                let prev_cost = u64::from(le_u32(body, at::COST));
+                let updates = [
+                    (at::END, c.end),
+                    (at::COUNT, get64(body, at::COUNT).saturating_add(1)),
+                    (
+                        at::BUSY,
+                        get64(body, at::BUSY).saturating_add(c.end.saturating_sub(c.start)),
+                    ),
+                    (
+                        at::INNER_COST,
+                        get64(body, at::INNER_COST).saturating_add(prev_cost),
+                    ),
+                ];
+                for (off, v) in updates {
+                    body[off..off + 8].copy_from_slice(&v.to_le_bytes());
+                }
+                body[at::COST..at::COST + 4].copy_from_slice(&c.cost.to_le_bytes());
+                return false;
+            }
+        }
+        self.push_event(&Event::Polls(PollRun::of(c)));
+        true
     }
 
     /// Appends any event, including user payloads of any size, definitions and markers.
@@ -153,6 +334,8 @@ impl RawBuf {
                 // truth for a body's layout.
                 self.make_room(MISC_RECORD_HEADER_LEN + misc_body_len(other));
                 let start = self.current.len();
+                self.open_poll =
+                    matches!(other, Event::Polls(_)).then_some(start + MISC_RECORD_HEADER_LEN);
                 self.current.resize(start + MISC_RECORD_HEADER_LEN, 0);
                 let kind = body::put_misc_body(&mut self.current, other);
                 let body_len = (self.current.len() - start - MISC_RECORD_HEADER_LEN) as u64;
@@ -169,15 +352,6 @@ impl RawBuf {
         }
     }
 
-    #[inline]
-    fn append(&mut self, rec: &[u8]) {
-        if self.current.capacity() - self.current.len() < rec.len() {
-            self.make_room(rec.len());
-        }
-        self.current.extend_from_slice(rec);
-        self.events += 1;
-    }
-
     /// Ensures `current` has `need` spare bytes without ever reallocating a block that holds records.
     #[cold]
     #[inline(never)]
@@ -185,6 +359,9 @@ impl RawBuf {
         if self.current.capacity() - self.current.len() >= need {
             return;
         }
+        // Every block decodes on its own: the first call in it is encoded against nothing.
+        self.ctx = CallContext::default();
+        self.open_poll = None;
         if self.current.is_empty() {
             // An empty block may simply be replaced; nothing is copied.
             self.current = Vec::with_capacity(need.max(self.block_size));
@@ -268,6 +445,8 @@ impl RawBuf {
         self.full_bytes = 0;
         self.full_capacity = 0;
         self.events = 0;
+        self.ctx = CallContext::default();
+        self.open_poll = None;
     }
 
     /// Decodes the held events in order, without copying the buffer.
@@ -286,7 +465,7 @@ impl RawBuf {
         self.full
             .iter()
             .chain(std::iter::once(&self.current))
-            .flat_map(|block| BlockRecords { block, pos: 0 })
+            .flat_map(|block| BlockRecords::new(block))
     }
 
     /// Calls `f` on every record in order. Internal iteration: the encoder's loop body is inlined
@@ -294,7 +473,7 @@ impl RawBuf {
     #[inline]
     pub(crate) fn for_each_record(&self, mut f: impl FnMut(RawRecord<'_>)) {
         for block in self.full.iter().chain(std::iter::once(&self.current)) {
-            for r in (BlockRecords { block, pos: 0 }) {
+            for r in BlockRecords::new(block) {
                 f(r);
             }
         }
@@ -338,17 +517,100 @@ fn misc_body_len(e: &Event) -> usize {
         Event::WinDef { .. } => 8,
         Event::Memory(_) => 65,
         Event::Threshold(_) => 29,
+        Event::Polls(_) => body::polls_at::LEN,
     }
 }
 
 struct BlockRecords<'a> {
     block: &'a [u8],
     pos: usize,
+    ctx: CallContext,
 }
 
-#[inline]
-fn le_u64(s: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or_default())
+impl<'a> BlockRecords<'a> {
+    fn new(block: &'a [u8]) -> Self {
+        BlockRecords {
+            block,
+            pos: 0,
+            ctx: CallContext::default(),
+        }
+    }
+
+    #[inline]
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self.block.get(self.pos)?;
+            self.pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    #[inline]
+    fn varint_if(&mut self, present: bool, absent: u64) -> Option<u64> {
+        if present { self.varint() } else { Some(absent) }
+    }
+
+    #[inline]
+    fn signed_if(&mut self, present: bool, absent: i32) -> Option<i32> {
+        if present {
+            i32::try_from(unzigzag(self.varint()?)).ok()
+        } else {
+            Some(absent)
+        }
+    }
+
+    fn call(&mut self) -> Option<MpiCall> {
+        let present = *self.block.get(self.pos)?;
+        self.pos += 1;
+        let func = u16::try_from(self.varint()?).ok()?;
+        let comm = if present & HAS_COMM != 0 {
+            u32::try_from(self.varint()?).ok()?
+        } else {
+            self.ctx.prev_comm
+        };
+        let start = self
+            .ctx
+            .prev_end
+            .wrapping_add(unzigzag(self.varint()?) as u64);
+        let end = start.wrapping_add(unzigzag(self.varint()?) as u64);
+        let cost = u32::try_from(self.varint()?).ok()?;
+        let peer = self.signed_if(present & HAS_PEER != 0, NO_RANK)?;
+        let tag = self.signed_if(present & HAS_TAG != 0, NO_TAG)?;
+        let bytes = self.varint_if(present & HAS_BYTES != 0, 0)?;
+        let root = self.signed_if(present & HAS_ROOT != 0, NO_RANK)?;
+        let request = self.varint_if(present & HAS_REQUEST != 0, NO_REQUEST)?;
+        self.ctx = CallContext {
+            prev_end: end,
+            prev_comm: comm,
+        };
+        Some(MpiCall {
+            func,
+            start,
+            end,
+            comm,
+            peer,
+            tag,
+            bytes,
+            root,
+            request,
+            cost,
+        })
+    }
+
+    fn completion(&mut self, cancelled: bool) -> Option<Completion> {
+        Some(Completion {
+            request: self.varint()?,
+            source: i32::try_from(unzigzag(self.varint()?)).ok()?,
+            tag: i32::try_from(unzigzag(self.varint()?)).ok()?,
+            bytes: self.varint()?,
+            cancelled,
+        })
+    }
 }
 
 #[inline]
@@ -356,42 +618,29 @@ fn le_u32(s: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or_default())
 }
 
+#[inline]
+fn le_u64(s: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or_default())
+}
+
 impl<'a> Iterator for BlockRecords<'a> {
     type Item = RawRecord<'a>;
 
     #[inline]
     fn next(&mut self) -> Option<RawRecord<'a>> {
-        let rest = self.block.get(self.pos..)?;
-        let kind = *rest.first()?;
+        let kind = *self.block.get(self.pos)?;
         match kind {
             KIND_CALL => {
-                let r = rest.get(..CALL_RECORD_LEN)?;
-                self.pos += CALL_RECORD_LEN;
-                Some(RawRecord::Call(MpiCall {
-                    func: u16::from_le_bytes([r[1], r[2]]),
-                    comm: le_u32(r, 3),
-                    start: le_u64(r, 7),
-                    end: le_u64(r, 15),
-                    peer: le_u32(r, 23) as i32,
-                    tag: le_u32(r, 27) as i32,
-                    bytes: le_u64(r, 31),
-                    root: le_u32(r, 39) as i32,
-                    request: le_u64(r, 43),
-                    cost: le_u32(r, 51),
-                }))
+                self.pos += 1;
+                self.call().map(RawRecord::Call)
             }
             KIND_COMPLETION | KIND_COMPLETION_CANCELLED => {
-                let r = rest.get(..COMPLETION_RECORD_LEN)?;
-                self.pos += COMPLETION_RECORD_LEN;
-                Some(RawRecord::Completion(Completion {
-                    request: le_u64(r, 1),
-                    source: le_u32(r, 9) as i32,
-                    tag: le_u32(r, 13) as i32,
-                    bytes: le_u64(r, 17),
-                    cancelled: kind == KIND_COMPLETION_CANCELLED,
-                }))
+                self.pos += 1;
+                self.completion(kind == KIND_COMPLETION_CANCELLED)
+                    .map(RawRecord::Completion)
             }
             _ => {
+                let rest = &self.block[self.pos..];
                 let len = usize::try_from(le_u64(rest.get(..MISC_RECORD_HEADER_LEN)?, 1)).ok()?;
                 let body =
                     rest.get(MISC_RECORD_HEADER_LEN..MISC_RECORD_HEADER_LEN.checked_add(len)?)?;

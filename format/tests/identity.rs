@@ -158,8 +158,8 @@ fn first_chunk_offset() -> usize {
 
 #[test]
 fn version_1_chunks_are_still_read() {
-    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 4));
-    // A version-1 chunk is a version-4 chunk without the newer kinds: same layout otherwise.
+    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 5));
+    // A version-1 chunk is a version-5 chunk without the newer kinds: same layout otherwise.
     let events = synthetic::events(&synthetic::HaloConfig {
         iterations: 5,
         ..Default::default()
@@ -276,19 +276,51 @@ fn memory_records_are_version_4_kinds() {
     }
 }
 
+/// Folded polls are a version-5 kind: a version-4 chunk may not hold them.
+#[test]
+fn poll_runs_are_a_version_5_kind() {
+    let run = Event::Polls(PollRun {
+        func: 40,
+        comm: 0,
+        peer: 3,
+        tag: 7,
+        start: 1_000,
+        end: 90_000,
+        count: 812,
+        busy: 40_000,
+        inner_cost: 30_000,
+        cost: 35,
+    });
+    let (bytes, _) = write_file(&[vec![run.clone()]], Some(1));
+    let file = RankFile::from_bytes(bytes.clone(), "v5.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![vec![run]]);
+    let mut older = bytes;
+    relabel(&mut older, first_chunk_offset(), 4);
+    let file = RankFile::from_bytes(older, "v4-polls.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(chunks.is_empty(), "polls accepted in a version-4 chunk");
+    let err = err.expect("rejected").to_string();
+    assert!(
+        err.contains("unknown event kind") || err.contains("newer than the chunk's version"),
+        "{err}"
+    );
+}
+
 #[test]
 fn versions_beyond_the_known_ones_are_refused() {
     let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
-    relabel(&mut bytes, first_chunk_offset(), 5);
-    let file = RankFile::from_bytes(bytes, "v5.evf").unwrap();
+    relabel(&mut bytes, first_chunk_offset(), 6);
+    let file = RankFile::from_bytes(bytes, "v6.evf").unwrap();
     let (_, _, err) = read_everything(&file);
     let err = err.expect("refused");
     assert!(
         matches!(
             err,
             FormatError::UnsupportedVersion {
-                version: 5,
-                supported: 4,
+                version: 6,
+                supported: 5,
                 ..
             }
         ),

@@ -15,7 +15,11 @@ pub struct RankInfo {
     pub rank: u32,
     /// Records of every kind held by this rank's chunks.
     pub events: u64,
+    /// MPI calls, each folded poll counted (`Polls` records hold many).
     pub mpi_calls: u64,
+    /// `Polls` records, and the polls folded into them.
+    pub poll_runs: u64,
+    pub folded_polls: u64,
     pub bytes_raw: u64,
     pub bytes_stored: u64,
     pub threads: u32,
@@ -111,6 +115,9 @@ pub struct Info {
     /// Records of every kind, all ranks.
     pub events_total: u64,
     pub mpi_calls_total: u64,
+    /// Polls that found nothing, folded into `poll_runs_total` records.
+    pub folded_polls_total: u64,
+    pub poll_runs_total: u64,
     pub functions: BTreeMap<String, u64>,
     pub user_events: BTreeMap<String, u64>,
     pub regions: BTreeMap<String, u64>,
@@ -175,6 +182,11 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                 match event {
                     Event::Call(c) => {
                         *calls_by_id.entry(c.func).or_default() += 1;
+                    }
+                    Event::Polls(p) => {
+                        *calls_by_id.entry(p.func).or_default() += p.count;
+                        rank.poll_runs += 1;
+                        rank.folded_polls += p.count;
                     }
                     Event::User(u) => *user_by_id.entry(u.name).or_default() += 1,
                     Event::Region(r) if r.begin => *regions_by_id.entry(r.name).or_default() += 1,
@@ -268,6 +280,8 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
             info.writer_fallbacks.push(files.rank);
         }
         info.events_total += rank.events;
+        info.poll_runs_total += rank.poll_runs;
+        info.folded_polls_total += rank.folded_polls;
         info.mpi_calls_total += rank.mpi_calls;
         info.lost_events += rank.lost_events;
         info.per_rank.push(rank);
@@ -359,6 +373,13 @@ pub fn render_table(info: &Info) -> String {
         "events       {} ({} MPI calls)",
         info.events_total, info.mpi_calls_total
     );
+    if info.poll_runs_total > 0 {
+        let _ = writeln!(
+            s,
+            "polls        {} that found nothing, folded into {} records",
+            info.folded_polls_total, info.poll_runs_total
+        );
+    }
     let _ = writeln!(
         s,
         "span         {:.6} s (end of MPI_Init to start of MPI_Finalize, max over ranks)",

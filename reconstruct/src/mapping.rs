@@ -93,6 +93,23 @@ impl<'a> LaneMapper<'a> {
                 return;
             }
             Event::Completion(_) => return,
+            Event::Polls(p) => {
+                // A polling loop ends when what it waits for arrives (a message, a partner's
+                // progress), not when it has polled enough: the recorder's cost inside the run
+                // (`inner_cost`) did not delay its end, so both ends move by the cost spent
+                // before the run, and only the last poll's cost delays what follows.
+                p.start = to_out(p.start, cur);
+                p.end = to_out(p.end, cur).max(p.start);
+                self.dp_ticks = self.dp_ticks.saturating_add(u64::from(p.cost));
+                p.busy = (p.busy as f64 * npt).round() as u64;
+                p.inner_cost = (p.inner_cost as f64 * npt).round() as u64;
+                p.cost = if self.remove_dp {
+                    0
+                } else {
+                    (f64::from(p.cost) * npt).round() as u32
+                };
+                return;
+            }
             _ => {}
         }
         let dp_ns = self.dp_ticks as f64 * npt;

@@ -18,6 +18,10 @@ pub fn for_each_time(e: &mut Event, mut f: impl FnMut(&mut u64)) {
         Event::Clock(s) => f(&mut s.local),
         Event::Memory(m) => f(&mut m.time),
         Event::Threshold(t) => f(&mut t.time),
+        Event::Polls(p) => {
+            f(&mut p.start);
+            f(&mut p.end);
+        }
         Event::Marker(m) => match m {
             Marker::LocalFlush { time, .. }
             | Marker::RecordingStopped { time }

@@ -813,6 +813,25 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
         w(out, &format!("evf_r.req_kind = {kind};"));
     }
 
+    // Polls that found nothing are folded by the recorder; a poll is a call with a `flag` (Test,
+    // Testany, Testall, Iprobe, Improbe, ...) or an `outcount` (Testsome) and no completion.
+    if cat != "collective-blocking" && cat != "collective-nonblocking" {
+        if let Some(p) = f.role("flag") {
+            let flag = int_of(lang, f.param(p));
+            w(
+                out,
+                &format!("evf_r.idle = (evf_rc == MPI_SUCCESS && {flag} == 0);"),
+            );
+        } else if let (Some(p), Some("some")) = (f.role("outcount"), f.role("complete")) {
+            let outcount = int_of(lang, f.param(p));
+            w(
+                out,
+                &format!(
+                    "evf_r.idle = (evf_rc == MPI_SUCCESS && ({outcount} == 0 || {outcount} == MPI_UNDEFINED));"
+                ),
+            );
+        }
+    }
     if let Some(sa) = f.role("startall") {
         let p = f.param(sa);
         let n = int_of(lang, f.param(f.role("n").unwrap()));

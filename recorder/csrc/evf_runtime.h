@@ -55,6 +55,9 @@ typedef struct {
     uint16_t func;
     uint8_t req_op;
     uint8_t req_kind;
+    /* 1 for a poll that found nothing (Test* with flag 0, Iprobe without a message, Testsome
+     * completing none): consecutive ones are folded into one record. */
+    uint8_t idle;
 } evf_call_t;
 
 /* Mirrored by recorder::mpi_link::Transport. Every function returns an MPI error code. */

@@ -67,6 +67,8 @@ pub struct CallRecord {
     pub func: u16,
     pub req_op: u8,
     pub req_kind: u8,
+    /// A poll that found nothing: folded with the polls before it ([`format::PollRun`]).
+    pub idle: u8,
 }
 
 /// Fixed facts about this rank's recording, set once at init.
@@ -279,7 +281,11 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
             }
             None => {
                 let cap_before = l.buf.capacity_bytes();
-                l.buf.push_call(&call);
+                if rec.idle != 0 {
+                    l.buf.push_idle_poll(&call);
+                } else {
+                    l.buf.push_call(&call);
+                }
                 l.buf.capacity_bytes() != cap_before
             }
         };

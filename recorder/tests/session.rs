@@ -23,6 +23,7 @@ fn call(func: &str, _order: u64, comm: u32, peer: i32, tag: i32, bytes: u64) -> 
         func: id_of(func).unwrap(),
         req_op: 0,
         req_kind: 0,
+        idle: 0,
     }
 }
 
@@ -68,6 +69,18 @@ fn a_session_through_the_hooks_reads_back_exactly() {
     }
     ffi::evf_rec_completion(0xabc, 2, 9, 100, 0);
     ffi::evf_rec_completion(0xdef, 0, 0, 0, 0);
+
+    // A polling loop: 50 probes that find nothing fold into one record; the one that finds the
+    // message is a call.
+    const IDLE_PROBES: u64 = 50;
+    for i in 0..IDLE_PROBES {
+        let mut probe = call("MPI_Iprobe", 55_000 + i, 0, 1, 4, 0);
+        probe.idle = 1;
+        // SAFETY: pointer to a live local.
+        unsafe { ffi::evf_rec_call(&probe) };
+    }
+    // SAFETY: pointer to a live local.
+    unsafe { ffi::evf_rec_call(&call("MPI_Iprobe", 56_000, 0, 1, 4, 0)) };
 
     // A second thread records into its own stream.
     std::thread::spawn(|| {
@@ -136,6 +149,7 @@ fn a_session_through_the_hooks_reads_back_exactly() {
     let mut user = 0;
     let mut streams = std::collections::HashSet::new();
     let mut calls = Vec::new();
+    let mut poll_runs = Vec::new();
     for chunk in file.chunks() {
         let chunk = chunk.expect("valid chunk");
         streams.insert(chunk.stream());
@@ -149,6 +163,7 @@ fn a_session_through_the_hooks_reads_back_exactly() {
                     calls.push(c);
                 }
                 Event::Completion(c) => completions.push(c),
+                Event::Polls(p) => poll_runs.push(p),
                 Event::Marker(m) => markers.push(m),
                 Event::User(_) | Event::Region(_) => user += 1,
                 _ => {}
@@ -159,6 +174,18 @@ fn a_session_through_the_hooks_reads_back_exactly() {
     assert_eq!(per_func["MPI_Comm_rank"], 5 * u64::from(TIMED));
     assert_eq!(per_func["MPI_Barrier"], 10);
     assert_eq!(per_func["MPI_Irecv"], 1);
+    assert_eq!(per_func["MPI_Iprobe"], 1);
+    assert_eq!(poll_runs.len(), 1, "{poll_runs:?}");
+    let run = poll_runs[0];
+    assert_eq!(names[&run.func], "MPI_Iprobe");
+    assert_eq!(
+        (run.count, run.comm, run.peer, run.tag),
+        (IDLE_PROBES, 0, 1, 4)
+    );
+    assert!(run.start < run.end && run.busy <= run.end - run.start);
+    // Every poll is charged; all but the last inside the run.
+    assert!(u64::from(run.cost) >= read_cost);
+    assert!(run.inner_cost >= (IDLE_PROBES - 1) * read_cost);
     assert_eq!(streams.len(), 2, "two threads, two streams");
     assert_eq!(user, 3);
     let irecv_id = calls

@@ -299,6 +299,15 @@ impl RankEvents {
             })
             .collect()
     }
+    /// Polls of one function that found nothing, folded into `Polls` records (all streams).
+    pub fn idle_polls(&self, name: &str) -> u64 {
+        self.all()
+            .map(|e| match e {
+                Event::Polls(p) if self.name(p.func) == name => p.count,
+                _ => 0,
+            })
+            .sum()
+    }
     /// World rank of `peer` in communicator `comm`.
     pub fn world(&self, comm: u32, peer: i32) -> u32 {
         let peer = u32::try_from(peer).expect("a real rank");

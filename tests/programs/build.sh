@@ -58,6 +58,7 @@ build_c user_records -ldl
 build_c sigterm
 build_c deadlock
 build_c pcontrol
+build_c polling
 build_c in_status
 build_c collective_free
 build_f fortran_ring

@@ -212,7 +212,28 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
                 ranks_on_node,
             })
         ),
+        1 => arb_poll_run().prop_map(Event::Polls),
     ]
+}
+
+pub fn arb_poll_run() -> impl Strategy<Value = PollRun> {
+    (
+        (any::<u16>(), any::<u32>(), any::<i32>(), any::<i32>()),
+        proptest::array::uniform5(any::<u64>()),
+        any::<u32>(),
+    )
+        .prop_map(|((func, comm, peer, tag), v, cost)| PollRun {
+            func,
+            comm,
+            peer,
+            tag,
+            start: v[0],
+            end: v[1],
+            count: v[2],
+            busy: v[3],
+            inner_cost: v[4],
+            cost,
+        })
 }
 
 pub fn arb_memory_sample() -> impl Strategy<Value = MemorySample> {

@@ -609,95 +609,105 @@ mod imp {
                     progress(done, total);
                 },
                 |stream, e| {
-                    if failed.is_some() {
-                        return;
-                    }
-                    let (lane, cur) = lanes.entry(stream).or_insert_with(|| {
-                        let loc = location_id(rank, stream);
-                        // SAFETY: the archive is open with its event files open.
-                        let writer = unsafe { ffi::OTF2_Archive_GetEvtWriter(archive.ptr, loc) };
-                        (
-                            Lane {
-                                writer,
-                                last: 0,
-                                events: 0,
-                                pending: None,
-                            },
-                            MapCursor::default(),
-                        )
-                    });
-                    if lane.writer.is_null() {
-                        failed = Some(ExportError::Other(format!(
-                            "OTF2: no event writer for rank {rank} thread {stream}"
-                        )));
-                        return;
-                    }
-                    if let Event::Completion(c) = e {
-                        if let Some((_, comps)) = &mut lane.pending {
-                            comps.push(*c);
+                    let mut one = |stream, e: &Event| {
+                        if failed.is_some() {
+                            return;
                         }
-                        return;
-                    }
-                    if let Some((call, comps)) = lane.pending.take()
-                        && let Err(err) =
-                            write_call(&mut wr, lane, &mut rc, &map, cur, &call, &comps)
-                    {
-                        failed = Some(err);
-                        return;
-                    }
-                    match e {
-                        Event::Call(c) => lane.pending = Some((*c, Vec::new())),
-                        Event::Suspension(s) => {
-                            let w = lane.writer;
-                            let a = wr.ts(lane, map.absolute(map.global_ns(s.start, cur)));
-                            // SAFETY: live writer, null attribute list, plain values.
-                            let code = unsafe {
-                                ffi::OTF2_EvtWriter_MeasurementOnOff(
-                                    w,
-                                    ptr::null_mut(),
-                                    a,
-                                    ffi::OTF2_MEASUREMENT_OFF,
-                                )
-                            };
-                            if let Err(err) = wr.done(lane, code, "MeasurementOnOff") {
-                                failed = Some(err);
-                                return;
+                        let (lane, cur) = lanes.entry(stream).or_insert_with(|| {
+                            let loc = location_id(rank, stream);
+                            // SAFETY: the archive is open with its event files open.
+                            let writer =
+                                unsafe { ffi::OTF2_Archive_GetEvtWriter(archive.ptr, loc) };
+                            (
+                                Lane {
+                                    writer,
+                                    last: 0,
+                                    events: 0,
+                                    pending: None,
+                                },
+                                MapCursor::default(),
+                            )
+                        });
+                        if lane.writer.is_null() {
+                            failed = Some(ExportError::Other(format!(
+                                "OTF2: no event writer for rank {rank} thread {stream}"
+                            )));
+                            return;
+                        }
+                        if let Event::Completion(c) = e {
+                            if let Some((_, comps)) = &mut lane.pending {
+                                comps.push(*c);
                             }
-                            if s.flushed && s.write_ns > 0 {
-                                // The write comes first in a flushing suspension; Score-P marks
-                                // its own flushes the same way, so Scalasca-family tools know
-                                // the interval.
-                                let stop = wr.ts(
-                                    lane,
-                                    map.absolute(map.global_ns(s.start, cur))
-                                        .saturating_add(s.write_ns),
-                                );
+                            return;
+                        }
+                        if let Some((call, comps)) = lane.pending.take()
+                            && let Err(err) =
+                                write_call(&mut wr, lane, &mut rc, &map, cur, &call, &comps)
+                        {
+                            failed = Some(err);
+                            return;
+                        }
+                        match e {
+                            Event::Call(c) => lane.pending = Some((*c, Vec::new())),
+                            Event::Suspension(s) => {
+                                let w = lane.writer;
+                                let a = wr.ts(lane, map.absolute(map.global_ns(s.start, cur)));
                                 // SAFETY: live writer, null attribute list, plain values.
                                 let code = unsafe {
-                                    ffi::OTF2_EvtWriter_BufferFlush(w, ptr::null_mut(), a, stop)
+                                    ffi::OTF2_EvtWriter_MeasurementOnOff(
+                                        w,
+                                        ptr::null_mut(),
+                                        a,
+                                        ffi::OTF2_MEASUREMENT_OFF,
+                                    )
                                 };
-                                if let Err(err) = wr.done(lane, code, "BufferFlush") {
+                                if let Err(err) = wr.done(lane, code, "MeasurementOnOff") {
                                     failed = Some(err);
                                     return;
                                 }
-                                wr.summary.buffer_flushes += 1;
+                                if s.flushed && s.write_ns > 0 {
+                                    // The write comes first in a flushing suspension; Score-P marks
+                                    // its own flushes the same way, so Scalasca-family tools know
+                                    // the interval.
+                                    let stop = wr.ts(
+                                        lane,
+                                        map.absolute(map.global_ns(s.start, cur))
+                                            .saturating_add(s.write_ns),
+                                    );
+                                    // SAFETY: live writer, null attribute list, plain values.
+                                    let code = unsafe {
+                                        ffi::OTF2_EvtWriter_BufferFlush(w, ptr::null_mut(), a, stop)
+                                    };
+                                    if let Err(err) = wr.done(lane, code, "BufferFlush") {
+                                        failed = Some(err);
+                                        return;
+                                    }
+                                    wr.summary.buffer_flushes += 1;
+                                }
+                                let b = wr.ts(lane, map.absolute(map.global_ns(s.end, cur)));
+                                // SAFETY: as above.
+                                let code = unsafe {
+                                    ffi::OTF2_EvtWriter_MeasurementOnOff(
+                                        w,
+                                        ptr::null_mut(),
+                                        b,
+                                        ffi::OTF2_MEASUREMENT_ON,
+                                    )
+                                };
+                                if let Err(err) = wr.done(lane, code, "MeasurementOnOff") {
+                                    failed = Some(err);
+                                }
+                                wr.summary.suspensions += 1;
                             }
-                            let b = wr.ts(lane, map.absolute(map.global_ns(s.end, cur)));
-                            // SAFETY: as above.
-                            let code = unsafe {
-                                ffi::OTF2_EvtWriter_MeasurementOnOff(
-                                    w,
-                                    ptr::null_mut(),
-                                    b,
-                                    ffi::OTF2_MEASUREMENT_ON,
-                                )
-                            };
-                            if let Err(err) = wr.done(lane, code, "MeasurementOnOff") {
-                                failed = Some(err);
-                            }
-                            wr.summary.suspensions += 1;
+                            _ => {}
                         }
-                        _ => {}
+                    };
+                    // Folded polls are drawn as their first and last poll (`PollRun::as_calls`).
+                    match e {
+                        Event::Polls(run) => run
+                            .as_calls()
+                            .for_each(|call| one(stream, &Event::Call(call))),
+                        _ => one(stream, e),
                     }
                 },
             )?;

@@ -31,7 +31,7 @@ use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use format::raw::{CALL_RECORD_LEN, COMPLETION_RECORD_LEN};
+use format::raw::{CallContext, call_record_len, completion_record_len};
 use format::{Event, FunctionId, Marker, RawBuf};
 
 use super::flows::{CallFlows, FlowBinder, LooseEnd};
@@ -67,6 +67,9 @@ struct RankState {
     funcs: HashMap<FunctionId, (String, FuncClass)>,
     comms: CommTable,
     fill: u64,
+    /// The previous call as the recorder's buffer encoded it (the fill counter uses real record
+    /// sizes; kept per rank, not per thread, which misjudges a few bytes per thread switch).
+    call_ctx: CallContext,
     since_counter: u64,
     last_ns: i64,
 }
@@ -177,7 +180,21 @@ impl<W: Write> State<W> {
         self.out.emit();
     }
 
+    /// Folded polls are drawn as their first and last poll (`PollRun::as_calls`).
     fn on_event(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
+        let Event::Polls(run) = e else {
+            return self.on_record(lane, e, progress);
+        };
+        for (i, call) in run.as_calls().enumerate() {
+            if i > 0 {
+                // One record, however many slices it gives.
+                self.done -= 1;
+            }
+            self.on_record(lane, &Event::Call(call), progress);
+        }
+    }
+
+    fn on_record(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
         self.done += 1;
         if self.done.is_multiple_of(1 << 16) {
             progress(self.done, self.total);
@@ -194,7 +211,11 @@ impl<W: Write> State<W> {
         let mut counter_reset = false;
         match e {
             Event::Call(c) => {
-                rs.fill += CALL_RECORD_LEN as u64;
+                rs.fill += call_record_len(c, &rs.call_ctx) as u64;
+                rs.call_ctx = CallContext {
+                    prev_end: c.end,
+                    prev_comm: c.comm,
+                };
                 let (name, class) = rs
                     .funcs
                     .get(&c.func)
@@ -247,7 +268,7 @@ impl<W: Write> State<W> {
                     out.child_flow_slice(lane, (start, end), ts, id);
                 }
             }
-            Event::Completion(_) => rs.fill += COMPLETION_RECORD_LEN as u64,
+            Event::Completion(c) => rs.fill += completion_record_len(c) as u64,
             Event::Suspension(s) => {
                 rs.fill += misc_len(&mut self.scratch, e);
                 let start = s.start as i64;
@@ -359,6 +380,7 @@ pub fn export(
             funcs: function_table(meta),
             comms: CommTable::default(),
             fill: 0,
+            call_ctx: CallContext::default(),
             since_counter: 0,
             last_ns: 0,
         });

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use format::raw::{CALL_RECORD_LEN, COMPLETION_RECORD_LEN};
+use format::raw::{CallContext, call_record_len, completion_record_len};
 use format::{Event, FunctionId, Marker, RawBuf, StringId};
 
 use super::flows::{CallFlows, FlowBinder, LooseEnd};
@@ -242,6 +242,9 @@ struct RankState {
     strings: HashMap<StringId, String>,
     comms: CommTable,
     fill: u64,
+    /// The previous call as the recorder's buffer encoded it (the fill counter uses real record
+    /// sizes; kept per rank, not per thread, which misjudges a few bytes per thread switch).
+    call_ctx: CallContext,
     since_counter: u64,
     counter_uuid: u64,
 }
@@ -443,7 +446,21 @@ impl<W: Write> State<'_, W> {
         self.scratch.bytes() as u64
     }
 
+    /// Folded polls are drawn as their first and last poll (`PollRun::as_calls`).
     fn on_event(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
+        let Event::Polls(run) = e else {
+            return self.on_record(lane, e, progress);
+        };
+        for (i, call) in run.as_calls().enumerate() {
+            if i > 0 {
+                // One record, however many slices it gives.
+                self.done -= 1;
+            }
+            self.on_record(lane, &Event::Call(call), progress);
+        }
+    }
+
+    fn on_record(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
         self.done += 1;
         if self.done.is_multiple_of(1 << 16) {
             progress(self.done, self.total);
@@ -459,7 +476,12 @@ impl<W: Write> State<'_, W> {
         let mut now = self.seqs[li].last;
         match e {
             Event::Call(c) => {
-                self.ranks[ri].fill += CALL_RECORD_LEN as u64;
+                let r = &mut self.ranks[ri];
+                r.fill += call_record_len(c, &r.call_ctx) as u64;
+                r.call_ctx = CallContext {
+                    prev_end: c.end,
+                    prev_comm: c.comm,
+                };
                 let (start, end) = (c.start, c.end.max(c.start));
                 let rank = &self.ranks[ri];
                 let kind = rank.names.get(&c.func).map_or(CallKind::Other, |n| n.1);
@@ -496,7 +518,7 @@ impl<W: Write> State<'_, W> {
                 self.w.summary.flow_ends += u64::from(flows.out.is_some()) + flows.ins.len() as u64;
                 now = end;
             }
-            Event::Completion(_) => self.ranks[ri].fill += COMPLETION_RECORD_LEN as u64,
+            Event::Completion(c) => self.ranks[ri].fill += completion_record_len(c) as u64,
             Event::Region(r) => {
                 self.ranks[ri].fill += self.misc_len(e);
                 if r.begin {
@@ -681,6 +703,7 @@ pub fn export(
             strings: HashMap::new(),
             comms: CommTable::default(),
             fill: 0,
+            call_ctx: CallContext::default(),
             since_counter: 0,
             counter_uuid: counter_uuid(meta.rank),
         });

@@ -292,68 +292,77 @@ pub fn render(
                 progress(done, total);
             },
             |stream, e| {
-                let cur = cursors.entry(stream).or_default();
+                let mut one = |stream, e: &Event| {
+                    let cur = cursors.entry(stream).or_default();
+                    match e {
+                        Event::Call(c) => {
+                            let a = to_axis(map, c.start, cur);
+                            let b = to_axis(map, c.end, cur).max(a);
+                            if b < lo_ns || a > hi_ns {
+                                return;
+                            }
+                            summary.calls_in_window += 1;
+                            let class = funcs.get(&c.func).map_or(FuncClass::Other, |f| f.1);
+                            let kind = CallKind::of(class);
+                            let slot = kind_slot(kind);
+                            let (a, b) = (a.max(lo_ns) - lo_ns, b.min(hi_ns) - lo_ns);
+                            let first = ((a / col_ns) as usize).min(cols - 1);
+                            let last = ((b / col_ns) as usize).min(cols - 1);
+                            match kind {
+                                CallKind::Send => p2p[row][first] |= 1,
+                                CallKind::Recv => p2p[row][first] |= 2,
+                                _ => {}
+                            }
+                            for (k, col) in cover[row][first..=last].iter_mut().enumerate() {
+                                let c0 = (first + k) as f64 * col_ns;
+                                let overlap = (b.min(c0 + col_ns) - a.max(c0)).max(0.0);
+                                // Dominance goes by time actually covered; a call of zero length
+                                // still registers, so that its column is drawn (faintly).
+                                col[slot] += overlap.max(1e-3) as f32;
+                            }
+                        }
+                        Event::Suspension(s) => {
+                            let a = to_axis(map, s.start, cur);
+                            let b = to_axis(map, s.end, cur).max(a);
+                            if b >= lo_ns && a <= hi_ns {
+                                suspensions.push((row, (a - origin) / 1e9, (b - origin) / 1e9));
+                            }
+                        }
+                        Event::Memory(m) if m.rss_bytes != format::UNKNOWN_BYTES => {
+                            let a = to_axis(map, m.time, cur);
+                            if a >= lo_ns && a <= hi_ns {
+                                // An unknown recorder figure draws as nothing rather than off the row.
+                                let recorder = if m.recorder_bytes == format::UNKNOWN_BYTES {
+                                    0
+                                } else {
+                                    m.recorder_bytes
+                                };
+                                memory[row].push(((a - origin) / 1e9, m.rss_bytes, recorder));
+                            }
+                        }
+                        Event::Marker(Marker::MemoryLow { time, .. }) => {
+                            let a = to_axis(map, *time, cur);
+                            if a >= lo_ns && a <= hi_ns {
+                                memory_low.push((row, (a - origin) / 1e9));
+                            }
+                        }
+                        Event::Marker(
+                            Marker::LocalFlush { time, .. } | Marker::Compressed { time, .. },
+                        ) => {
+                            let a = to_axis(map, *time, cur);
+                            if a >= lo_ns && a <= hi_ns {
+                                suspensions.push((row, (a - origin) / 1e9, (a - origin) / 1e9));
+                            }
+                        }
+                        _ => {}
+                    }
+                };
+                // Folded polls are drawn as their first and last poll (`PollRun::as_calls`).
                 match e {
-                    Event::Call(c) => {
-                        let a = to_axis(map, c.start, cur);
-                        let b = to_axis(map, c.end, cur).max(a);
-                        if b < lo_ns || a > hi_ns {
-                            return;
-                        }
-                        summary.calls_in_window += 1;
-                        let class = funcs.get(&c.func).map_or(FuncClass::Other, |f| f.1);
-                        let kind = CallKind::of(class);
-                        let slot = kind_slot(kind);
-                        let (a, b) = (a.max(lo_ns) - lo_ns, b.min(hi_ns) - lo_ns);
-                        let first = ((a / col_ns) as usize).min(cols - 1);
-                        let last = ((b / col_ns) as usize).min(cols - 1);
-                        match kind {
-                            CallKind::Send => p2p[row][first] |= 1,
-                            CallKind::Recv => p2p[row][first] |= 2,
-                            _ => {}
-                        }
-                        for (k, col) in cover[row][first..=last].iter_mut().enumerate() {
-                            let c0 = (first + k) as f64 * col_ns;
-                            let overlap = (b.min(c0 + col_ns) - a.max(c0)).max(0.0);
-                            // Dominance goes by time actually covered; a call of zero length
-                            // still registers, so that its column is drawn (faintly).
-                            col[slot] += overlap.max(1e-3) as f32;
-                        }
-                    }
-                    Event::Suspension(s) => {
-                        let a = to_axis(map, s.start, cur);
-                        let b = to_axis(map, s.end, cur).max(a);
-                        if b >= lo_ns && a <= hi_ns {
-                            suspensions.push((row, (a - origin) / 1e9, (b - origin) / 1e9));
-                        }
-                    }
-                    Event::Memory(m) if m.rss_bytes != format::UNKNOWN_BYTES => {
-                        let a = to_axis(map, m.time, cur);
-                        if a >= lo_ns && a <= hi_ns {
-                            // An unknown recorder figure draws as nothing rather than off the row.
-                            let recorder = if m.recorder_bytes == format::UNKNOWN_BYTES {
-                                0
-                            } else {
-                                m.recorder_bytes
-                            };
-                            memory[row].push(((a - origin) / 1e9, m.rss_bytes, recorder));
-                        }
-                    }
-                    Event::Marker(Marker::MemoryLow { time, .. }) => {
-                        let a = to_axis(map, *time, cur);
-                        if a >= lo_ns && a <= hi_ns {
-                            memory_low.push((row, (a - origin) / 1e9));
-                        }
-                    }
-                    Event::Marker(
-                        Marker::LocalFlush { time, .. } | Marker::Compressed { time, .. },
-                    ) => {
-                        let a = to_axis(map, *time, cur);
-                        if a >= lo_ns && a <= hi_ns {
-                            suspensions.push((row, (a - origin) / 1e9, (a - origin) / 1e9));
-                        }
-                    }
-                    _ => {}
+                    Event::Polls(run) => run
+                        .as_calls()
+                        .for_each(|call| one(stream, &Event::Call(call))),
+                    _ => one(stream, e),
                 }
             },
         )?;
