@@ -67,6 +67,18 @@ impl CallKind {
     ];
 }
 
+/// Calls `f` on `e` as the views draw it: a folded run of polls (`Polls`) as its first and last
+/// poll (`PollRun::as_calls`), any other event as it is. Returns how many events `f` saw.
+pub fn as_drawn(e: &Event, mut f: impl FnMut(&Event)) -> u64 {
+    match e {
+        Event::Polls(run) => run.as_calls().map(|call| f(&Event::Call(call))).count() as u64,
+        _ => {
+            f(e);
+            1
+        }
+    }
+}
+
 /// Names and classes of one rank's functions, from its first-pass metadata.
 pub fn function_table(meta: &RankMeta) -> HashMap<FunctionId, (String, FuncClass)> {
     meta.functions

@@ -702,13 +702,7 @@ mod imp {
                             _ => {}
                         }
                     };
-                    // Folded polls are drawn as their first and last poll (`PollRun::as_calls`).
-                    match e {
-                        Event::Polls(run) => run
-                            .as_calls()
-                            .for_each(|call| one(stream, &Event::Call(call))),
-                        _ => one(stream, e),
-                    }
+                    crate::export::as_drawn(e, |e| one(stream, e));
                 },
             )?;
             if let Some(err) = failed {

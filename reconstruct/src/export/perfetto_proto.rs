@@ -446,18 +446,10 @@ impl<W: Write> State<'_, W> {
         self.scratch.bytes() as u64
     }
 
-    /// Folded polls are drawn as their first and last poll (`PollRun::as_calls`).
     fn on_event(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
-        let Event::Polls(run) = e else {
-            return self.on_record(lane, e, progress);
-        };
-        for (i, call) in run.as_calls().enumerate() {
-            if i > 0 {
-                // One record, however many slices it gives.
-                self.done -= 1;
-            }
-            self.on_record(lane, &Event::Call(call), progress);
-        }
+        let drawn = super::as_drawn(e, |e| self.on_record(lane, e, progress));
+        // One record, however many slices it gives.
+        self.done -= drawn.saturating_sub(1);
     }
 
     fn on_record(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
