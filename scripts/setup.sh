@@ -14,6 +14,7 @@ packages=(
   python3-mpi4py                      # a real MPI program nobody here wrote (tests)
   python3-pip                         # the perfetto Python package below
   chromium                            # a real browser opens the Chrome JSON export (tests/browser.rs)
+  dpkg-dev                            # apt-get source: MPICH's test suite (tests/mpich_testsuite.rs)
 )
 
 missing=()
@@ -93,4 +94,76 @@ if ! bash "$(dirname "${BASH_SOURCE[0]}")/emunode/hosts.sh" --check 2>/dev/null;
     exit 1
   fi
   bash "$(dirname "${BASH_SOURCE[0]}")/emunode/hosts.sh"
+fi
+
+# MPICH's own test suite (test/mpi of its source package), which tests/mpich_testsuite.rs runs with
+# and without the recorder. Only test/mpi of Debian's source is kept, under target/ (not in git).
+# Source packages need a deb-src entry: one is derived from the machine's first deb entry, so it
+# names the same mirror, suites and key. Failing to fetch (no network) is not fatal here: the test
+# then fails on its own unless EVENFLUSH_TEST_ALLOW_SKIP names mpich-testsuite.
+mpich_tests="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/mpich-testsuite/src"
+fetch_mpich_tests() {
+  local log=/tmp/evenflush-setup-src.log src_list=/etc/apt/sources.list.d/evenflush-src.sources
+  : >"$log"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "not root: cannot add a deb-src entry" >>"$log"
+    return 1
+  fi
+  if [ ! -f "$src_list" ]; then
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+      # The first stanza whose Types include deb, with Types replaced by deb-src.
+      awk 'BEGIN { RS = "" }
+           !done {
+             n = split($0, lines, "\n"); binary = 0
+             for (i = 1; i <= n; i++)
+               if (lines[i] ~ /^Types:/ && (" " substr(lines[i], 7) " ") ~ /[ \t]deb[ \t]/) binary = 1
+             if (!binary) next
+             for (i = 1; i <= n; i++)
+               if (lines[i] ~ /^Types:/) print "Types: deb-src"
+               else if (lines[i] !~ /^#/) print lines[i]
+             done = 1
+           }' /etc/apt/sources.list.d/debian.sources >"$src_list.tmp"
+    elif [ -f /etc/apt/sources.list ]; then
+      # One-line format: its plain deb lines again as deb-src stanzas.
+      grep -E '^deb[[:space:]]+[^[]' /etc/apt/sources.list |
+        sed -E 's/^deb[[:space:]]+([^[:space:]]+)[[:space:]]+([^[:space:]]+)[[:space:]]+(.*)$/Types: deb-src\nURIs: \1\nSuites: \2\nComponents: \3\n/' >"$src_list.tmp"
+    fi
+    if ! grep -q '^URIs:' "$src_list.tmp" 2>/dev/null; then
+      rm -f "$src_list.tmp"
+      echo "no deb entry in the apt sources to derive a deb-src entry from" >>"$log"
+      return 1
+    fi
+    mv "$src_list.tmp" "$src_list"
+  fi
+  local download
+  download="$(mktemp -d)"
+  # Package lists without the new deb-src entry do not know the source package: update once then.
+  if ! (cd "$download" && apt-get source -q --download-only mpich >>"$log" 2>&1); then
+    apt-get update -q >>"$log" 2>&1 &&
+      (cd "$download" && apt-get source -q --download-only mpich >>"$log" 2>&1) || {
+      rm -rf "$download"
+      return 1
+    }
+  fi
+  local orig
+  orig="$(ls "$download"/mpich_*.orig.tar.* 2>/dev/null | head -n 1)"
+  rm -rf "$mpich_tests.tmp"
+  mkdir -p "$mpich_tests.tmp"
+  # Only test/mpi, without the upstream top directory (mpich-4.0.2/).
+  if [ -z "$orig" ] || ! tar -xf "$orig" -C "$mpich_tests.tmp" --strip-components=1 --wildcards '*/test/mpi/*' >>"$log" 2>&1; then
+    rm -rf "$download" "$mpich_tests.tmp"
+    return 1
+  fi
+  rm -rf "$download" "$mpich_tests"
+  mv "$mpich_tests.tmp" "$mpich_tests"
+}
+if [ ! -f "$mpich_tests/test/mpi/util/mtest.c" ]; then
+  echo "setup: fetching MPICH's test suite (apt-get source mpich) into $mpich_tests"
+  if fetch_mpich_tests; then
+    echo "setup: MPICH's test suite is in $mpich_tests/test/mpi"
+  else
+    echo "setup: WARNING: could not fetch MPICH's test suite; tests/mpich_testsuite.rs will fail unless" \
+      "EVENFLUSH_TEST_ALLOW_SKIP has mpich-testsuite. Last lines of /tmp/evenflush-setup-src.log:" >&2
+    tail -n 10 /tmp/evenflush-setup-src.log >&2
+  fi
 fi

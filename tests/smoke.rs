@@ -623,6 +623,28 @@ fn sessions(mpi: Mpi) {
         assert_eq!(counts[r].marker("InitDone"), 1, "rank {r}");
         assert_eq!(counts[r].marker("FinalizeStart"), 1, "rank {r}");
     }
+
+    // The MPI-IO writer opens its files on MPI_COMM_SELF, which a sessions-only program does not
+    // have: the recorder must fall back to posix files, said and recorded, not lose the trace.
+    let (output, dir) = traced(
+        mpi,
+        2,
+        "sessions",
+        &[],
+        "sessions-mpiio",
+        &["--writer", "mpiio", "--threshold", "256KiB"],
+    );
+    succeeded(&output, "sessions --writer mpiio");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("writer mpiio unavailable"), "{stderr}");
+    assert!(!stderr.contains("RECORDING STOPPED"), "{stderr}");
+    let info = common::info_json(&dir);
+    assert_eq!(info["lost_events"], 0);
+    for rank in info["per_rank"].as_array().unwrap() {
+        assert_eq!(rank["writers"][0]["used"], "posix", "{rank}");
+        assert_eq!(rank["writers"][0]["change"], "fallback", "{rank}");
+    }
+    assert_eq!(read_trace(&dir).len(), 2);
 }
 
 for_both_mpis!(

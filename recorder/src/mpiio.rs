@@ -30,6 +30,8 @@ pub struct MpiIoWriter {
     /// chunk counts once a sync confirmed it, and is written again elsewhere if the sync fails).
     synced: u64,
     unsynced: Vec<EncodedChunk>,
+    /// What [`MpiIoWriter::open_first`] wrote (the file header), reported with the next write.
+    opened_stats: WriteStats,
 }
 
 enum Outcome {
@@ -50,7 +52,19 @@ impl MpiIoWriter {
             stopped: false,
             synced: 0,
             unsynced: Vec::new(),
+            opened_stats: WriteStats::default(),
         }
+    }
+
+    /// Opens the first part file now rather than at the first write, so that an MPI that cannot
+    /// open files here is found while the caller can still choose another writer: a program that
+    /// starts MPI only through a session has no `MPI_COMM_SELF` to open the file on, and the
+    /// whole trace was lost that way.
+    pub fn open_first(&mut self) -> Result<(), WriteError> {
+        let mut stats = WriteStats::default();
+        let opened = self.ensure_open(&mut stats);
+        self.opened_stats = stats;
+        opened
     }
 
     /// Where a writer continuing this trace must start: (directory index, part number). Ask before
@@ -190,7 +204,7 @@ impl Writer for MpiIoWriter {
         if self.stopped {
             return Err(WriteError::Stopped);
         }
-        let mut stats = WriteStats::default();
+        let mut stats = std::mem::take(&mut self.opened_stats);
         let mut replay = std::collections::VecDeque::new();
         let mut io_retried = false;
         loop {

@@ -199,11 +199,17 @@ impl Sink {
                 .unwrap_or((WriterChange::Opened, String::new()));
             let unavailable = match (self.kind, crate::mpi_link::link()) {
                 (WriterKind::MpiIo, Some(link)) => {
-                    self.writer = Some(Backend::MpiIo(crate::mpiio::MpiIoWriter::new(
-                        link,
-                        self.plan.clone(),
-                    )));
-                    None
+                    let mut w = crate::mpiio::MpiIoWriter::new(link, self.plan.clone());
+                    match w.open_first() {
+                        Err(WriteError::Io { source, .. }) => {
+                            Some(format!("MPI-IO cannot open the trace file: {source}"))
+                        }
+                        // Full disks are the writer's to report at its first write, as before.
+                        _ => {
+                            self.writer = Some(Backend::MpiIo(w));
+                            None
+                        }
+                    }
                 }
                 (WriterKind::MpiIo, None) => Some(
                     "MPI-IO needs the recorder's private MPI communicator, which is not set up"
