@@ -87,14 +87,14 @@ static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 /// backend at `MPI_Finalize`.
 enum Backend {
     Generic(Box<dyn Writer>),
-    MpiIo(crate::mpiio::MpiIoWriter),
+    MpiIo(Box<crate::mpiio::MpiIoWriter>),
 }
 
 impl Backend {
     fn get(&mut self) -> &mut dyn Writer {
         match self {
             Backend::Generic(w) => w.as_mut(),
-            Backend::MpiIo(w) => w,
+            Backend::MpiIo(w) => w.as_mut(),
         }
     }
 }
@@ -206,7 +206,7 @@ impl Sink {
                         }
                         // Full disks are the writer's to report at its first write, as before.
                         _ => {
-                            self.writer = Some(Backend::MpiIo(w));
+                            self.writer = Some(Backend::MpiIo(Box::new(w)));
                             None
                         }
                     }
