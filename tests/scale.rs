@@ -134,11 +134,23 @@ fn many_ranks(mpi: Mpi, ranks: u32, iterations: u32, min_flushes: u64, layout: &
     assert!(std::fs::metadata(&pftrace).unwrap().len() > 1000);
 }
 
+/// Oversubscribed MPICH ranks spin in every wait (ch4:ucx has no yield), so each barrier costs it
+/// far more than Open MPI on these 2 cores: fewer iterations keep CI's time in bounds while the
+/// flushes, the protocol's messages at this P, and the checks stay the same (64 ranks: 84 s -> 47 s).
+fn iterations(mpi: Mpi, open_mpi: u32, mpich: u32) -> u32 {
+    match mpi {
+        Mpi::OpenMpi => open_mpi,
+        Mpi::Mpich => mpich,
+    }
+}
+
 fn ranks_64(mpi: Mpi) {
-    many_ranks(mpi, 64, 40, 3, "rank");
+    many_ranks(mpi, 64, iterations(mpi, 40, 16), 3, "rank");
 }
 
 fn ranks_256(mpi: Mpi) {
+    // MPICH's time here is its 256 spinning ranks' start-up and the protocol's messages, not
+    // the iterations (6 instead of 12 saved nothing): both MPIs run the same program.
     many_ranks(mpi, 256, 12, 1, "rank");
 }
 
