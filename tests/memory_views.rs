@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{check, evenflush_bin, info_json, scratch};
-use format::chunk::{ChunkHeader, EncodedChunk};
+use format::chunk::{CHUNK_HEADER_LEN, ChunkHeader, EncodedChunk};
 use format::{
     ChunkEncoder, ClockCalibration, ClockSource, Event, FileHeader, Marker, MemorySample,
     MemoryWhen, MpiCall, NO_RANK, RankFileWriter, RankInfo, RawBuf, ThresholdBasis,
@@ -147,25 +147,10 @@ fn rank_events(rank: u32, with_memory: bool) -> Vec<Event> {
 
 /// The same chunk framed as `version` (its payload is valid for any version that knows its kinds).
 fn as_version(chunk: EncodedChunk, version: u16) -> EncodedChunk {
-    let b = &chunk.bytes;
-    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-    let header = ChunkHeader {
-        version,
-        codec: b[6],
-        encoding: b[7],
-        rank: u32_at(8),
-        stream: u32_at(12),
-        seq: u64_at(16),
-        raw_len: u64_at(24),
-        stored_len: u64_at(32),
-        events: u64_at(40),
-        first_ts: u64_at(48),
-        last_ts: u64_at(56),
-        payload_crc: u32_at(64),
-    };
+    let mut header = ChunkHeader::from_bytes(chunk.bytes[..CHUNK_HEADER_LEN].try_into().unwrap());
+    header.version = version;
     let mut bytes = header.to_bytes().to_vec();
-    bytes.extend_from_slice(&b[header.to_bytes().len()..]);
+    bytes.extend_from_slice(&chunk.bytes[CHUNK_HEADER_LEN..]);
     EncodedChunk { bytes, ..chunk }
 }
 

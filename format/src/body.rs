@@ -22,8 +22,8 @@ pub(crate) const KIND_MEMORY: u8 = 16;
 pub(crate) const KIND_THRESHOLD: u8 = 17;
 pub(crate) const KIND_POLLS: u8 = 18;
 
-/// Byte offsets in a `Polls` body (FORMAT.md), fixed so that the recorder's buffer can extend the
-/// run in place while polls keep finding nothing.
+/// Byte offsets of the fields of a `Polls` body (FORMAT.md) that change while polls keep finding
+/// nothing: the recorder's buffer extends the run in place.
 pub(crate) mod polls_at {
     pub const START: usize = 0;
     pub const END: usize = 8;
@@ -31,10 +31,6 @@ pub(crate) mod polls_at {
     pub const BUSY: usize = 24;
     pub const INNER_COST: usize = 32;
     pub const COST: usize = 40;
-    pub const FUNC: usize = 44;
-    pub const COMM: usize = 46;
-    pub const PEER: usize = 50;
-    pub const TAG: usize = 54;
     pub const LEN: usize = 58;
 }
 

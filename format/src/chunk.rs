@@ -94,7 +94,7 @@ impl ChunkHeader {
     }
 
     /// Parses the fields of a header whose magic and checksum the caller has verified.
-    pub(crate) fn from_bytes(h: &[u8; CHUNK_HEADER_LEN]) -> ChunkHeader {
+    pub fn from_bytes(h: &[u8; CHUNK_HEADER_LEN]) -> ChunkHeader {
         let u64_at = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap_or_default());
         let u32_at = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().unwrap_or_default());
         ChunkHeader {

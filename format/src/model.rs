@@ -404,6 +404,17 @@ impl PollRun {
         std::iter::once(first).chain(last)
     }
 
+    /// Folds in `call`, a poll that continues this run ([`PollRun::continued_by`]).
+    pub fn extend(&mut self, call: &MpiCall) {
+        self.end = call.end;
+        self.count = self.count.saturating_add(1);
+        self.busy = self
+            .busy
+            .saturating_add(call.end.saturating_sub(call.start));
+        self.inner_cost = self.inner_cost.saturating_add(u64::from(self.cost));
+        self.cost = call.cost;
+    }
+
     /// Whether `call` continues this run (same function, communicator, source and tag).
     pub fn continued_by(&self, call: &MpiCall) -> bool {
         self.func == call.func

@@ -167,9 +167,9 @@ pub struct RawBuf {
     block_size: usize,
     /// What the next call in `current` is encoded against.
     ctx: CallContext,
-    /// Where in `current` the body of the last record starts when that record is a `Polls` run
-    /// that the next idle poll may extend in place.
-    open_poll: Option<usize>,
+    /// The last record when it is a `Polls` run that the next idle poll may extend in place: where
+    /// its body starts in `current`, and the run as written there.
+    open_poll: Option<(usize, PollRun)>,
 }
 
 impl Default for RawBuf {
@@ -291,33 +291,21 @@ impl RawBuf {
     #[inline]
     pub fn push_idle_poll(&mut self, c: &MpiCall) -> bool {
         use body::polls_at as at;
-        if let Some(b) = self.open_poll {
-            let body = &mut self.current[b..b + at::LEN];
-            let get64 = |body: &[u8], off: usize| le_u64(body, off);
-            let same = u16::from_le_bytes([body[at::FUNC], body[at::FUNC + 1]]) == c.func
-                && le_u32(body, at::COMM) == c.comm
-                && le_u32(body, at::PEER) as i32 == c.peer
-                && le_u32(body, at::TAG) as i32 == c.tag;
-            if same {
-                let prev_cost = u64::from(le_u32(body, at::COST));
-                let updates = [
-                    (at::END, c.end),
-                    (at::COUNT, get64(body, at::COUNT).saturating_add(1)),
-                    (
-                        at::BUSY,
-                        get64(body, at::BUSY).saturating_add(c.end.saturating_sub(c.start)),
-                    ),
-                    (
-                        at::INNER_COST,
-                        get64(body, at::INNER_COST).saturating_add(prev_cost),
-                    ),
-                ];
-                for (off, v) in updates {
-                    body[off..off + 8].copy_from_slice(&v.to_le_bytes());
-                }
-                body[at::COST..at::COST + 4].copy_from_slice(&c.cost.to_le_bytes());
-                return false;
+        if let Some((b, run)) = self.open_poll.as_mut()
+            && run.continued_by(c)
+        {
+            run.extend(c);
+            let body = &mut self.current[*b..*b + at::LEN];
+            for (off, v) in [
+                (at::END, run.end),
+                (at::COUNT, run.count),
+                (at::BUSY, run.busy),
+                (at::INNER_COST, run.inner_cost),
+            ] {
+                body[off..off + 8].copy_from_slice(&v.to_le_bytes());
             }
+            body[at::COST..at::COST + 4].copy_from_slice(&run.cost.to_le_bytes());
+            return false;
         }
         self.push_event(&Event::Polls(PollRun::of(c)));
         true
@@ -334,8 +322,10 @@ impl RawBuf {
                 // truth for a body's layout.
                 self.make_room(MISC_RECORD_HEADER_LEN + misc_body_len(other));
                 let start = self.current.len();
-                self.open_poll =
-                    matches!(other, Event::Polls(_)).then_some(start + MISC_RECORD_HEADER_LEN);
+                self.open_poll = match other {
+                    Event::Polls(run) => Some((start + MISC_RECORD_HEADER_LEN, *run)),
+                    _ => None,
+                };
                 self.current.resize(start + MISC_RECORD_HEADER_LEN, 0);
                 let kind = body::put_misc_body(&mut self.current, other);
                 let body_len = (self.current.len() - start - MISC_RECORD_HEADER_LEN) as u64;
@@ -611,11 +601,6 @@ impl<'a> BlockRecords<'a> {
             cancelled,
         })
     }
-}
-
-#[inline]
-fn le_u32(s: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or_default())
 }
 
 #[inline]
