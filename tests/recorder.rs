@@ -361,8 +361,8 @@ fn threads(mpi: Mpi) {
     }
 }
 
-/// Every collective call of every rank in program order, with its root (as a world rank) and
-/// bytes, against the program's own sequence in expected.json.
+/// Every collective call of every rank in program order, with its root (as a world rank), bytes
+/// and received bytes, against the program's own sequence in expected.json.
 fn collectives(mpi: Mpi) {
     let exp = expected("collectives");
     let out = traced_with_exact_counts(mpi, "collectives");
@@ -370,18 +370,31 @@ fn collectives(mpi: Mpi) {
     let p = exp["ranks"].as_u64().unwrap() as u32;
     let rounds = exp["rounds"].as_u64().unwrap() as u32;
     for r in &trace {
-        let mut want: Vec<(String, Option<u32>, u64)> = Vec::new();
+        let mut want: Vec<(String, Option<u32>, u64, u64)> = Vec::new();
         let mut expand = |step: &serde_json::Value, round: u32| {
             let root = match &step[1] {
                 serde_json::Value::Null => None,
                 serde_json::Value::String(s) if s == "round" => Some(round % p),
                 v => Some(v.as_u64().expect("a rank") as u32),
             };
-            let bytes = match &step[2] {
+            let per_rank = |v: &serde_json::Value| match v {
                 serde_json::Value::Array(per_rank) => per_rank[r.rank as usize].as_u64().unwrap(),
+                serde_json::Value::Object(by_role) => {
+                    let role = if root == Some(r.rank) {
+                        "root"
+                    } else {
+                        "others"
+                    };
+                    by_role[role].as_u64().unwrap()
+                }
                 v => v.as_u64().unwrap(),
             };
-            want.push((step[0].as_str().unwrap().to_string(), root, bytes));
+            want.push((
+                step[0].as_str().unwrap().to_string(),
+                root,
+                per_rank(&step[2]),
+                per_rank(&step[3]),
+            ));
         };
         for round in 0..rounds {
             for step in exp["round_sequence"].as_array().unwrap() {
@@ -392,13 +405,14 @@ fn collectives(mpi: Mpi) {
             expand(step, 0);
         }
         let setup = ["MPI_Init", "MPI_Comm_rank", "MPI_Comm_size", "MPI_Finalize"];
-        let got: Vec<(String, Option<u32>, u64)> = r
+        let got: Vec<(String, Option<u32>, u64, u64)> = r
             .all()
             .filter_map(|e| match e {
                 Event::Call(c) if !setup.contains(&r.name(c.func)) => Some((
                     r.name(c.func).to_string(),
                     (c.root != NO_RANK).then(|| r.world(c.comm, c.root)),
                     c.bytes,
+                    c.recv_bytes,
                 )),
                 _ => None,
             })

@@ -42,7 +42,7 @@ pub(crate) fn max_kind(version: u16) -> Option<u8> {
         2 => Some(KIND_WRITER),
         3 => Some(KIND_WIN_DEF),
         4 => Some(KIND_THRESHOLD),
-        5 => Some(KIND_POLLS),
+        5 | 6 => Some(KIND_POLLS),
         _ => None,
     }
 }

@@ -16,8 +16,9 @@ use crate::varint::{encode_u64, get_u64, put_u64, unzigzag, zigzag};
 pub const CHUNK_MAGIC: [u8; 4] = *b"EVFC";
 /// Version of the chunk header and payload layout this crate writes. Version 2 added the event
 /// kinds `RankInfo` (12) and `Writer` (13) to version 1's layout, version 3 `RemoteGroup` (14) and
-/// `WinDef` (15).
-pub const CHUNK_VERSION: u16 = 5;
+/// `WinDef` (15), version 4 `Memory` (16) and `Threshold` (17), version 5 `Polls` (18), version 6
+/// the call column of receive bytes.
+pub const CHUNK_VERSION: u16 = 6;
 /// The oldest chunk version this crate still reads (FORMAT.md "Versioning").
 pub const CHUNK_MIN_VERSION: u16 = 1;
 /// Bytes of a chunk header.
@@ -47,12 +48,16 @@ pub(crate) const COL_BYTES: usize = 7;
 pub(crate) const COL_ROOT: usize = 8;
 pub(crate) const COL_REQUEST: usize = 9;
 pub(crate) const COL_COST: usize = 10;
-pub(crate) const COL_C_REQUEST: usize = 11;
-pub(crate) const COL_C_SOURCE: usize = 12;
-pub(crate) const COL_C_TAG: usize = 13;
-pub(crate) const COL_C_BYTES: usize = 14;
-pub(crate) const COL_MISC: usize = 15;
-pub(crate) const NUM_COLUMNS: usize = 16;
+/// Since version 6; a version 1-5 payload has no such column (its values read as 0).
+pub(crate) const COL_RECV_BYTES: usize = 11;
+pub(crate) const COL_C_REQUEST: usize = 12;
+pub(crate) const COL_C_SOURCE: usize = 13;
+pub(crate) const COL_C_TAG: usize = 14;
+pub(crate) const COL_C_BYTES: usize = 15;
+pub(crate) const COL_MISC: usize = 16;
+pub(crate) const NUM_COLUMNS: usize = 17;
+/// Columns of a version 1-5 payload: all but [`COL_RECV_BYTES`].
+const NUM_COLUMNS_BEFORE_V6: usize = 16;
 const NUM_VALUE_COLUMNS: usize = COL_MISC - COL_FUNC;
 
 /// A chunk's header fields (FORMAT.md "Chunk header").
@@ -153,9 +158,9 @@ struct Survey {
     last_ts: u64,
 }
 
-/// The numeric column values of a call, in column order (columns 1..=10).
+/// The numeric column values of a call, in column order (columns 1..=11).
 #[inline]
-fn call_values(c: &MpiCall, prev_end: u64) -> [u64; 10] {
+fn call_values(c: &MpiCall, prev_end: u64) -> [u64; CALL_COLUMNS] {
     [
         c.func as u64,
         zigzag(c.start.wrapping_sub(prev_end) as i64),
@@ -167,10 +172,11 @@ fn call_values(c: &MpiCall, prev_end: u64) -> [u64; 10] {
         zigzag(c.root as i64),
         c.request,
         c.cost as u64,
+        c.recv_bytes,
     ]
 }
 
-/// The numeric column values of a completion (columns 11..=14).
+/// The numeric column values of a completion (columns 12..=15).
 #[inline]
 fn completion_values(c: &Completion) -> [u64; 4] {
     [
@@ -524,7 +530,10 @@ fn survey(raw: &RawBuf) -> Survey {
         s.events += 1;
         match rec {
             RawRecord::Call(c) => {
-                for (or, v) in s.or[..10].iter_mut().zip(call_values(&c, prev_end)) {
+                for (or, v) in s.or[..COMPLETION_FIRST]
+                    .iter_mut()
+                    .zip(call_values(&c, prev_end))
+                {
                     *or |= v;
                 }
                 prev_end = c.end;
@@ -532,7 +541,10 @@ fn survey(raw: &RawBuf) -> Survey {
                 note(&mut s, c.start.min(c.end), c.start.max(c.end));
             }
             RawRecord::Completion(c) => {
-                for (or, v) in s.or[10..].iter_mut().zip(completion_values(&c)) {
+                for (or, v) in s.or[COMPLETION_FIRST..]
+                    .iter_mut()
+                    .zip(completion_values(&c))
+                {
                     *or |= v;
                 }
                 s.completions += 1;
@@ -691,12 +703,23 @@ const fn field_bytes(col: usize) -> usize {
 pub(crate) fn split_columns(payload: &[u8], events: u64, version: u16) -> Result<Columns, String> {
     let max_kind = body::max_kind(version).ok_or("unsupported chunk version")?;
     let count = *payload.first().ok_or("empty payload")? as usize;
-    if count != NUM_COLUMNS {
+    // Before version 6 the receive-bytes column did not exist: it is read as an empty column
+    // of width 0, whose values decode as 0.
+    let has_recv_bytes = version >= 6;
+    let expected = if has_recv_bytes {
+        NUM_COLUMNS
+    } else {
+        NUM_COLUMNS_BEFORE_V6
+    };
+    if count != expected {
         return Err("unexpected number of columns".into());
     }
     let mut pos = 1;
     let mut lens = [0u64; NUM_COLUMNS];
-    for l in &mut lens {
+    for (col, l) in lens.iter_mut().enumerate() {
+        if col == COL_RECV_BYTES && !has_recv_bytes {
+            continue;
+        }
         *l = get_u64(payload, &mut pos).ok_or("bad column directory")?;
     }
     let mut ranges = [(0usize, 0usize); NUM_COLUMNS];
@@ -740,6 +763,9 @@ pub(crate) fn split_columns(payload: &[u8], events: u64, version: u16) -> Result
         } else {
             completions
         };
+        if col == COL_RECV_BYTES && !has_recv_bytes {
+            continue;
+        }
         if end == start {
             return Err("numeric column lacks its width byte".into());
         }
@@ -832,7 +858,7 @@ fn misc_body_at(p: &[u8], c: &Columns, pos: usize, kind: u8) -> Result<(Event, u
 }
 
 /// Values decoded per refill: big enough for the per-plane loops to run at full vector speed,
-/// small enough to stay in L1 (10 call columns × 256 × 8 bytes = 20 KiB).
+/// small enough to stay in L1 (11 call columns × 256 × 8 bytes = 22 KiB).
 const BLOCK: usize = 256;
 const CALL_COLUMNS: usize = COL_C_REQUEST - COL_FUNC;
 const COMPLETION_COLUMNS: usize = COL_MISC - COL_C_REQUEST;
@@ -969,6 +995,7 @@ impl ColumnCursor {
                     root: unzigzag(v(COL_ROOT)) as i32,
                     request: v(COL_REQUEST),
                     cost: v(COL_COST) as u32,
+                    recv_bytes: v(COL_RECV_BYTES),
                 })
             }
             KIND_COMPLETION | KIND_COMPLETION_CANCELLED => {

@@ -59,6 +59,10 @@ pub struct MpiCall {
     pub request: u64,
     /// The recorder's own cost attributed to this event, in ticks: the direct perturbation d.
     pub cost: u32,
+    /// Bytes that arrive in this rank's receive buffer in a collective that has one (the gathered
+    /// data at a gather's root, a broadcast's data at the other ranks, a reduction's result, ...),
+    /// else 0. Chunks before version 6 do not record it: 0 there means "not known".
+    pub recv_bytes: u64,
 }
 
 /// One request finished inside a `Wait*`/`Test*` call. Completions follow the [`MpiCall`] of the
@@ -388,6 +392,7 @@ impl PollRun {
             root: NO_RANK,
             bytes: 0,
             request: NO_REQUEST,
+            recv_bytes: 0,
         };
         let first_end = self.start.saturating_add(mean).min(self.end);
         let last_start = self.end.saturating_sub(mean).max(first_end);

@@ -389,8 +389,12 @@ impl ProfileStats {
         self.last_call.insert(stream, p.func);
     }
 
-    /// Bytes a collective call brought into this rank, where the recorded size tells.
+    /// Bytes a collective call brought into this rank: recorded since chunk version 6
+    /// (`MpiCall::recv_bytes`), else derived from the one recorded size where that tells.
     fn collective_received(&self, rule: Received, c: &MpiCall) -> Option<u64> {
+        if c.recv_bytes > 0 {
+            return Some(c.recv_bytes);
+        }
         if rule == Received::Unknown {
             return None;
         }

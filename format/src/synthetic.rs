@@ -161,6 +161,7 @@ pub fn generate(cfg: &HaloConfig, mut sink: impl FnMut(&Event)) {
                     root: NO_RANK,
                     request,
                     cost: cost(&mut rng, &clock),
+                    recv_bytes: 0,
                 }));
                 clock.advance_ns(gap(&mut rng));
             }
@@ -178,6 +179,7 @@ pub fn generate(cfg: &HaloConfig, mut sink: impl FnMut(&Event)) {
             root: NO_RANK,
             request: NO_REQUEST,
             cost: cost(&mut rng, &clock) + outstanding.len() as u32 * 20,
+            recv_bytes: 0,
         }));
         for (request, peer, tag, bytes, send) in outstanding.drain(..) {
             sink(&Event::Completion(Completion {
@@ -203,6 +205,7 @@ pub fn generate(cfg: &HaloConfig, mut sink: impl FnMut(&Event)) {
             root: NO_RANK,
             request: NO_REQUEST,
             cost: cost(&mut rng, &clock),
+            recv_bytes: 8,
         }));
     }
     sink(&Event::Marker(Marker::FinalizeStart {

@@ -144,12 +144,128 @@ fn an_overlong_host_name_is_cut_at_a_character_boundary() {
     assert_eq!(back.mpi_library, rank_info().mpi_library);
 }
 
-/// Re-labels the chunk at `at` as `version`, with a valid header checksum.
-fn relabel(bytes: &mut [u8], at: usize, version: u16) {
-    let h = &mut bytes[at..at + CHUNK_HEADER_LEN];
-    h[4..6].copy_from_slice(&version.to_le_bytes());
-    let crc = crc32c::crc32c(&h[..68]);
-    h[68..72].copy_from_slice(&crc.to_le_bytes());
+/// Re-labels the chunk at `at` as `version`, with a valid header checksum. Below version 6 the
+/// payload is rewritten too, as those versions wrote it: without the call column of receive
+/// bytes (column 11). The chunk is stored uncompressed afterwards.
+fn relabel(bytes: &mut Vec<u8>, at: usize, version: u16) {
+    let mut h = ChunkHeader::from_bytes(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+    let stored_end = at + CHUNK_HEADER_LEN + h.stored_len as usize;
+    if version < 6 && h.version >= 6 {
+        let stored = &bytes[at + CHUNK_HEADER_LEN..stored_end];
+        let payload = match h.codec {
+            0 => stored.to_vec(),
+            _ => zstd::decode_all(stored).unwrap(),
+        };
+        let payload = without_receive_bytes_column(&payload);
+        h.codec = 0;
+        h.raw_len = payload.len() as u64;
+        h.stored_len = payload.len() as u64;
+        h.payload_crc = crc32c::crc32c(&payload);
+        h.version = version;
+        let mut out = bytes[..at].to_vec();
+        out.extend_from_slice(&h.to_bytes());
+        out.extend_from_slice(&payload);
+        out.extend_from_slice(&bytes[stored_end..]);
+        *bytes = out;
+    } else {
+        h.version = version;
+        bytes[at..at + CHUNK_HEADER_LEN].copy_from_slice(&h.to_bytes());
+    }
+}
+
+/// A version-6 payload (FORMAT.md: column count, LEB128 column lengths, the columns) with its
+/// receive-bytes column removed: the layout of versions 1-5.
+fn without_receive_bytes_column(payload: &[u8]) -> Vec<u8> {
+    const RECV_BYTES_COLUMN: usize = 11;
+    assert_eq!(payload[0], 17, "a version-6 payload has 17 columns");
+    let mut pos = 1;
+    let mut lens = Vec::new();
+    for _ in 0..17 {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let b = payload[pos];
+            pos += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b < 0x80 {
+                break;
+            }
+        }
+        lens.push(v as usize);
+    }
+    let mut out = vec![16u8];
+    for (i, &l) in lens.iter().enumerate() {
+        if i != RECV_BYTES_COLUMN {
+            let mut v = l as u64;
+            while v >= 0x80 {
+                out.push(v as u8 | 0x80);
+                v >>= 7;
+            }
+            out.push(v as u8);
+        }
+    }
+    for (i, &l) in lens.iter().enumerate() {
+        if i != RECV_BYTES_COLUMN {
+            out.extend_from_slice(&payload[pos..pos + l]);
+        }
+        pos += l;
+    }
+    assert_eq!(pos, payload.len());
+    out
+}
+
+/// `events` as a chunk older than version 6 holds them: no receive bytes.
+fn without_receive_bytes(events: &[Event]) -> Vec<Event> {
+    events
+        .iter()
+        .map(|e| match e {
+            Event::Call(c) => Event::Call(MpiCall {
+                recv_bytes: 0,
+                ..*c
+            }),
+            other => other.clone(),
+        })
+        .collect()
+}
+
+#[test]
+fn receive_bytes_are_a_version_6_column() {
+    let events = synthetic::events(&synthetic::HaloConfig {
+        iterations: 5,
+        ..Default::default()
+    });
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Call(c) if c.recv_bytes > 0)),
+        "the synthetic stream has collectives with receive bytes"
+    );
+    let (bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
+    let file = RankFile::from_bytes(bytes.clone(), "v6.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![events.clone()]);
+    // Labelled 5 but keeping the 17th column, the payload is refused, not misread.
+    let mut mislabelled = bytes.clone();
+    let at = first_chunk_offset();
+    let mut h = ChunkHeader::from_bytes(mislabelled[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+    h.version = 5;
+    mislabelled[at..at + CHUNK_HEADER_LEN].copy_from_slice(&h.to_bytes());
+    let file = RankFile::from_bytes(mislabelled, "v5-with-17.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(chunks.is_empty());
+    assert!(
+        err.expect("rejected")
+            .to_string()
+            .contains("number of columns")
+    );
+    // Written as version 5 did, it reads back with the receive bytes absent (0).
+    let mut older = bytes;
+    relabel(&mut older, at, 5);
+    let file = RankFile::from_bytes(older, "v5.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![without_receive_bytes(&events)]);
 }
 
 fn first_chunk_offset() -> usize {
@@ -158,7 +274,7 @@ fn first_chunk_offset() -> usize {
 
 #[test]
 fn version_1_chunks_are_still_read() {
-    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 5));
+    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 6));
     // A version-1 chunk is a version-5 chunk without the newer kinds: same layout otherwise.
     let events = synthetic::events(&synthetic::HaloConfig {
         iterations: 5,
@@ -169,7 +285,7 @@ fn version_1_chunks_are_still_read() {
     let file = RankFile::from_bytes(bytes, "v1.evf").unwrap();
     let (chunks, tail, err) = read_everything(&file);
     assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
-    assert_eq!(chunks, vec![events]);
+    assert_eq!(chunks, vec![without_receive_bytes(&events)]);
     assert_eq!(file.chunks().next().unwrap().unwrap().header.version, 1);
 }
 
@@ -311,16 +427,16 @@ fn poll_runs_are_a_version_5_kind() {
 #[test]
 fn versions_beyond_the_known_ones_are_refused() {
     let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
-    relabel(&mut bytes, first_chunk_offset(), 6);
-    let file = RankFile::from_bytes(bytes, "v6.evf").unwrap();
+    relabel(&mut bytes, first_chunk_offset(), 7);
+    let file = RankFile::from_bytes(bytes, "v7.evf").unwrap();
     let (_, _, err) = read_everything(&file);
     let err = err.expect("refused");
     assert!(
         matches!(
             err,
             FormatError::UnsupportedVersion {
-                version: 6,
-                supported: 5,
+                version: 7,
+                supported: 6,
                 ..
             }
         ),
@@ -331,9 +447,9 @@ fn versions_beyond_the_known_ones_are_refused() {
 /// Builds an uncompressed chunk holding one misc event of `kind` with `body`, bypassing the
 /// encoder so that bodies it would never write can be tested.
 fn chunk_with_body(kind: u8, body: &[u8]) -> Vec<u8> {
-    let mut payload = vec![16u8];
+    let mut payload = vec![17u8];
     let mut columns: Vec<Vec<u8>> = vec![vec![kind]];
-    columns.extend((1..15).map(|_| vec![0u8])); // numeric columns: width 0, no values
+    columns.extend((1..16).map(|_| vec![0u8])); // numeric columns: width 0, no values
     let mut misc = Vec::new();
     misc.push(body.len() as u8); // a one-byte varint: the bodies below are short
     misc.extend_from_slice(body);

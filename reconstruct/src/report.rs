@@ -695,6 +695,7 @@ mod tests {
             root: -1,
             request: 0,
             cost,
+            recv_bytes: 0,
         })
     }
 
@@ -830,6 +831,12 @@ mod tests {
         on_comm.comm = 9;
         p.add_event(0, &Event::Call(on_comm)); // allgather on 2 ranks: 2 x 4 arrive
         p.add_event(0, &coll(4, 4, 1)); // gatherv: not derivable
+        let mut recorded = match coll(4, 4, 1) {
+            Event::Call(c) => c,
+            _ => unreachable!(),
+        };
+        recorded.recv_bytes = 40;
+        p.add_event(0, &Event::Call(recorded)); // gatherv recorded since chunk version 6
         p.finish();
         let f = &p.functions;
         assert_eq!(f["MPI_Gather"].recv_count, 1);
@@ -840,7 +847,13 @@ mod tests {
             (1, 8)
         );
         assert_eq!(f["MPI_Allgather"].recv_bytes_total, 8);
-        assert_eq!(f["MPI_Gatherv"].recv_count, 0);
+        assert_eq!(
+            (
+                f["MPI_Gatherv"].recv_count,
+                f["MPI_Gatherv"].recv_bytes_total
+            ),
+            (1, 40)
+        );
         // The call's own size stays in the first histogram.
         assert_eq!(f["MPI_Gather"].histogram[size_bin(16)], 2);
     }

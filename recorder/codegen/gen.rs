@@ -20,6 +20,13 @@
 //!   `newwin` (with `comm`): the call creates a window over `comm`; `freewin`: frees one.
 //! - `newmsg` (+ `comm`, optionally `flag`): a matched probe returns a message handle, remembered
 //!   with its communicator; `msg`: `Mrecv`/`Imrecv` take it, and the record gets that communicator.
+//! - receive bytes of collectives (the record's `recv_bytes`): `rcount`+`rtype` (type defaults
+//!   to `type`), bytes of one piece; `rper=rank`: one piece from every rank of the (remote) group;
+//!   `rvcounts`: the sum of a count array over the (remote) group; `rmine`: this rank's entry of a
+//!   count array (`Reduce_scatter`). `rwhere=root`: only the root receives; `others`: every rank
+//!   but the root (and, on an intercommunicator, only the root's remote group); `receivers`: all,
+//!   except the root's group of an intercommunicator, whose receive arguments are not significant.
+//!   `rinplace`: that buffer being `MPI_IN_PLACE` means nothing arrives.
 //! - `partitions`: bytes are multiplied by the number of partitions (partitioned communication).
 //! - `level`: `MPI_Pcontrol`'s level, stored in the record's `tag` field.
 //! - `fortran=noierr`: the Fortran binding has no IERROR argument (`MPI_PCONTROL`).
@@ -161,6 +168,13 @@ const ROLE_KEYS: &[&str] = &[
     "partitions",
     "level",
     "fortran",
+    "rcount",
+    "rtype",
+    "rvcounts",
+    "rmine",
+    "rper",
+    "rwhere",
+    "rinplace",
 ];
 
 fn classify(decl: &str) -> Result<Param, String> {
@@ -256,8 +270,10 @@ pub fn parse(tsv: &str) -> Result<Vec<Func>, String> {
             roles,
         };
         for (k, v) in &f.roles {
-            if !matches!(k.as_str(), "complete" | "reqkind" | "fortran")
-                && !f.params.iter().any(|p| &p.name == v)
+            if !matches!(
+                k.as_str(),
+                "complete" | "reqkind" | "fortran" | "rper" | "rwhere"
+            ) && !f.params.iter().any(|p| &p.name == v)
             {
                 return Err(format!("{}: role {k} names unknown parameter {v}", f.name));
             }
@@ -350,6 +366,74 @@ enum Lang {
 }
 
 /// Expression giving the C value of an integer parameter.
+/// The C expression of the bytes a collective delivers to this rank (the `r*` roles), if the
+/// row names them. Where and in-place tests come first, so arguments that are not significant on
+/// this rank (and may be garbage) are never read.
+fn recv_bytes_expr(lang: Lang, f: &Func) -> Option<String> {
+    let comm = || handle_of(lang, f.param(f.role("comm").unwrap()), "Comm");
+    let ty = || {
+        let t = f.role("rtype").or(f.role("type")).unwrap();
+        handle_of(lang, f.param(t), "Datatype")
+    };
+    let counts_fn = |p: &Param, int_fn: &str, count_fn: &str| {
+        // Fortran passes MPI_Count arrays as such too (INTEGER(KIND=MPI_COUNT_KIND)).
+        if p.kind == Kind::CountPtr {
+            format!("{count_fn}((const MPI_Count *){}", p.name)
+        } else {
+            format!("{int_fn}((const int *){}", p.name)
+        }
+    };
+    let amount = if let Some(c) = f.role("rcount") {
+        let per_rank = match f.role("rper") {
+            Some("rank") => 1,
+            None => 0,
+            Some(other) => panic!("{}: rper={other} (only rank)", f.name),
+        };
+        format!(
+            "evf_recv_bytes({}, {}, {}, {per_rank})",
+            count_of(lang, f.param(c)),
+            ty(),
+            comm()
+        )
+    } else if let Some(v) = f.role("rvcounts") {
+        format!(
+            "{}, {}, {})",
+            counts_fn(f.param(v), "evf_vbytes", "evf_vbytes_c"),
+            ty(),
+            comm()
+        )
+    } else if let Some(v) = f.role("rmine") {
+        format!(
+            "{}, {}, {})",
+            counts_fn(f.param(v), "evf_mine_bytes", "evf_mine_bytes_c"),
+            ty(),
+            comm()
+        )
+    } else {
+        return None;
+    };
+    let amount = match f.role("rinplace") {
+        Some(ip) => match lang {
+            Lang::C => format!("({ip} == MPI_IN_PLACE ? 0 : {amount})"),
+            Lang::Fortran => format!("(evf_f_in_place({ip}) ? 0 : {amount})"),
+        },
+        None => amount,
+    };
+    Some(match f.role("rwhere") {
+        None => amount,
+        Some(w) => {
+            let mode = match w {
+                "root" => "EVF_RECV_AT_ROOT",
+                "others" => "EVF_RECV_BESIDE_ROOT",
+                "receivers" => "EVF_RECV_UNLESS_ROOT_GROUP",
+                other => panic!("{}: rwhere={other}", f.name),
+            };
+            let root = int_of(lang, f.param(f.role("root").unwrap()));
+            format!("(evf_receives({mode}, {root}, {}) ? {amount} : 0)", comm())
+        }
+    })
+}
+
 fn int_of(lang: Lang, p: &Param) -> String {
     match (lang, &p.kind) {
         (Lang::C, Kind::Int) => p.name.clone(),
@@ -749,6 +833,9 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             }
             None => w(out, &format!("evf_r.bytes = {b};")),
         }
+    }
+    if let Some(recv) = recv_bytes_expr(lang, f) {
+        w(out, &format!("evf_r.recv_bytes = {recv};"));
     }
     if let Some(nc) = f.role("newcomm") {
         let h = handle_of(lang, f.param(nc), "Comm");

@@ -667,6 +667,45 @@ uint64_t evf_vbytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm comm)
     return total * (uint64_t)size;
 }
 
+/* Whether this rank's receive buffer gets data in a collective rooted at `root`. On an
+ * intercommunicator the root passes MPI_ROOT, the rest of its group MPI_PROC_NULL, and the other
+ * group the root's rank: only that other group receives a broadcast or a scatter. */
+int evf_receives(int where, int root, MPI_Comm comm)
+{
+    int inter = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    if (inter) {
+        int in_root_group = root == MPI_ROOT || root == MPI_PROC_NULL;
+        if (where == EVF_RECV_AT_ROOT) return root == MPI_ROOT;
+        return !in_root_group;
+    }
+    if (where == EVF_RECV_UNLESS_ROOT_GROUP) return 1;
+    int me = -1;
+    PMPI_Comm_rank(comm, &me);
+    return where == EVF_RECV_AT_ROOT ? root == me : root != me;
+}
+
+uint64_t evf_recv_bytes(int64_t count, MPI_Datatype type, MPI_Comm comm, int per_rank)
+{
+    uint64_t piece = evf_bytes(count, type);
+    return per_rank ? piece * (uint64_t)evf_vlen(comm) : piece;
+}
+
+/* A Reduce_scatter's share of this rank: its own entry of the count array. */
+uint64_t evf_mine_bytes(const int *counts, MPI_Datatype type, MPI_Comm comm)
+{
+    int me = -1;
+    if (counts == NULL || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || me < 0) return 0;
+    return evf_bytes(counts[me], type);
+}
+
+uint64_t evf_mine_bytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm comm)
+{
+    int me = -1;
+    if (counts == NULL || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || me < 0) return 0;
+    return evf_bytes((int64_t)counts[me], type);
+}
+
 /* ---------------- completions ---------------- */
 
 /* Completions are processed after the completion call's record was stored, so their cost is

@@ -47,6 +47,8 @@ typedef struct {
     uint64_t start;
     uint64_t end;
     uint64_t bytes;
+    /* Bytes arriving in this rank's receive buffer in a collective (0 where none or unknown). */
+    uint64_t recv_bytes;
     uint64_t req_handle;
     uint32_t comm;
     int32_t peer;
@@ -159,6 +161,14 @@ void evf_session_finalize_end(void);
 uint64_t evf_type_bytes_slow(int64_t count, MPI_Datatype type);
 uint64_t evf_vbytes(const int *counts, MPI_Datatype type, MPI_Comm comm);
 uint64_t evf_vbytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm comm);
+/* Receive sizes of collectives (the recv_bytes roles of mpi_functions.tsv). */
+#define EVF_RECV_AT_ROOT 1
+#define EVF_RECV_BESIDE_ROOT 2
+#define EVF_RECV_UNLESS_ROOT_GROUP 3
+int evf_receives(int where, int root, MPI_Comm comm);
+uint64_t evf_recv_bytes(int64_t count, MPI_Datatype type, MPI_Comm comm, int per_rank);
+uint64_t evf_mine_bytes(const int *counts, MPI_Datatype type, MPI_Comm comm);
+uint64_t evf_mine_bytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm comm);
 void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, MPI_Fint *fst, int flag,
                       int index, int outcount, const int *indices, int base);
 void evf_complete_blocking(MPI_Status *status);

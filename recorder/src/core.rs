@@ -59,6 +59,7 @@ pub struct CallRecord {
     pub start: u64,
     pub end: u64,
     pub bytes: u64,
+    pub recv_bytes: u64,
     pub req_handle: u64,
     pub comm: u32,
     pub peer: i32,
@@ -260,6 +261,7 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
         root: rec.root,
         request,
         cost: 0,
+        recv_bytes: rec.recv_bytes,
     };
     let read_cost = READ_COST.load(Ordering::Relaxed);
     let outlier = OUTLIER_TICKS.load(Ordering::Relaxed);

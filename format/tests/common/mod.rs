@@ -60,9 +60,11 @@ pub fn arb_call() -> impl Strategy<Value = MpiCall> {
         any::<i32>(),
         any::<u64>(),
         any::<u32>(),
+        // Mostly absent, as on every non-collective call.
+        prop_oneof![3 => Just(0u64), 1 => any::<u64>()],
     )
         .prop_map(
-            |(func, start, end, comm, peer, tag, bytes, root, request, cost)| MpiCall {
+            |(func, start, end, comm, peer, tag, bytes, root, request, cost, recv_bytes)| MpiCall {
                 func,
                 start,
                 end,
@@ -73,6 +75,7 @@ pub fn arb_call() -> impl Strategy<Value = MpiCall> {
                 root,
                 request,
                 cost,
+                recv_bytes,
             },
         )
 }

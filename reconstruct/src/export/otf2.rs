@@ -11,8 +11,9 @@
 //!   of the call that completed it, `MpiRecv` at the end of a blocking receive; `Sendrecv` gives an
 //!   `MpiSend` and an `MpiRecv`. Peers are ranks within the communicator, as OTF2 wants;
 //! - blocking collectives as `MpiCollectiveBegin`/`MpiCollectiveEnd` inside their region, with
-//!   the recorded bytes as the size sent (the trace records one size per collective call, so the
-//!   size received is written as 0 = unknown). Nonblocking collectives are regions only;
+//!   the recorded bytes as the size sent (what this rank's send buffer holds) and the bytes that
+//!   arrived in its receive buffer as the size received (`MpiCall::recv_bytes`; 0 in traces
+//!   recorded before chunk version 6, and for `Alltoallw` and neighbourhood collectives). Nonblocking collectives are regions only;
 //! - suspensions as `MeasurementOnOff` (off at the suspension's start, on at its end): every
 //!   suspension stops the program, and an analysis should leave the whole interval out, which is
 //!   what a measurement-off interval tells OTF2 tools. Inside it, when the rank wrote its trace,
@@ -479,7 +480,14 @@ mod imp {
                     };
                     let code = unsafe {
                         ffi::OTF2_EvtWriter_MpiCollectiveEnd(
-                            w, nil, end, op, comm, root, c.bytes, 0,
+                            w,
+                            nil,
+                            end,
+                            op,
+                            comm,
+                            root,
+                            c.bytes,
+                            c.recv_bytes,
                         )
                     };
                     wr.done(lane, code, "MpiCollectiveEnd")?;

@@ -47,6 +47,7 @@ pub fn call(func: FunctionId, start: u64, end: u64, peer: i32, tag: i32) -> MpiC
         root: NO_RANK,
         request: NO_REQUEST,
         cost: 0,
+        recv_bytes: 0,
     }
 }
 
