@@ -2,9 +2,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
 use reconstruct::Trace;
+use reconstruct::callsites;
 use reconstruct::progress::Bar;
 use reconstruct::report::{self, Report, ReportError};
 
@@ -29,6 +30,11 @@ pub struct ReportArgs {
     /// Print the function table as CSV (histogram bins as columns).
     #[arg(long)]
     pub csv: bool,
+    /// Also attribute calls, time and bytes to the places in the program that make them
+    /// (traces recorded with `evenflush run --callsites`; resolved to file:line from the
+    /// program's debug information, so the program must still be where it ran).
+    #[arg(long, conflicts_with = "csv")]
+    pub callsites: bool,
 }
 
 pub fn run(args: &ReportArgs) -> Result<()> {
@@ -61,12 +67,34 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     };
     let mut rep = Report::build(&source, &profiles);
     rep.memory = memory;
+    let sites = match (args.callsites, is_profile) {
+        (false, _) => None,
+        (true, true) => bail!("--callsites needs a trace directory, not profile files"),
+        (true, false) => {
+            let trace = Trace::open(&args.dir)?;
+            let bar = if args.json {
+                Bar::hidden()
+            } else {
+                Bar::for_terminal("call sites")
+            };
+            let result = callsites::call_sites(&trace, &mut |done, _| bar.update(done, done));
+            bar.finish();
+            Some(result?)
+        }
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rep.to_json())?);
+        let mut json = rep.to_json();
+        if let (Some(s), Some(obj)) = (&sites, json.as_object_mut()) {
+            obj.insert("callsites".into(), s.to_json());
+        }
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else if args.csv {
         print!("{}", rep.to_csv());
     } else {
         print!("{}", rep.render_table());
+        if let Some(s) = &sites {
+            print!("{}", s.render_table(40));
+        }
     }
     Ok(())
 }

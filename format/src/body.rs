@@ -21,6 +21,7 @@ pub(crate) const KIND_WIN_DEF: u8 = 15;
 pub(crate) const KIND_MEMORY: u8 = 16;
 pub(crate) const KIND_THRESHOLD: u8 = 17;
 pub(crate) const KIND_POLLS: u8 = 18;
+pub(crate) const KIND_CALL_SITE: u8 = 19;
 
 /// Byte offsets of the fields of a `Polls` body (FORMAT.md) that change while polls keep finding
 /// nothing: the recorder's buffer extends the run in place.
@@ -42,7 +43,8 @@ pub(crate) fn max_kind(version: u16) -> Option<u8> {
         2 => Some(KIND_WRITER),
         3 => Some(KIND_WIN_DEF),
         4 => Some(KIND_THRESHOLD),
-        5 | 6 => Some(KIND_POLLS),
+        5 => Some(KIND_POLLS),
+        6 => Some(KIND_CALL_SITE),
         _ => None,
     }
 }
@@ -82,7 +84,7 @@ pub(crate) fn max_marker(version: u16) -> u8 {
 }
 
 pub(crate) fn is_misc_kind(kind: u8) -> bool {
-    (KIND_USER..=KIND_POLLS).contains(&kind)
+    (KIND_USER..=KIND_CALL_SITE).contains(&kind)
 }
 
 /// Bytes of `s` a `RankInfo` body keeps: its length field is a `u16`, so a longer string is cut
@@ -304,6 +306,13 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
             put32(out, p.tag as u32);
             KIND_POLLS
         }
+        Event::CallSite(s) => {
+            put32(out, s.id);
+            put64(out, s.address);
+            put64(out, s.base);
+            out.extend_from_slice(s.file.as_bytes());
+            KIND_CALL_SITE
+        }
     }
 }
 
@@ -441,6 +450,18 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                 _ => return Err("unknown clock sample kind"),
             },
         }),
+        KIND_CALL_SITE => {
+            let id = c.u32().ok_or(short)?;
+            let address = c.u64().ok_or(short)?;
+            let base = c.u64().ok_or(short)?;
+            let file = std::str::from_utf8(c.rest()).map_err(|_| "call site file is not UTF-8")?;
+            Event::CallSite(CallSite {
+                id,
+                address,
+                base,
+                file: file.to_owned(),
+            })
+        }
         KIND_STRING_DEF => {
             let id = c.u32().ok_or(short)?;
             let text = std::str::from_utf8(c.rest()).map_err(|_| "string is not UTF-8")?;

@@ -17,7 +17,7 @@ pub const CHUNK_MAGIC: [u8; 4] = *b"EVFC";
 /// Version of the chunk header and payload layout this crate writes. Version 2 added the event
 /// kinds `RankInfo` (12) and `Writer` (13) to version 1's layout, version 3 `RemoteGroup` (14) and
 /// `WinDef` (15), version 4 `Memory` (16) and `Threshold` (17), version 5 `Polls` (18), version 6
-/// the call column of receive bytes.
+/// the call columns of receive bytes and call sites and kind 19 (`CallSite`).
 pub const CHUNK_VERSION: u16 = 6;
 /// The oldest chunk version this crate still reads (FORMAT.md "Versioning").
 pub const CHUNK_MIN_VERSION: u16 = 1;
@@ -50,14 +50,21 @@ pub(crate) const COL_REQUEST: usize = 9;
 pub(crate) const COL_COST: usize = 10;
 /// Since version 6; a version 1-5 payload has no such column (its values read as 0).
 pub(crate) const COL_RECV_BYTES: usize = 11;
-pub(crate) const COL_C_REQUEST: usize = 12;
-pub(crate) const COL_C_SOURCE: usize = 13;
-pub(crate) const COL_C_TAG: usize = 14;
-pub(crate) const COL_C_BYTES: usize = 15;
-pub(crate) const COL_MISC: usize = 16;
-pub(crate) const NUM_COLUMNS: usize = 17;
-/// Columns of a version 1-5 payload: all but [`COL_RECV_BYTES`].
+/// Since version 6, like [`COL_RECV_BYTES`].
+pub(crate) const COL_SITE: usize = 12;
+pub(crate) const COL_C_REQUEST: usize = 13;
+pub(crate) const COL_C_SOURCE: usize = 14;
+pub(crate) const COL_C_TAG: usize = 15;
+pub(crate) const COL_C_BYTES: usize = 16;
+pub(crate) const COL_MISC: usize = 17;
+pub(crate) const NUM_COLUMNS: usize = 18;
+/// Columns of a version 1-5 payload: all but [`COL_RECV_BYTES`] and [`COL_SITE`].
 const NUM_COLUMNS_BEFORE_V6: usize = 16;
+
+/// Whether a payload of chunk `version` has column `col`.
+fn has_column(version: u16, col: usize) -> bool {
+    version >= 6 || !matches!(col, COL_RECV_BYTES | COL_SITE)
+}
 const NUM_VALUE_COLUMNS: usize = COL_MISC - COL_FUNC;
 
 /// A chunk's header fields (FORMAT.md "Chunk header").
@@ -158,7 +165,7 @@ struct Survey {
     last_ts: u64,
 }
 
-/// The numeric column values of a call, in column order (columns 1..=11).
+/// The numeric column values of a call, in column order (columns 1..=12).
 #[inline]
 fn call_values(c: &MpiCall, prev_end: u64) -> [u64; CALL_COLUMNS] {
     [
@@ -173,10 +180,11 @@ fn call_values(c: &MpiCall, prev_end: u64) -> [u64; CALL_COLUMNS] {
         c.request,
         c.cost as u64,
         c.recv_bytes,
+        u64::from(c.site),
     ]
 }
 
-/// The numeric column values of a completion (columns 12..=15).
+/// The numeric column values of a completion (columns 13..=16).
 #[inline]
 fn completion_values(c: &Completion) -> [u64; 4] {
     [
@@ -688,7 +696,8 @@ pub(crate) struct Columns {
 const fn field_bytes(col: usize) -> usize {
     match col {
         COL_FUNC => 2,
-        COL_COMM | COL_PEER | COL_TAG | COL_ROOT | COL_COST | COL_C_SOURCE | COL_C_TAG => 4,
+        COL_COMM | COL_PEER | COL_TAG | COL_ROOT | COL_COST | COL_SITE | COL_C_SOURCE
+        | COL_C_TAG => 4,
         _ => 8,
     }
 }
@@ -703,10 +712,9 @@ const fn field_bytes(col: usize) -> usize {
 pub(crate) fn split_columns(payload: &[u8], events: u64, version: u16) -> Result<Columns, String> {
     let max_kind = body::max_kind(version).ok_or("unsupported chunk version")?;
     let count = *payload.first().ok_or("empty payload")? as usize;
-    // Before version 6 the receive-bytes column did not exist: it is read as an empty column
-    // of width 0, whose values decode as 0.
-    let has_recv_bytes = version >= 6;
-    let expected = if has_recv_bytes {
+    // Before version 6 the receive-bytes and call-site columns did not exist: each is read as an
+    // empty column of width 0, whose values decode as 0.
+    let expected = if version >= 6 {
         NUM_COLUMNS
     } else {
         NUM_COLUMNS_BEFORE_V6
@@ -717,7 +725,7 @@ pub(crate) fn split_columns(payload: &[u8], events: u64, version: u16) -> Result
     let mut pos = 1;
     let mut lens = [0u64; NUM_COLUMNS];
     for (col, l) in lens.iter_mut().enumerate() {
-        if col == COL_RECV_BYTES && !has_recv_bytes {
+        if !has_column(version, col) {
             continue;
         }
         *l = get_u64(payload, &mut pos).ok_or("bad column directory")?;
@@ -763,7 +771,7 @@ pub(crate) fn split_columns(payload: &[u8], events: u64, version: u16) -> Result
         } else {
             completions
         };
-        if col == COL_RECV_BYTES && !has_recv_bytes {
+        if !has_column(version, col) {
             continue;
         }
         if end == start {
@@ -858,7 +866,7 @@ fn misc_body_at(p: &[u8], c: &Columns, pos: usize, kind: u8) -> Result<(Event, u
 }
 
 /// Values decoded per refill: big enough for the per-plane loops to run at full vector speed,
-/// small enough to stay in L1 (11 call columns × 256 × 8 bytes = 22 KiB).
+/// small enough to stay in L1 (12 call columns × 256 × 8 bytes = 24 KiB).
 const BLOCK: usize = 256;
 const CALL_COLUMNS: usize = COL_C_REQUEST - COL_FUNC;
 const COMPLETION_COLUMNS: usize = COL_MISC - COL_C_REQUEST;
@@ -996,6 +1004,7 @@ impl ColumnCursor {
                     request: v(COL_REQUEST),
                     cost: v(COL_COST) as u32,
                     recv_bytes: v(COL_RECV_BYTES),
+                    site: v(COL_SITE) as u32,
                 })
             }
             KIND_COMPLETION | KIND_COMPLETION_CANCELLED => {

@@ -63,6 +63,27 @@ pub struct MpiCall {
     /// data at a gather's root, a broadcast's data at the other ranks, a reduction's result, ...),
     /// else 0. Chunks before version 6 do not record it: 0 there means "not known".
     pub recv_bytes: u64,
+    /// Where the program called this function: a [`CallSite`] id of this rank, or [`NO_SITE`]
+    /// (call sites not recorded, the default; chunks before version 6 never have them).
+    pub site: u32,
+}
+
+/// [`MpiCall::site`] when the call site was not recorded.
+pub const NO_SITE: u32 = 0;
+
+/// A place in the program that calls MPI: the return address of the wrapped call, with the file
+/// it lies in, so that it can be resolved to a source line after the run (the addresses of a
+/// position-independent file differ from run to run; `address - base` does not).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallSite {
+    /// Rank-local id, from 1 ([`NO_SITE`] is 0).
+    pub id: u32,
+    /// The return address: the instruction after the call.
+    pub address: u64,
+    /// Where the file holding `address` was loaded (`dladdr`'s `dli_fbase`), 0 if unknown.
+    pub base: u64,
+    /// That file's path as the dynamic linker saw it, empty if unknown.
+    pub file: String,
 }
 
 /// One request finished inside a `Wait*`/`Test*` call. Completions follow the [`MpiCall`] of the
@@ -393,6 +414,8 @@ impl PollRun {
             bytes: 0,
             request: NO_REQUEST,
             recv_bytes: 0,
+            // Runs keep no call site (their record predates call sites).
+            site: NO_SITE,
         };
         let first_end = self.start.saturating_add(mean).min(self.end);
         let last_start = self.end.saturating_sub(mean).max(first_end);
@@ -477,6 +500,8 @@ pub enum Event {
     Threshold(ThresholdChoice),
     /// Polls that found nothing, folded (chunk version 5).
     Polls(PollRun),
+    /// A call site's definition (chunk version 6), before the first call that names it.
+    CallSite(CallSite),
 }
 
 /// A member of a `CommDef` or `RemoteGroup` that is not a process of this `MPI_COMM_WORLD`.

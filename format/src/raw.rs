@@ -10,11 +10,11 @@
 //! flush (threshold S): the fixed 55-byte layout of earlier versions made a cheap call cost 3-4×
 //! the memory it needs. Layouts (varint = unsigned LEB128, zz = zigzag then varint):
 //! - call: kind=1, a presence byte (bit 0 comm, 1 peer, 2 tag, 3 bytes, 4 root, 5 request,
-//!   6 receive bytes), then varint func, [varint comm], zz(start - end of the block's previous
-//!   call), zz(end - start), varint cost, [zz peer], [zz tag], [varint bytes], [zz root], [varint
-//!   request], [varint receive bytes]. A field whose bit is clear takes its usual value: the
-//!   previous call's comm in this block, [`NO_RANK`], [`NO_TAG`], 0 bytes, [`NO_RANK`],
-//!   [`NO_REQUEST`], 0 bytes. Times are deltas within a block only, so
+//!   6 receive bytes, 7 call site), then varint func, [varint comm], zz(start - end of the block's
+//!   previous call), zz(end - start), varint cost, [zz peer], [zz tag], [varint bytes], [zz root],
+//!   [varint request], [varint receive bytes], [varint site]. A field whose bit is clear takes its
+//!   usual value: the previous call's comm in this block, [`NO_RANK`], [`NO_TAG`], 0 bytes,
+//!   [`NO_RANK`], [`NO_REQUEST`], 0 bytes, [`NO_SITE`]. Times are deltas within a block only, so
 //!   every block decodes on its own (a buffer is split and flushed block by block).
 //! - completion: kind=2 (3 if cancelled), varint request, zz source, zz tag, varint bytes.
 //! - anything else: kind u8, body length u64, body (the misc body of FORMAT.md).
@@ -23,7 +23,7 @@ use crate::body::{self, KIND_CALL, KIND_COMPLETION, KIND_COMPLETION_CANCELLED};
 use crate::model::*;
 
 /// The most bytes one [`MpiCall`] can take in a [`RawBuf`] (every field present and at its widest).
-pub const MAX_CALL_RECORD_LEN: usize = 2 + 3 + 5 + 10 + 10 + 5 + 5 + 5 + 10 + 5 + 10 + 10;
+pub const MAX_CALL_RECORD_LEN: usize = 2 + 3 + 5 + 10 + 10 + 5 + 5 + 5 + 10 + 5 + 10 + 10 + 5;
 /// The most bytes one [`Completion`] can take in a [`RawBuf`].
 pub const MAX_COMPLETION_RECORD_LEN: usize = 1 + 10 + 5 + 5 + 10;
 /// Bytes of the header in front of a misc record's body in a [`RawBuf`].
@@ -38,6 +38,7 @@ const HAS_BYTES: u8 = 1 << 3;
 const HAS_ROOT: u8 = 1 << 4;
 const HAS_REQUEST: u8 = 1 << 5;
 const HAS_RECV_BYTES: u8 = 1 << 6;
+const HAS_SITE: u8 = 1 << 7;
 
 /// What a call record is encoded against: the previous call of the same block (a block's first
 /// call: end 0, communicator 0).
@@ -83,7 +84,7 @@ unsafe fn put_varint(p: *mut u8, mut v: u64) -> usize {
 
 /// The presence byte of `c` and the values of its fields in record order.
 #[inline(always)]
-fn call_fields(c: &MpiCall, ctx: &CallContext) -> (u8, [u64; 11]) {
+fn call_fields(c: &MpiCall, ctx: &CallContext) -> (u8, [u64; 12]) {
     let mut present = 0u8;
     if c.comm != ctx.prev_comm {
         present |= HAS_COMM;
@@ -106,6 +107,9 @@ fn call_fields(c: &MpiCall, ctx: &CallContext) -> (u8, [u64; 11]) {
     if c.recv_bytes != 0 {
         present |= HAS_RECV_BYTES;
     }
+    if c.site != NO_SITE {
+        present |= HAS_SITE;
+    }
     let fields = [
         u64::from(c.func),
         u64::from(c.comm),
@@ -118,6 +122,7 @@ fn call_fields(c: &MpiCall, ctx: &CallContext) -> (u8, [u64; 11]) {
         zigzag(i64::from(c.root)),
         c.request,
         c.recv_bytes,
+        u64::from(c.site),
     ];
     (present, fields)
 }
@@ -133,6 +138,7 @@ fn call_field_written(present: u8, index: usize) -> bool {
         8 => present & HAS_ROOT != 0,
         9 => present & HAS_REQUEST != 0,
         10 => present & HAS_RECV_BYTES != 0,
+        11 => present & HAS_SITE != 0,
         _ => true,
     }
 }
@@ -227,7 +233,7 @@ impl RawBuf {
         let p = rec.as_mut_ptr().cast::<u8>();
         // SAFETY: `rec` is MAX_CALL_RECORD_LEN bytes of this block's spare capacity (checked just
         // above, and the slice index panics otherwise); the kind, the presence byte and at most
-        // eleven varints of at most their field's width add up to no more than that; `set_len`
+        // twelve varints of at most their field's width add up to no more than that; `set_len`
         // covers exactly the bytes just written. This is the recorder's hot path: stores straight
         // into the block avoid building the record on the stack and copying it.
         unsafe {
@@ -258,6 +264,9 @@ impl RawBuf {
             }
             if present & HAS_RECV_BYTES != 0 {
                 n += put_varint(p.add(n), f[10]);
+            }
+            if present & HAS_SITE != 0 {
+                n += put_varint(p.add(n), f[11]);
             }
             self.current.set_len(len + n);
         }
@@ -518,6 +527,7 @@ fn misc_body_len(e: &Event) -> usize {
         Event::Memory(_) => 65,
         Event::Threshold(_) => 29,
         Event::Polls(_) => body::polls_at::LEN,
+        Event::CallSite(s) => 20 + s.file.len(),
     }
 }
 
@@ -585,6 +595,7 @@ impl<'a> BlockRecords<'a> {
         let root = self.signed_if(present & HAS_ROOT != 0, NO_RANK)?;
         let request = self.varint_if(present & HAS_REQUEST != 0, NO_REQUEST)?;
         let recv_bytes = self.varint_if(present & HAS_RECV_BYTES != 0, 0)?;
+        let site = u32::try_from(self.varint_if(present & HAS_SITE != 0, 0)?).ok()?;
         self.ctx = CallContext {
             prev_end: end,
             prev_comm: comm,
@@ -601,6 +612,7 @@ impl<'a> BlockRecords<'a> {
             request,
             cost,
             recv_bytes,
+            site,
         })
     }
 

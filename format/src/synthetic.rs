@@ -162,6 +162,7 @@ pub fn generate(cfg: &HaloConfig, mut sink: impl FnMut(&Event)) {
                     request,
                     cost: cost(&mut rng, &clock),
                     recv_bytes: 0,
+                    site: NO_SITE,
                 }));
                 clock.advance_ns(gap(&mut rng));
             }
@@ -180,6 +181,7 @@ pub fn generate(cfg: &HaloConfig, mut sink: impl FnMut(&Event)) {
             request: NO_REQUEST,
             cost: cost(&mut rng, &clock) + outstanding.len() as u32 * 20,
             recv_bytes: 0,
+            site: NO_SITE,
         }));
         for (request, peer, tag, bytes, send) in outstanding.drain(..) {
             sink(&Event::Completion(Completion {
@@ -206,6 +208,7 @@ pub fn generate(cfg: &HaloConfig, mut sink: impl FnMut(&Event)) {
             request: NO_REQUEST,
             cost: cost(&mut rng, &clock),
             recv_bytes: 8,
+            site: NO_SITE,
         }));
     }
     sink(&Event::Marker(Marker::FinalizeStart {

@@ -146,7 +146,7 @@ fn an_overlong_host_name_is_cut_at_a_character_boundary() {
 
 /// Re-labels the chunk at `at` as `version`, with a valid header checksum. Below version 6 the
 /// payload is rewritten too, as those versions wrote it: without the call column of receive
-/// bytes (column 11). The chunk is stored uncompressed afterwards.
+/// bytes and call sites (columns 11 and 12). The chunk is stored uncompressed afterwards.
 fn relabel(bytes: &mut Vec<u8>, at: usize, version: u16) {
     let mut h = ChunkHeader::from_bytes(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
     let stored_end = at + CHUNK_HEADER_LEN + h.stored_len as usize;
@@ -156,7 +156,7 @@ fn relabel(bytes: &mut Vec<u8>, at: usize, version: u16) {
             0 => stored.to_vec(),
             _ => zstd::decode_all(stored).unwrap(),
         };
-        let payload = without_receive_bytes_column(&payload);
+        let payload = without_version_6_columns(&payload);
         h.codec = 0;
         h.raw_len = payload.len() as u64;
         h.stored_len = payload.len() as u64;
@@ -174,13 +174,13 @@ fn relabel(bytes: &mut Vec<u8>, at: usize, version: u16) {
 }
 
 /// A version-6 payload (FORMAT.md: column count, LEB128 column lengths, the columns) with its
-/// receive-bytes column removed: the layout of versions 1-5.
-fn without_receive_bytes_column(payload: &[u8]) -> Vec<u8> {
-    const RECV_BYTES_COLUMN: usize = 11;
-    assert_eq!(payload[0], 17, "a version-6 payload has 17 columns");
+/// receive-bytes and call-site columns removed: the layout of versions 1-5.
+fn without_version_6_columns(payload: &[u8]) -> Vec<u8> {
+    const NEW_COLUMNS: [usize; 2] = [11, 12];
+    assert_eq!(payload[0], 18, "a version-6 payload has 18 columns");
     let mut pos = 1;
     let mut lens = Vec::new();
-    for _ in 0..17 {
+    for _ in 0..18 {
         let (mut v, mut shift) = (0u64, 0);
         loop {
             let b = payload[pos];
@@ -195,7 +195,7 @@ fn without_receive_bytes_column(payload: &[u8]) -> Vec<u8> {
     }
     let mut out = vec![16u8];
     for (i, &l) in lens.iter().enumerate() {
-        if i != RECV_BYTES_COLUMN {
+        if !NEW_COLUMNS.contains(&i) {
             let mut v = l as u64;
             while v >= 0x80 {
                 out.push(v as u8 | 0x80);
@@ -205,7 +205,7 @@ fn without_receive_bytes_column(payload: &[u8]) -> Vec<u8> {
         }
     }
     for (i, &l) in lens.iter().enumerate() {
-        if i != RECV_BYTES_COLUMN {
+        if !NEW_COLUMNS.contains(&i) {
             out.extend_from_slice(&payload[pos..pos + l]);
         }
         pos += l;
@@ -214,18 +214,62 @@ fn without_receive_bytes_column(payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// `events` as a chunk older than version 6 holds them: no receive bytes.
+/// `events` as a chunk older than version 6 holds them: no receive bytes, no call sites.
 fn without_receive_bytes(events: &[Event]) -> Vec<Event> {
     events
         .iter()
         .map(|e| match e {
             Event::Call(c) => Event::Call(MpiCall {
                 recv_bytes: 0,
+                site: NO_SITE,
                 ..*c
             }),
             other => other.clone(),
         })
         .collect()
+}
+
+#[test]
+fn call_sites_are_version_6_records() {
+    let site = CallSite {
+        id: 1,
+        address: 0x5555_5555_a1b2,
+        base: 0x5555_5555_0000,
+        file: "/opt/app/bin/solver".into(),
+    };
+    let call = MpiCall {
+        func: 4,
+        start: 10,
+        end: 20,
+        site: 1,
+        ..MpiCall::default()
+    };
+    let events = vec![Event::CallSite(site.clone()), Event::Call(call)];
+    let (kind, body) = raw_body(&events[0]);
+    assert_eq!(kind, 19);
+    let mut want = 1u32.to_le_bytes().to_vec();
+    want.extend_from_slice(&site.address.to_le_bytes());
+    want.extend_from_slice(&site.base.to_le_bytes());
+    want.extend_from_slice(site.file.as_bytes());
+    assert_eq!(body, want, "FORMAT.md's layout");
+    let (bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
+    let file = RankFile::from_bytes(bytes.clone(), "sites.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![events]);
+    let mut older = bytes;
+    relabel(&mut older, first_chunk_offset(), 5);
+    let file = RankFile::from_bytes(older, "v5-sites.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(
+        chunks.is_empty(),
+        "a call-site definition accepted in a version-5 chunk"
+    );
+    assert!(
+        err.expect("rejected")
+            .to_string()
+            .contains("unknown event kind")
+    );
 }
 
 #[test]
@@ -245,7 +289,7 @@ fn receive_bytes_are_a_version_6_column() {
     let (chunks, tail, err) = read_everything(&file);
     assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
     assert_eq!(chunks, vec![events.clone()]);
-    // Labelled 5 but keeping the 17th column, the payload is refused, not misread.
+    // Labelled 5 but keeping the new columns, the payload is refused, not misread.
     let mut mislabelled = bytes.clone();
     let at = first_chunk_offset();
     let mut h = ChunkHeader::from_bytes(mislabelled[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
@@ -447,9 +491,9 @@ fn versions_beyond_the_known_ones_are_refused() {
 /// Builds an uncompressed chunk holding one misc event of `kind` with `body`, bypassing the
 /// encoder so that bodies it would never write can be tested.
 fn chunk_with_body(kind: u8, body: &[u8]) -> Vec<u8> {
-    let mut payload = vec![17u8];
+    let mut payload = vec![18u8];
     let mut columns: Vec<Vec<u8>> = vec![vec![kind]];
-    columns.extend((1..16).map(|_| vec![0u8])); // numeric columns: width 0, no values
+    columns.extend((1..17).map(|_| vec![0u8])); // numeric columns: width 0, no values
     let mut misc = Vec::new();
     misc.push(body.len() as u8); // a one-byte varint: the bodies below are short
     misc.extend_from_slice(body);

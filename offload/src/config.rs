@@ -135,6 +135,8 @@ pub struct Config {
     /// A call running longer than this is reported stuck; zero disables the watchdog.
     pub watchdog: Duration,
     pub watchdog_abort: bool,
+    /// Record where the program called each MPI function (`MpiCall::site`).
+    pub callsites: bool,
     /// How long `MPI_Abort` and a crash (SIGSEGV, SIGBUS, SIGABRT) wait for the trace to be
     /// written before the process goes on to end: the job must end even when the disk hangs.
     pub abort_flush_limit: Duration,
@@ -432,6 +434,16 @@ static SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        flag: "callsites",
+        env: "EVENFLUSH_CALLSITES",
+        default: "false",
+        help: "Record where the program called each MPI function (its return address), so that `evenflush report --callsites` attributes time and bytes to source lines; costs a few ns per call",
+        apply: |c, v| {
+            c.callsites = parse_bool(v)?;
+            Ok(())
+        },
+    },
+    Setting {
         flag: "abort-flush-limit",
         env: "EVENFLUSH_ABORT_FLUSH_LIMIT",
         default: "10s",
@@ -532,6 +544,7 @@ impl Config {
             exclude: Vec::new(),
             watchdog: Duration::ZERO,
             watchdog_abort: false,
+            callsites: false,
             abort_flush_limit: Duration::ZERO,
             clock_samples: 1,
             clock_scheme: crate::clock::ClockScheme::Tree,

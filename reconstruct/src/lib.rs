@@ -2,6 +2,7 @@
 //! summaries built on them; reconstruction of the original timing (removing DP' and DP,
 //! happened-before repair) and comparison of two runs.
 
+pub mod callsites;
 pub mod clock;
 pub mod collect;
 pub mod compare;

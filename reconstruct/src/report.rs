@@ -696,6 +696,7 @@ mod tests {
             request: 0,
             cost,
             recv_bytes: 0,
+            site: format::NO_SITE,
         })
     }
 

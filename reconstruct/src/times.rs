@@ -40,6 +40,7 @@ pub fn for_each_time(e: &mut Event, mut f: impl FnMut(&mut u64)) {
         | Event::RankInfo(_)
         | Event::Writer(_)
         | Event::RemoteGroup { .. }
-        | Event::WinDef { .. } => {}
+        | Event::WinDef { .. }
+        | Event::CallSite(_) => {}
     }
 }

@@ -767,6 +767,12 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
     w(out, call);
     w(out, "evf_r.end = evf_now();");
     w(out, "if (EVF_UNLIKELY(evf_watching)) evf_rust_watch_end();");
+    // This wrapper is the function the program called, so its return address is the call site
+    // (for the Fortran bindings: the caller of `mpi_x_`, the program or its MPI module).
+    w(
+        out,
+        "if (EVF_UNLIKELY(evf_callsites)) evf_r.site = (uint64_t)(uintptr_t)__builtin_return_address(0);",
+    );
 
     if let Some(c) = f.role("comm") {
         let h = handle_of(lang, f.param(c), "Comm");

@@ -13,6 +13,7 @@ __thread int evf_depth __attribute__((tls_model("initial-exec")));
 __thread void *evf_tb __attribute__((tls_model("initial-exec")));
 int evf_active;
 int evf_watching;
+int evf_callsites;
 
 void evf_set_watching(int on) { evf_watching = on; }
 
@@ -125,6 +126,7 @@ static void evf_start(uint16_t fid, uint64_t t0, uint64_t t1, int rank, int size
     /* Initialisation runs once per process, so this registers once. */
     pthread_atfork(NULL, NULL, evf_atfork_child);
     evf_watch_comm_frees();
+    evf_callsites = evf_rust_callsites();
     evf_active = 1;
     if (evf_session_mode) {
         /* Ids 0 and 1 keep their meaning (the world process set, this process) although the

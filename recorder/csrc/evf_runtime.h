@@ -49,6 +49,8 @@ typedef struct {
     uint64_t bytes;
     /* Bytes arriving in this rank's receive buffer in a collective (0 where none or unknown). */
     uint64_t recv_bytes;
+    /* The wrapper's return address when call sites are recorded (--callsites), else 0. */
+    uint64_t site;
     uint64_t req_handle;
     uint32_t comm;
     int32_t peer;
@@ -109,6 +111,7 @@ int evf_rust_init(int world_rank, int world_size, int thread_level);
 void evf_rust_set_library(const char *version, int len);
 void evf_rust_init_done(uint64_t tick);
 uint64_t evf_rust_settings_fingerprint(void);
+int evf_rust_callsites(void);
 void evf_rust_refuse(uint64_t mine, uint64_t lowest, uint64_t highest);
 void evf_rec_call(const evf_call_t *call);
 void *evf_rust_thread_buf(void);
@@ -132,6 +135,8 @@ extern __thread int evf_depth __attribute__((tls_model("initial-exec")));
 extern int evf_active;
 /* Set when the watchdog runs (--watchdog): wrappers then say what each call waits for. */
 extern int evf_watching;
+/* Whether wrappers take their return address (--callsites); set once at initialisation. */
+extern int evf_callsites;
 void evf_rust_watch_begin(uint16_t func, uint64_t start, uint32_t comm, int32_t peer, int32_t tag);
 void evf_rust_watch_end(void);
 void evf_set_watching(int on);

@@ -41,6 +41,8 @@ pub struct Local {
     pub cost_carry: u64,
     /// In `--mode profile`, the statistics that stand in for the event trace (constant memory).
     profile: Option<Box<ProfileStats>>,
+    /// Call sites this thread has named lately (`--callsites`).
+    pub sites: crate::callsites::SiteCache,
 }
 
 /// Set once profile mode starts; every thread's statistics start as a copy of it.
@@ -179,6 +181,7 @@ fn register() -> &'static ThreadBuf {
             calls: 0,
             cost_estimate: 0,
             cost_carry: 0,
+            sites: [(0, 0); crate::callsites::CACHE_SLOTS],
             profile: None,
         }),
     }));

@@ -60,6 +60,7 @@ pub struct CallRecord {
     pub end: u64,
     pub bytes: u64,
     pub recv_bytes: u64,
+    pub site: u64,
     pub req_handle: u64,
     pub comm: u32,
     pub peer: i32,
@@ -262,6 +263,7 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
         request,
         cost: 0,
         recv_bytes: rec.recv_bytes,
+        site: format::NO_SITE,
     };
     let read_cost = READ_COST.load(Ordering::Relaxed);
     let outlier = OUTLIER_TICKS.load(Ordering::Relaxed);
@@ -283,6 +285,9 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
             }
             None => {
                 let cap_before = l.buf.capacity_bytes();
+                if rec.site != 0 {
+                    call.site = crate::callsites::site_of(l, rec.site);
+                }
                 if rec.idle != 0 {
                     l.buf.push_idle_poll(&call);
                 } else {

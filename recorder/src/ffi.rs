@@ -223,6 +223,12 @@ pub extern "C" fn evf_rust_settings_fingerprint() -> u64 {
     core::session().map_or(0, |s| protocol::settings_fingerprint(&s.config))
 }
 
+/// Whether the wrappers should take their return addresses (`--callsites`).
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_callsites() -> c_int {
+    core::session().map_or(0, |s| c_int::from(s.config.callsites))
+}
+
 /// The ranks' settings differ (or a rank is not recording): this rank records nothing, so that no
 /// rank waits in a protocol step another rank never takes.
 #[unsafe(no_mangle)]

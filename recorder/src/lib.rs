@@ -14,6 +14,7 @@
 
 pub mod alloc;
 pub mod buffers;
+pub mod callsites;
 pub mod clock;
 pub mod core;
 pub mod ffi;

@@ -16,6 +16,7 @@ fn call(func: &str, _order: u64, comm: u32, peer: i32, tag: i32, bytes: u64) -> 
         end: recorder::clock::now(),
         bytes,
         recv_bytes: 0,
+        site: 0,
         req_handle: 0,
         comm,
         peer,

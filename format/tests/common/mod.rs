@@ -62,20 +62,24 @@ pub fn arb_call() -> impl Strategy<Value = MpiCall> {
         any::<u32>(),
         // Mostly absent, as on every non-collective call.
         prop_oneof![3 => Just(0u64), 1 => any::<u64>()],
+        prop_oneof![3 => Just(NO_SITE), 1 => any::<u32>()],
     )
         .prop_map(
-            |(func, start, end, comm, peer, tag, bytes, root, request, cost, recv_bytes)| MpiCall {
-                func,
-                start,
-                end,
-                comm,
-                peer,
-                tag,
-                bytes,
-                root,
-                request,
-                cost,
-                recv_bytes,
+            |(func, start, end, comm, peer, tag, bytes, root, request, cost, recv_bytes, site)| {
+                MpiCall {
+                    func,
+                    start,
+                    end,
+                    comm,
+                    peer,
+                    tag,
+                    bytes,
+                    root,
+                    request,
+                    cost,
+                    recv_bytes,
+                    site,
+                }
             },
         )
 }
@@ -216,6 +220,9 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
             })
         ),
         1 => arb_poll_run().prop_map(Event::Polls),
+        1 => (any::<u32>(), any::<u64>(), any::<u64>(), ".{0,60}").prop_map(
+            |(id, address, base, file)| Event::CallSite(CallSite { id, address, base, file })
+        ),
     ]
 }
 

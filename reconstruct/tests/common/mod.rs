@@ -48,6 +48,7 @@ pub fn call(func: FunctionId, start: u64, end: u64, peer: i32, tag: i32) -> MpiC
         request: NO_REQUEST,
         cost: 0,
         recv_bytes: 0,
+        site: format::NO_SITE,
     }
 }
 
