@@ -183,7 +183,12 @@ impl Resolver {
                 }
                 innermost
             })
-            .or_else(|| loader.find_symbol(probe).map(str::to_string));
+            .or_else(|| {
+                // No debug information (a distribution's stripped build): the symbol table still
+                // names the function.
+                let symbol = loader.find_symbol(probe)?;
+                Some(addr2line::demangle_auto(symbol.into(), None).into_owned())
+            });
         Source { caller, line }
     }
 }
