@@ -375,13 +375,16 @@ fn recv_bytes_expr(lang: Lang, f: &Func) -> Option<String> {
         let t = f.role("rtype").or(f.role("type")).unwrap();
         handle_of(lang, f.param(t), "Datatype")
     };
-    let counts_fn = |p: &Param, int_fn: &str, count_fn: &str| {
-        // Fortran passes MPI_Count arrays as such too (INTEGER(KIND=MPI_COUNT_KIND)).
-        if p.kind == Kind::CountPtr {
-            format!("{count_fn}((const MPI_Count *){}", p.name)
+    // A function of a count array, the type and the communicator: `evf_vbytes` (the sum over
+    // the group) or `evf_mine_bytes` (this rank's entry), `_c` for MPI_Count arrays (Fortran
+    // passes those as such too, INTEGER(KIND=MPI_COUNT_KIND)).
+    let of_counts = |p: &Param, fun: &str| {
+        let (suffix, cast) = if p.kind == Kind::CountPtr {
+            ("_c", "const MPI_Count *")
         } else {
-            format!("{int_fn}((const int *){}", p.name)
-        }
+            ("", "const int *")
+        };
+        format!("{fun}{suffix}(({cast}){}, {}, {})", p.name, ty(), comm())
     };
     let amount = if let Some(c) = f.role("rcount") {
         let per_rank = match f.role("rper") {
@@ -396,19 +399,9 @@ fn recv_bytes_expr(lang: Lang, f: &Func) -> Option<String> {
             comm()
         )
     } else if let Some(v) = f.role("rvcounts") {
-        format!(
-            "{}, {}, {})",
-            counts_fn(f.param(v), "evf_vbytes", "evf_vbytes_c"),
-            ty(),
-            comm()
-        )
+        of_counts(f.param(v), "evf_vbytes")
     } else if let Some(v) = f.role("rmine") {
-        format!(
-            "{}, {}, {})",
-            counts_fn(f.param(v), "evf_mine_bytes", "evf_mine_bytes_c"),
-            ty(),
-            comm()
-        )
+        of_counts(f.param(v), "evf_mine_bytes")
     } else {
         return None;
     };
