@@ -94,8 +94,12 @@ def main():
             continue
         name = None
         if e.type in (pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_INSTANT):
-            assert e.name_iid in st["names"], f"name iid {e.name_iid} not interned"
-            name = st["names"][e.name_iid]
+            if e.HasField("name"):
+                # Edge marks of a windowed export carry their own (unique) names.
+                name = e.name
+            else:
+                assert e.name_iid in st["names"], f"name iid {e.name_iid} not interned"
+                name = st["names"][e.name_iid]
         for i in e.flow_ids:
             flow_out[i] += 1
         for i in e.terminating_flow_ids:
@@ -106,11 +110,20 @@ def main():
     # Slices per track in time order (ties in file order), as trace_processor stacks them.
     events.sort(key=lambda x: (x[0], x[1], x[2]))
     begins = Counter()
+    edge_marks = 0
+    slice_ts = []  # times of every slice begin and end, instant and counter-free
+    calls_begin = []  # (pid, ts) of every call slice's begin
     region_names = Counter()
     stacks = defaultdict(list)
     flow_start_ts, flow_end_ts = {}, {}
     for track, ts, _, typ, name, outs, ins in events:
         pid = tracks[track][1]
+        if name is not None and name.endswith("(outside window)"):
+            edge_marks += 1
+        elif typ != pb.TrackEvent.TYPE_COUNTER:
+            slice_ts.append(ts)
+        if typ == pb.TrackEvent.TYPE_SLICE_BEGIN and name in functions:
+            calls_begin.append((pid, ts))
         if typ == pb.TrackEvent.TYPE_SLICE_BEGIN:
             stacks[track].append(ts)
             if name in functions:
@@ -151,6 +164,10 @@ def main():
         "flows_without_start": sum(1 for i in flow_in if i not in flow_out),
         "flows_backwards": backwards,
         "counters": counters,
+        "edge_marks": edge_marks,
+        "min_ts": min(slice_ts, default=None),
+        "max_ts": max(slice_ts, default=None),
+        "call_begins": sorted(calls_begin),
     }))
 
 

@@ -295,6 +295,10 @@ impl Window {
         self.from == 0 && self.to == u64::MAX
     }
 
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
     pub fn has_rank(&self, rank: u32) -> bool {
         self.ranks.as_ref().is_none_or(|r| r.contains(&rank))
     }
