@@ -85,11 +85,13 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         .map(Trace::open)
         .collect::<Result<Vec<_>, _>>()?;
     let run = Trace::open(run)?;
-    let window = if spec.is_everything() {
-        None
+    let (window, crossing) = if spec.is_everything() {
+        (None, 0)
     } else {
         let metas = reconstruct::rebuild::scan(&run)?;
-        Some(spec.resolve(&metas, run.world_size)?)
+        let window = spec.resolve(&metas, run.world_size)?;
+        let crossing = reconstruct::window::crossing_messages(&run, &metas, &window)?;
+        (Some(window), crossing)
     };
     let opts = Options {
         tolerance: Tolerance {
@@ -108,7 +110,10 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         print!("{}", compare::render_table(&report));
     }
     if let Some(w) = &report.window {
-        eprintln!("{w}: {} calls compared", report.calls);
+        eprintln!(
+            "{w}: {} calls compared; {crossing} messages of RUN crossing its edge",
+            report.calls
+        );
     }
     for k in &report.skipped {
         eprintln!("evenflush: warning: {k}");

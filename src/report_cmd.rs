@@ -73,9 +73,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         } else {
             let metas = reconstruct::rebuild::scan(&trace)?;
             let window = spec.resolve(&metas, trace.world_size)?;
+            let crossing = reconstruct::window::crossing_messages(&trace, &metas, &window)?;
             report::profile_trace_window(&trace, &window, &metas, &mut progress).map(
                 |(p, m, s, c)| {
-                    cut = Some(c);
+                    cut = Some(report::WindowCut {
+                        messages_crossing: crossing,
+                        ..c
+                    });
                     (p, m, s)
                 },
             )
@@ -95,8 +99,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     rep.memory = memory;
     if let Some(c) = &cut {
         eprintln!(
-            "{}; {} sends to ranks outside it left out of the partners",
-            c.window, c.sends_to_ranks_outside
+            "{}; {} messages crossing its edge; {} sends to ranks outside it left out of the partners",
+            c.window, c.messages_crossing, c.sends_to_ranks_outside
         );
     }
     rep.window = cut;

@@ -92,15 +92,14 @@ fn window_of(line: &str) -> (f64, f64) {
     (a.parse().unwrap(), b.parse().unwrap())
 }
 
-/// `N crossing` of a summary line.
+/// The messages crossing the window's edge by a summary line: the last number before
+/// `crossing`.
 fn crossing_of(line: &str) -> u64 {
-    let before = line
-        .split(" crossing")
-        .next()
-        .unwrap_or_else(|| panic!("no crossing count in {line:?}"));
+    assert!(line.contains("crossing"), "no crossing count in {line:?}");
+    let before = line.split("crossing").next().unwrap();
     before
-        .rsplit(|c: char| !c.is_ascii_digit())
-        .next()
+        .split(|c: char| !c.is_ascii_digit())
+        .rfind(|w| !w.is_empty())
         .unwrap()
         .parse()
         .unwrap()
@@ -247,6 +246,14 @@ fn windows(mpi: Mpi) {
     for c in win["call_begins"].as_array().unwrap() {
         assert!(kept.contains(&(u(&c[0]) - 1)), "{c}");
     }
+
+    // Report and compare count the same crossing messages.
+    let line = stderr(&ok(evenflush(&["report"], &dir, &flags), "report window"));
+    assert_eq!(crossing_of(&line), crossing, "{line}");
+    let mut args = vec![dir.to_str().unwrap()];
+    args.extend(&flags);
+    let line = stderr(&ok(evenflush(&["compare"], &dir, &args), "compare window"));
+    assert_eq!(crossing_of(&line), crossing, "{line}");
 
     // Chrome JSON, the same window: the same edge marks, no event outside.
     let json_file = work.join("window.json");

@@ -576,6 +576,9 @@ pub fn render_table(r: &CompareReport) -> String {
     let pct = |x: f64| 100.0 * x;
     let _ = writeln!(o, "reference  {}", r.reference);
     let _ = writeln!(o, "run        {}", r.run);
+    if let Some(w) = &r.window {
+        let _ = writeln!(o, "{w}: calls that start in it in RUN");
+    }
     let _ = writeln!(
         o,
         "ranks {}, calls compared {}; tolerance {}",

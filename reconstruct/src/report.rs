@@ -91,6 +91,9 @@ pub struct WindowCut {
     /// Point-to-point sends in the window from a kept rank to a rank outside `--ranks`: not in
     /// the partner matrix.
     pub sends_to_ranks_outside: u64,
+    /// Matched messages with one end in the window and the other outside it (in time or rank);
+    /// filled in by the caller ([`crate::window::crossing_messages`]).
+    pub messages_crossing: u64,
 }
 
 /// [`profile_trace_with_memory`] over `window` only: the ranks in it; calls (and runs of polls)
@@ -628,8 +631,9 @@ impl Report {
         if let Some(w) = &self.window {
             let _ = writeln!(
                 o,
-                "{}: calls whose start lies in it; {} sends to ranks outside it not in the partners",
-                w.window, w.sends_to_ranks_outside
+                "{}: calls whose start lies in it; {} messages crossing its edge; {} sends to ranks \
+                 outside it not in the partners",
+                w.window, w.messages_crossing, w.sends_to_ranks_outside
             );
         }
         let _ = writeln!(
