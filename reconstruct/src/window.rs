@@ -378,12 +378,9 @@ impl fmt::Display for Window {
             };
             match (name(self.from_edge), name(self.to_edge)) {
                 (None, None) => {}
-                (a, b) => write!(
-                    f,
-                    " ({} to {})",
-                    a.unwrap_or_else(|| "given".into()),
-                    b.unwrap_or_else(|| "given".into())
-                )?,
+                (Some(a), Some(b)) => write!(f, " ({a} to {b})")?,
+                (Some(a), None) => write!(f, " (from {a})")?,
+                (None, Some(b)) => write!(f, " (to {b})")?,
             }
         }
         match &self.ranks {
