@@ -48,8 +48,8 @@ pub struct Otf2Summary {
     pub suspensions: u64,
     /// `BufferFlush` records: suspensions in which the rank wrote its trace.
     pub buffer_flushes: u64,
-    /// Calls and suspensions left out: outside the window's time, or of a rank outside it
-    /// (whose locations are defined but empty).
+    /// What the window left out: calls and suspensions outside its time, and every event of a
+    /// rank outside it (whose locations are defined but empty).
     pub cut: u64,
     /// What the window was.
     pub window: String,
