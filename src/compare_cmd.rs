@@ -7,11 +7,14 @@ use clap::Args;
 use reconstruct::Trace;
 use reconstruct::compare::{self, CompareError, Options, Tolerance};
 
+use crate::window_args::WindowArgs;
+
 #[derive(Args, Debug)]
 #[command(after_help = concat!(
     "Examples:\n",
     "  evenflush compare reference-run offload-run.reconstructed --json\n",
-    "  evenflush compare ref1 ref2 ref3 offload-run.reconstructed --tolerance 5%\n\n",
+    "  evenflush compare ref1 ref2 ref3 offload-run.reconstructed --tolerance 5%\n",
+    "  evenflush compare ref run --from 2.0 --to 4.0 --ranks 0-7\n\n",
     "The last trace is the run judged; every one before it (and each --reference) is a reference. ",
     "The detailed figures are against the first reference. With two or more references the noise ",
     "floor is printed beside them: the same figures between the references, and whether the run is ",
@@ -19,8 +22,13 @@ use reconstruct::compare::{self, CompareError, Options, Tolerance};
     "A call is within tolerance when |duration in RUN − duration in REF| is at most --tolerance of ",
     "the reference call's duration, or --tolerance-floor for short calls. Bias is the signed ",
     "difference RUN − REF: positive when the run's calls last longer.\n\n",
+    "With a window (resolved on the run judged, RUN): a pair of calls counts when RUN's call starts ",
+    "in [from, to] on a rank in --ranks; calls are still aligned over the whole runs. Between two ",
+    "references the same seconds since the start apply to the later one. The totals (span, total ",
+    "error) stay the whole runs'.\n\n",
     "Exit codes: 0 success; 1 error (including two runs that are not the same program); 2 bad usage; ",
-    "3 damaged or missing trace."
+    "3 damaged or missing trace.\n\n",
+    crate::window_help!()
 ))]
 pub struct CompareArgs {
     /// Reference traces (e.g. runs without offload), then the run to judge (e.g. a reconstructed
@@ -40,6 +48,8 @@ pub struct CompareArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub window: WindowArgs,
 }
 
 /// `5%` or `5` → 0.05.
@@ -69,16 +79,26 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     if references.is_empty() {
         bail!("compare needs a reference run: `evenflush compare REF [REF...] RUN`");
     }
+    let spec = args.window.spec()?;
     let references = references
         .into_iter()
         .map(Trace::open)
         .collect::<Result<Vec<_>, _>>()?;
     let run = Trace::open(run)?;
+    let (window, crossing) = if spec.is_everything() {
+        (None, 0)
+    } else {
+        let metas = reconstruct::rebuild::scan(&run)?;
+        let window = spec.resolve(&metas, run.world_size)?;
+        let crossing = reconstruct::window::crossing_messages(&run, &metas, &window)?;
+        (Some(window), crossing)
+    };
     let opts = Options {
         tolerance: Tolerance {
             relative: args.tolerance,
             floor_ns: args.tolerance_floor,
         },
+        window,
     };
     let report = compare::compare_runs(&references, &run, &opts).map_err(|e| match e {
         CompareError::Trace(t) => anyhow::Error::new(t),
@@ -88,6 +108,12 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", compare::render_table(&report));
+    }
+    if let Some(w) = &report.window {
+        eprintln!(
+            "{w}: {} calls compared; {crossing} messages of RUN crossing its edge",
+            report.calls
+        );
     }
     for k in &report.skipped {
         eprintln!("evenflush: warning: {k}");

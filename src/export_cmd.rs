@@ -9,6 +9,8 @@ use reconstruct::export::perfetto_proto::{self, ProtoOptions};
 use reconstruct::export::{ExportError, otf2, perfetto};
 use reconstruct::progress::Bar;
 
+use crate::window_args::WindowArgs;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
     /// Perfetto's native protobuf trace (deflated packets, 20-35 times smaller than the JSON):
@@ -23,7 +25,8 @@ pub enum ExportFormat {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  evenflush export trace --format perfetto --out trace.pftrace\n  \
+    after_help = concat!("Examples:\n  evenflush export trace --format perfetto --out trace.pftrace\n  \
+evenflush export trace --format perfetto --out zoom.pftrace --from 1.2 --to 2.5 --ranks 0-3\n  \
 evenflush export trace --format chrome-json --out trace.json\n  \
 evenflush export trace --format otf2 --out trace-otf2 && otf2-print trace-otf2/traces.otf2\n\n\
 Times are in the global clock (rank 0's). perfetto and chrome-json (the same view; `perfetto` wrote this JSON \
@@ -33,7 +36,14 @@ slice with peer (world rank), tag, bytes and communicator, user regions as slice
 message a flow arrow from the send call to the call that completed the receive, suspensions and flushes as \
 slices, the recorder's buffer fill as a counter. OTF2: MPI point-to-point \
 (blocking and nonblocking) and collective records inside a region per MPI function; suspensions as \
-MeasurementOnOff. Export a reconstructed trace (evenflush reconstruct) to see the original timing."
+MeasurementOnOff. Export a reconstructed trace (evenflush reconstruct) to see the original timing.\n\n\
+With a window, slices that overlap it are kept and cut to its edges; instants, counter samples and \
+(perfetto) user regions that begin inside it are kept; ranks outside it are left out (OTF2 keeps \
+their locations, empty, so the definitions stay whole). A matched message with one end outside the \
+window keeps its arrow (perfetto, chrome-json): it goes to or from a mark on the \"outside window\" \
+track, at the window's edge (or at the time of the end, for a rank outside --ranks), named e.g. \
+\"→ rank 7 at 12.345678 s (outside window)\". A message end is the start of the send call and the end \
+of the call that completed the receive.\n\n", crate::window_help!())
 )]
 pub struct ExportArgs {
     /// Trace directory (holds rank-*.evf).
@@ -44,6 +54,8 @@ pub struct ExportArgs {
     /// (replaced if it holds an archive).
     #[arg(long)]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub window: WindowArgs,
 }
 
 pub fn run(args: &ExportArgs) -> Result<()> {
@@ -53,55 +65,72 @@ pub fn run(args: &ExportArgs) -> Result<()> {
              libopen-trace-format2-dev, were not found at build time); install them and rebuild"
         );
     }
+    let spec = args.window.spec()?;
     let trace = Trace::open(&args.dir)?;
+    let window = if spec.is_everything() {
+        reconstruct::window::Window::everything(trace.world_size)
+    } else {
+        let metas = reconstruct::rebuild::scan(&trace)?;
+        spec.resolve(&metas, trace.world_size)?
+    };
     let bar = Bar::for_terminal("exporting");
     let mut progress = |done, total| bar.update(done, total);
     let result = match args.format {
-        ExportFormat::Perfetto => perfetto_proto::export(
+        ExportFormat::Perfetto => perfetto_proto::export_window(
             &trace,
             &args.out,
             ProtoOptions::default(),
+            &window,
             &mut progress,
         )
         .map(|s| {
             warn_skipped(&s.skipped);
             format!(
-                "wrote {}: {} slices, {} flow ends ({} matched messages), {} counter samples, \
-                         {} packets, {} bytes ({} before compression)",
+                "wrote {}: {}; {} slices, {} flow ends ({} matched messages, {} crossing the \
+                 window's edge), {} counter samples, {} packets, {} bytes ({} before compression)",
                 args.out.display(),
+                s.window,
                 s.slices,
                 s.flow_ends,
                 s.messages_matched,
+                s.messages_crossing,
                 s.counters,
                 s.packets,
                 s.bytes_written,
                 s.bytes_packets
             )
         }),
-        ExportFormat::ChromeJson => perfetto::export(&trace, &args.out, &mut progress).map(|s| {
+        ExportFormat::ChromeJson => {
+            perfetto::export_window(&trace, &args.out, &window, &mut progress).map(|s| {
+                warn_skipped(&s.skipped);
+                format!(
+                    "wrote {}: {}; {} slices, {} message flows ({} matched messages, {} crossing \
+                     the window's edge), {} counter samples",
+                    args.out.display(),
+                    s.window,
+                    s.slices,
+                    s.flows,
+                    s.messages_matched,
+                    s.messages_crossing,
+                    s.counters
+                )
+            })
+        }
+        ExportFormat::Otf2 => otf2::export_window(&trace, &args.out, &window, &mut progress).map(|s| {
             warn_skipped(&s.skipped);
             format!(
-                "wrote {}: {} slices, {} message flows ({} matched messages), {} counter samples",
+                "wrote {}: {}; {} locations, {} events ({} MPI sends, {} receives, {} collectives, {} \
+                 suspensions, {} buffer flushes), {} cut by the window (calls and suspensions outside it, all events of ranks outside it)",
                 args.out.display(),
-                s.slices,
-                s.flows,
-                s.messages_matched,
-                s.counters
-            )
-        }),
-        ExportFormat::Otf2 => otf2::export(&trace, &args.out, &mut progress).map(|s| {
-            warn_skipped(&s.skipped);
-            format!(
-                "wrote {}: {} locations, {} events ({} MPI sends, {} receives, {} collectives, {} \
-                 suspensions, {} buffer flushes)",
-                args.out.display(),
+                s.window,
                 s.locations,
                 s.events,
                 s.sends,
                 s.receives,
                 s.collectives,
                 s.suspensions,
-                s.buffer_flushes
+                s.buffer_flushes,
+                s.cut
             )
         }),
     };

@@ -13,6 +13,7 @@ mod run;
 mod simulate_cmd;
 mod timeline_cmd;
 mod validate;
+mod window_args;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -2,37 +2,36 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::Args;
 use reconstruct::Trace;
 use reconstruct::export::ExportError;
 use reconstruct::export::timeline::{self, TimelineOptions};
 use reconstruct::progress::Bar;
 
+use crate::window_args::WindowArgs;
+
 #[derive(Args, Debug)]
-#[command(after_help = "Examples:\n  evenflush timeline trace --png run.png\n  \
+#[command(after_help = concat!("Examples:\n  evenflush timeline trace --png run.png\n  \
 evenflush timeline trace --png zoom.png --from 0.010 --to 0.012 --ranks 0-3,7\n  \
+evenflush timeline trace --png between.png --from suspension:2 --to suspension:3\n  \
 evenflush timeline trace --png original.png --reconstructed\n\n\
 Ranks are rows, time runs left to right in seconds since the earliest end of MPI_Init (global clock). \
 MPI calls are coloured by kind (point-to-point send, receive, wait/test, collective, other); where a pixel \
 column holds several calls it takes the colour of the kind covering most of it, fainter the less of it is \
 MPI. Arrows go from each matched send to the end of the call that completed its receive; suspensions are \
-shaded. Needs the DejaVu font (Debian package fonts-dejavu-core).")]
+shaded. A message with one end outside the window (in time, or on a rank not drawn) is a magenta \
+line from its end inside to a square at the picture's edge (or at the top of the row for a rank \
+not drawn); rows follow the order --ranks gives. Needs the DejaVu font (Debian \
+package fonts-dejavu-core).\n\n", crate::window_help!()))]
 pub struct TimelineArgs {
     /// Trace directory (holds rank-*.evf).
     pub dir: PathBuf,
     /// The PNG file to write.
     #[arg(long)]
     pub png: PathBuf,
-    /// Window start, seconds since the end of MPI_Init [default: 0].
-    #[arg(long, value_name = "S")]
-    pub from: Option<f64>,
-    /// Window end, seconds since the end of MPI_Init [default: the start of MPI_Finalize].
-    #[arg(long, value_name = "S")]
-    pub to: Option<f64>,
-    /// Ranks to draw, e.g. `0-3,6` [default: all].
-    #[arg(long, value_name = "LIST")]
-    pub ranks: Option<String>,
+    #[command(flatten)]
+    pub window: WindowArgs,
     /// Remove the suspensions from the time axis (the timing `evenflush reconstruct` recovers).
     #[arg(long)]
     pub reconstructed: bool,
@@ -41,39 +40,9 @@ pub struct TimelineArgs {
     pub width: u32,
 }
 
-/// Parses `0-3,6,8-9` into ranks, in the order given.
-pub fn parse_ranks(list: &str) -> Result<Vec<u32>> {
-    let mut out = Vec::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let a: u32 = a
-                    .trim()
-                    .parse()
-                    .with_context(|| format!("bad rank range '{part}'"))?;
-                let b: u32 = b
-                    .trim()
-                    .parse()
-                    .with_context(|| format!("bad rank range '{part}'"))?;
-                if b < a {
-                    bail!("bad rank range '{part}': end before start");
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().with_context(|| format!("bad rank '{part}'"))?),
-        }
-    }
-    if out.is_empty() {
-        bail!("--ranks names no rank");
-    }
-    Ok(out)
-}
-
 pub fn run(args: &TimelineArgs) -> Result<()> {
     let opts = TimelineOptions {
-        from_s: args.from,
-        to_s: args.to,
-        ranks: args.ranks.as_deref().map(parse_ranks).transpose()?,
+        window: args.window.spec()?,
         reconstructed: args.reconstructed,
         width: args.width,
         ..TimelineOptions::default()
@@ -96,16 +65,17 @@ pub fn run(args: &TimelineArgs) -> Result<()> {
         String::new()
     };
     eprintln!(
-        "wrote {} ({}x{}): {} ranks, {:.6}-{:.6} s, {} calls, {} of {} messages drawn, {} suspensions{memory}",
+        "wrote {} ({}x{}): {}; {} calls, {} of {} messages drawn, {} crossing the window's edge \
+         ({} drawn to edge marks), {} suspensions{memory}",
         args.png.display(),
         s.width,
         s.height,
-        s.ranks.len(),
-        s.from_s,
-        s.to_s,
+        s.window,
         s.calls_in_window,
         s.arrows_drawn,
         s.messages_in_window,
+        s.messages_crossing,
+        s.edge_arrows_drawn,
         s.suspensions_in_window
     );
     Ok(())

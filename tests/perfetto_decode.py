@@ -94,25 +94,47 @@ def main():
             continue
         name = None
         if e.type in (pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_INSTANT):
-            assert e.name_iid in st["names"], f"name iid {e.name_iid} not interned"
-            name = st["names"][e.name_iid]
+            if e.HasField("name"):
+                # Edge marks of a windowed export carry their own (unique) names.
+                name = e.name
+            else:
+                assert e.name_iid in st["names"], f"name iid {e.name_iid} not interned"
+                name = st["names"][e.name_iid]
         for i in e.flow_ids:
             flow_out[i] += 1
         for i in e.terminating_flow_ids:
             flow_in[i] += 1
+        seq = None
+        for a in e.debug_annotations:
+            if st["annotations"].get(a.name_iid) == "seq":
+                seq = a.int_value
         events.append((track, ts, order, e.type, name, list(e.flow_ids),
-                       list(e.terminating_flow_ids)))
+                       list(e.terminating_flow_ids), seq))
 
     # Slices per track in time order (ties in file order), as trace_processor stacks them.
     events.sort(key=lambda x: (x[0], x[1], x[2]))
     begins = Counter()
+    edge_marks = 0
+    slice_ts = []  # times of every slice begin and end, instant and counter-free
+    calls_begin = []  # (pid, ts) of every call slice's begin
     region_names = Counter()
     stacks = defaultdict(list)
     flow_start_ts, flow_end_ts = {}, {}
-    for track, ts, _, typ, name, outs, ins in events:
+    instants = defaultdict(list)
+    suspensions = []  # [seq, pid, begin, end]
+    flow_start_pid, flow_end_pid = {}, {}
+    for track, ts, _, typ, name, outs, ins, seq in events:
         pid = tracks[track][1]
+        if typ == pb.TrackEvent.TYPE_INSTANT and name is not None:
+            instants[name].append(ts)
+        if name is not None and name.endswith("(outside window)"):
+            edge_marks += 1
+        elif typ != pb.TrackEvent.TYPE_COUNTER:
+            slice_ts.append(ts)
+        if typ == pb.TrackEvent.TYPE_SLICE_BEGIN and name in functions:
+            calls_begin.append((pid, ts, name))
         if typ == pb.TrackEvent.TYPE_SLICE_BEGIN:
-            stacks[track].append(ts)
+            stacks[track].append((ts, name, seq))
             if name in functions:
                 begins[("call", pid)] += 1
             elif name in FIXED_NAMES:
@@ -122,11 +144,16 @@ def main():
                 region_names[name] += 1
         elif typ == pb.TrackEvent.TYPE_SLICE_END:
             assert stacks[track], f"slice end without begin on track {track} at {ts}"
-            assert stacks[track].pop() <= ts
+            begin, bname, bseq = stacks[track].pop()
+            assert begin <= ts
+            if bname == "suspension":
+                suspensions.append([bseq, pid, begin, ts])
         for i in outs:
             flow_start_ts[i] = ts
+            flow_start_pid[i] = pid
         for i in ins:
             flow_end_ts[i] = ts
+            flow_end_pid[i] = pid
     assert all(not s for s in stacks.values()), "slices left open"
     # A flow whose end came before its start would be dropped by trace_processor.
     backwards = sum(1 for i, t in flow_end_ts.items() if t < flow_start_ts.get(i, t))
@@ -151,6 +178,15 @@ def main():
         "flows_without_start": sum(1 for i in flow_in if i not in flow_out),
         "flows_backwards": backwards,
         "counters": counters,
+        "edge_marks": edge_marks,
+        "min_ts": min(slice_ts, default=None),
+        "max_ts": max(slice_ts, default=None),
+        "call_begins": sorted(calls_begin),
+        # [send pid, send ts, receive pid, receive ts] of every flow with both ends.
+        "flow_pairs": sorted([flow_start_pid[i], flow_start_ts[i], flow_end_pid[i], flow_end_ts[i]]
+                             for i in flow_end_ts if i in flow_start_ts),
+        "suspension_slices": sorted(suspensions),
+        "instants": {k: sorted(v) for k, v in sorted(instants.items())},
     }))
 
 

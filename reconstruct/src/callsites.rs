@@ -13,7 +13,9 @@ use std::path::Path;
 
 use format::{Event, NO_SITE};
 
+use crate::clock::{MapCursor, RankMeta, TimeMap};
 use crate::trace::{Skipped, Trace, TraceError, for_each_event};
+use crate::window::Window;
 
 /// One place in one file that calls one MPI function.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -55,15 +57,29 @@ pub struct CallSiteReport {
     pub skipped: Vec<Skipped>,
 }
 
-/// Reads every rank and sums the calls per call site.
+/// Reads every rank and sums the calls per call site. With a window (and the trace's first pass,
+/// [`crate::rebuild::scan`], it was resolved on), only its ranks and the calls whose start lies in
+/// it count, as in `evenflush report`.
 pub fn call_sites(
     trace: &Trace,
+    window: Option<(&Window, &[RankMeta])>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<CallSiteReport, TraceError> {
     let mut sites: HashMap<SiteKey, SiteStats> = HashMap::new();
     let mut report = CallSiteReport::default();
     let mut done = 0u64;
     for files in &trace.ranks {
+        // The window's test for a call of this rank: its start on the global clock.
+        let mut inside = match window {
+            None => None,
+            Some((w, _)) if !w.has_rank(files.rank) => continue,
+            Some((w, metas)) => {
+                let Some(meta) = metas.iter().find(|m| m.rank == files.rank) else {
+                    continue;
+                };
+                Some((w, TimeMap::new(meta), HashMap::<u32, MapCursor>::new()))
+            }
+        };
         let first = files.parts[0].open()?;
         let ns_per_tick = crate::clock::ns_per_tick(&first.header().clock);
         drop(first);
@@ -78,13 +94,19 @@ pub fn call_sites(
                 done += chunk.events;
                 progress(done, 0);
             },
-            |_, e| match e {
+            |stream, e| match e {
                 Event::FunctionDef { id, name } => {
                     names.insert(*id, name.clone());
                 }
                 Event::CallSite(s) => {
                     defs.insert(s.id, (s.file.clone(), s.address.wrapping_sub(s.base)));
                 }
+                Event::Call(format::MpiCall { start, .. })
+                | Event::Polls(format::PollRun { start, .. })
+                    if inside.as_mut().is_some_and(|(w, map, cursors)| {
+                        let cur = cursors.entry(stream).or_default();
+                        !w.contains(map.absolute(map.global_ns(*start, cur)))
+                    }) => {}
                 Event::Call(c) if c.site == NO_SITE => report.calls_without_site += 1,
                 Event::Call(c) => {
                     report.calls_with_site += 1;

@@ -18,6 +18,7 @@ use crate::lanes::{LaneReader, OpenRank};
 use crate::rebuild::scan;
 use crate::span;
 use crate::trace::{Skipped, Trace, TraceError};
+use crate::window::Window;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {
@@ -57,9 +58,13 @@ impl Tolerance {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     pub tolerance: Tolerance,
+    /// Only the calls whose start in the run judged lies in this window (resolved on that run,
+    /// [`crate::window`]), on its ranks; in a pair of references, the window's seconds since the
+    /// start apply to the later one. `None`: every call.
+    pub window: Option<Window>,
 }
 
 /// The signed difference of call durations, RUN − REF, in µs: positive when RUN's calls last
@@ -245,6 +250,9 @@ pub struct CompareReport {
     pub per_rank: Vec<RankDelta>,
     /// With two or more references only.
     pub noise_floor: Option<NoiseFloor>,
+    /// The window compared, when not the whole run: calls are counted when their start in RUN
+    /// lies in it; the totals stay the whole runs' spans.
+    pub window: Option<String>,
     pub skipped: Vec<Skipped>,
 }
 
@@ -373,6 +381,19 @@ pub fn compare_with(
         report.total_error_pct =
             100.0 * (report.run_total_s - report.reference_total_s) / report.reference_total_s;
     }
+    // The window on RUN's clock: the same seconds since its start.
+    let window = opts.window.as_ref().map(|w| {
+        let maps: Vec<TimeMap> = run_metas.iter().map(TimeMap::new).collect();
+        let epoch = maps.first().map_or(0, TimeMap::epoch_ns);
+        let own = origin(&run_metas);
+        let start = if own.is_finite() {
+            maps.first().map_or(epoch, |m| m.absolute(own))
+        } else {
+            w.origin
+        };
+        w.rebased(start)
+    });
+    report.window = window.as_ref().map(Window::describe);
     let mut all_dur = LogHistogram::default();
     let mut all_start = LogHistogram::default();
     let mut all_signed = SignedHistogram::default();
@@ -387,6 +408,9 @@ pub fn compare_with(
         ) else {
             continue;
         };
+        if window.as_ref().is_some_and(|w| !w.has_rank(rf.rank)) {
+            continue;
+        }
         if ref_meta.streams != run_meta.streams {
             return differ(format!(
                 "rank {}: REF has streams {:?}, RUN has {:?}",
@@ -447,6 +471,11 @@ pub fn compare_with(
                     b.map.global_ns(y.start, &mut cb),
                     b.map.global_ns(y.end, &mut cb),
                 );
+                if let Some(w) = &window
+                    && !w.contains(b.map.absolute(ys))
+                {
+                    continue;
+                }
                 let (ref_dur, run_dur) = (xe - xs, ye - ys);
                 let signed = run_dur - ref_dur;
                 let dur_delta = signed.abs().round() as u64;
@@ -547,6 +576,9 @@ pub fn render_table(r: &CompareReport) -> String {
     let pct = |x: f64| 100.0 * x;
     let _ = writeln!(o, "reference  {}", r.reference);
     let _ = writeln!(o, "run        {}", r.run);
+    if let Some(w) = &r.window {
+        let _ = writeln!(o, "{w}: calls that start in it in RUN");
+    }
     let _ = writeln!(
         o,
         "ranks {}, calls compared {}; tolerance {}",

@@ -24,5 +24,6 @@ pub mod report;
 pub mod span;
 pub mod times;
 pub mod trace;
+pub mod window;
 
 pub use trace::{Trace, TraceError};

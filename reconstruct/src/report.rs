@@ -8,8 +8,12 @@ use std::path::{Path, PathBuf};
 pub use format::profile::*;
 use serde::Serialize;
 
+use std::collections::HashMap;
+
+use crate::clock::{MapCursor, RankMeta, TimeMap};
 use crate::memory::{JobMemory, RankMemory, RanksMemory};
 use crate::trace::{Skipped, Trace, TraceError, for_each_event};
+use crate::window::Window;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -76,6 +80,101 @@ pub fn profile_trace_with_memory(
     trace: &Trace,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(Vec<ProfileStats>, RanksMemory, Vec<Skipped>), TraceError> {
+    profile_inner(trace, None, progress).map(|(p, m, s, _)| (p, m, s))
+}
+
+/// What a window left out of a report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WindowCut {
+    /// What the window was ([`Window`]'s description).
+    pub window: String,
+    /// Point-to-point sends in the window from a kept rank to a rank outside `--ranks`: not in
+    /// the partner matrix.
+    pub sends_to_ranks_outside: u64,
+    /// Matched messages with one end in the window and the other outside it (in time or rank);
+    /// filled in by the caller ([`crate::window::crossing_messages`]).
+    pub messages_crossing: u64,
+}
+
+/// [`profile_trace_with_memory`] over `window` only: the ranks in it; calls (and runs of polls)
+/// whose start lies in `[from, to]`, with the completions that follow them; suspensions that
+/// overlap it, their time in it counted as suspended; memory samples inside it. Each rank's span
+/// becomes the part of its span inside the window, so that MPI and outside time are over the
+/// window. Partners are kept ranks' sends to kept ranks.
+///
+/// `metas`: the trace's first pass ([`crate::rebuild::scan`]), which the window was resolved on.
+pub fn profile_trace_window(
+    trace: &Trace,
+    window: &Window,
+    metas: &[RankMeta],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(Vec<ProfileStats>, RanksMemory, Vec<Skipped>, WindowCut), TraceError> {
+    profile_inner(trace, Some((window, metas)), progress)
+}
+
+/// Which events of one rank a window keeps, decided on the global clock.
+struct RankFilter<'a> {
+    window: &'a Window,
+    map: TimeMap,
+    cursors: HashMap<u32, MapCursor>,
+    /// Per stream: whether its last call was kept (its completions follow it).
+    last_kept: HashMap<u32, bool>,
+    suspended_ns: f64,
+}
+
+impl RankFilter<'_> {
+    fn at(&mut self, stream: u32, t: u64) -> u64 {
+        let cur = self.cursors.entry(stream).or_default();
+        self.map.absolute(self.map.global_ns(t, cur))
+    }
+
+    fn keep(&mut self, stream: u32, e: &format::Event) -> bool {
+        use format::{Event, Marker};
+        match e {
+            Event::Call(c) => {
+                let k = self.window.contains(self.at(stream, c.start));
+                self.last_kept.insert(stream, k);
+                k
+            }
+            Event::Polls(p) => {
+                let k = self.window.contains(self.at(stream, p.start));
+                self.last_kept.insert(stream, k);
+                k
+            }
+            Event::Completion(_) => self.last_kept.get(&stream).copied().unwrap_or(false),
+            Event::Suspension(s) => {
+                let (a, b) = (
+                    self.at(stream, s.start),
+                    self.at(stream, s.end.max(s.start)),
+                );
+                let k = self.window.overlaps(a, b);
+                if k {
+                    let (a, b) = self.window.clip(a, b);
+                    self.suspended_ns += (b - a) as f64;
+                }
+                k
+            }
+            // The span's markers place the rank's MPI time; it is cut to the window afterwards.
+            Event::Marker(Marker::InitDone { .. } | Marker::FinalizeStart { .. }) => true,
+            Event::Marker(m) => {
+                let t = m.time();
+                self.window.contains(self.at(stream, t))
+            }
+            Event::Memory(m) => {
+                let t = m.time;
+                self.window.contains(self.at(stream, t))
+            }
+            _ => true,
+        }
+    }
+}
+
+fn profile_inner(
+    trace: &Trace,
+    window: Option<(&Window, &[RankMeta])>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<(Vec<ProfileStats>, RanksMemory, Vec<Skipped>, WindowCut), TraceError> {
+    let mut cut = WindowCut::default();
     let mut out = Vec::new();
     let mut memories = Vec::with_capacity(trace.ranks.len());
     let mut skipped_all = Vec::new();
@@ -83,7 +182,24 @@ pub fn profile_trace_with_memory(
     // The spans, in the global clock as everywhere (`crate::span`), from metadata gathered in
     // the same pass.
     let mut metas = Vec::with_capacity(trace.ranks.len());
+    let mut filters = Vec::new();
     for files in &trace.ranks {
+        let mut filter = match window {
+            Some((w, _)) if !w.has_rank(files.rank) => continue,
+            Some((w, scanned)) => {
+                let Some(meta) = scanned.iter().find(|m| m.rank == files.rank) else {
+                    continue;
+                };
+                Some(RankFilter {
+                    window: w,
+                    map: TimeMap::new(meta),
+                    cursors: HashMap::new(),
+                    last_kept: HashMap::new(),
+                    suspended_ns: 0.0,
+                })
+            }
+            None => None,
+        };
         let first = files.parts[0].open()?;
         let npt = crate::clock::ns_per_tick(&first.header().clock);
         drop(first);
@@ -111,10 +227,16 @@ pub fn profile_trace_with_memory(
                 ) {
                     meta.see(stream, e);
                 }
+                if let Some(f) = &mut filter
+                    && !f.keep(stream, e)
+                {
+                    return;
+                }
                 memory.see(e);
                 p.add_event(stream, e);
             },
         )?;
+        filters.push(filter);
         meta.clock = clock;
         metas.push(meta);
         // Every rank's profile is kept until the report is built: what is only needed while
@@ -130,7 +252,26 @@ pub fn profile_trace_with_memory(
             p.span_ns = crate::span::global_s(meta).map(|s| s * 1e9);
         }
     }
-    Ok((out, memories, skipped_all))
+    if let Some((w, scanned)) = window {
+        cut.window = w.describe();
+        for (p, f) in out.iter_mut().zip(filters) {
+            let Some(f) = f else { continue };
+            p.suspended_ns = f.suspended_ns;
+            // The rank's span inside the window, from the first pass's (aligned) metadata.
+            p.span_ns = scanned.iter().find(|m| m.rank == p.rank).and_then(|m| {
+                let mut cur = MapCursor::default();
+                let a = f.map.absolute(f.map.global_ns(m.init_done?, &mut cur));
+                let b = f.map.absolute(f.map.global_ns(m.finalize_start?, &mut cur));
+                let (a, b) = (a.max(w.from), b.min(w.to));
+                Some(b.saturating_sub(a) as f64)
+            });
+            let before: u64 = p.partners.values().map(|s| s.messages).sum();
+            p.partners.retain(|dest, _| w.has_rank(*dest));
+            let after: u64 = p.partners.values().map(|s| s.messages).sum();
+            cut.sends_to_ranks_outside += before - after;
+        }
+    }
+    Ok((out, memories, skipped_all, cut))
 }
 
 /// Worlds up to this size get the full partner matrix in the table; larger ones the heaviest
@@ -255,6 +396,9 @@ pub struct Report {
     /// The job's memory, for a trace directory with memory records (profile directories have
     /// none): filled in by the caller from [`profile_trace_with_memory`], not by [`Report::build`].
     pub memory: Option<JobMemory>,
+    /// For a windowed report: what the window was and what it left out of the partners; filled
+    /// in by the caller from [`profile_trace_window`].
+    pub window: Option<WindowCut>,
 }
 
 impl Report {
@@ -422,6 +566,7 @@ impl Report {
             lost_events: all.lost_events,
             warnings,
             memory: None,
+            window: None,
         }
     }
 
@@ -483,6 +628,14 @@ impl Report {
         use std::fmt::Write;
         let mut o = String::new();
         let _ = writeln!(o, "profile of    {} ({} ranks)", self.source, self.ranks);
+        if let Some(w) = &self.window {
+            let _ = writeln!(
+                o,
+                "{}: calls whose start lies in it; {} messages crossing its edge; {} sends to ranks \
+                 outside it not in the partners",
+                w.window, w.messages_crossing, w.sends_to_ranks_outside
+            );
+        }
         let _ = writeln!(
             o,
             "recorder cost {:.3} µs per call typical (median), {:.3} µs mean; '!' marks functions whose mean time is within 3x the typical cost",

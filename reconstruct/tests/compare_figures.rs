@@ -112,6 +112,7 @@ fn bias_keeps_its_sign_and_size_per_function_and_per_rank() {
             relative: 0.05,
             floor_ns: 0,
         },
+        ..Default::default()
     };
     let s = compare_with(&a, &b, &strict).unwrap();
     assert!(exact(s.per_function["MPI_Barrier"].within_tolerance, 0.0));
@@ -125,6 +126,7 @@ fn bias_keeps_its_sign_and_size_per_function_and_per_rank() {
             relative: 0.15,
             floor_ns: 1_000,
         },
+        ..Default::default()
     };
     assert!(exact(
         compare_with(&a, &b, &loose).unwrap().within_tolerance,

@@ -14,6 +14,7 @@ use reconstruct::Trace;
 use reconstruct::export::{otf2, perfetto, perfetto_proto, timeline};
 use reconstruct::rebuild::matched_messages;
 use reconstruct::report::{Report, profile_trace, size_bin};
+use reconstruct::window::WindowSpec;
 
 const ROUNDS: u64 = 5;
 
@@ -370,16 +371,14 @@ fn timeline_png_has_the_requested_size() {
     assert_eq!(s.calls_in_window, 2 * (4 * ROUNDS));
     // A window and a rank subset: rank 1 alone draws no arrows.
     let opts = timeline::TimelineOptions {
-        ranks: Some(vec![1]),
-        from_s: Some(0.0),
-        to_s: Some(20e-6),
+        window: WindowSpec::parse(Some("0"), Some("0.00002"), Some("1")).unwrap(),
         ..Default::default()
     };
     let s = timeline::render(&trace, &out, &opts, &mut |_, _| {}).unwrap();
     assert_eq!(s.arrows_drawn, 0);
     assert!(s.calls_in_window > 0 && s.calls_in_window < 4 * ROUNDS);
     let bad = timeline::TimelineOptions {
-        ranks: Some(vec![5]),
+        window: WindowSpec::parse(None, None, Some("5")).unwrap(),
         ..Default::default()
     };
     assert!(timeline::render(&trace, &out, &bad, &mut |_, _| {}).is_err());

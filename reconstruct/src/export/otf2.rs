@@ -49,6 +49,11 @@ pub struct Otf2Summary {
     pub suspensions: u64,
     /// `BufferFlush` records: suspensions in which the rank wrote its trace.
     pub buffer_flushes: u64,
+    /// What the window left out: calls and suspensions outside its time, and every event of a
+    /// rank outside it (whose locations are defined but empty).
+    pub cut: u64,
+    /// What the window was.
+    pub window: String,
     pub skipped: Vec<crate::trace::Skipped>,
 }
 
@@ -59,13 +64,29 @@ pub fn export(
     out: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Otf2Summary, ExportError> {
+    let window = crate::window::Window::everything(trace.world_size);
+    export_window(trace, out, &window, progress)
+}
+
+/// [`export`] of what lies in `window`: calls and suspensions that overlap it, their times cut
+/// to its edges. Every rank keeps its location group and locations, so that the definitions
+/// stay whole; those of ranks outside the window hold no events.
+pub fn export_window(
+    trace: &Trace,
+    out: &Path,
+    window: &crate::window::Window,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Otf2Summary, ExportError> {
     #[cfg(have_otf2)]
     {
-        imp::export(trace, out, progress)
+        imp::export(trace, out, window, progress).map(|s| Otf2Summary {
+            window: window.describe(),
+            ..s
+        })
     }
     #[cfg(not(have_otf2))]
     {
-        let _ = (trace, out, progress);
+        let _ = (trace, out, window, progress);
         Err(ExportError::Other(
             "this evenflush was built without OTF2 support (libopen-trace-format2 headers were not \
              found at build time)"
@@ -330,6 +351,7 @@ mod imp {
         regions: &'a HashMap<String, u32>,
         comms: &'a HashMap<u32, u32>,
         open: HashMap<u64, Open>,
+        window: &'a crate::window::Window,
     }
 
     /// Writes one held call with the completions that followed it.
@@ -353,7 +375,16 @@ mod imp {
             .or_else(|| rc.regions.get(UNNAMED))
             .copied()
             .unwrap_or(0);
-        let start = wr.ts(lane, map.absolute(map.global_ns(c.start, cur)));
+        let (g_start, g_end) = (
+            map.absolute(map.global_ns(c.start, cur)),
+            map.absolute(map.global_ns(c.end, cur)),
+        );
+        if !rc.window.overlaps(g_start, g_end) {
+            wr.summary.cut += 1;
+            return Ok(());
+        }
+        let (g_start, g_end) = rc.window.clip(g_start, g_end);
+        let start = wr.ts(lane, g_start);
         let w = lane.writer;
         let nil = ptr::null_mut();
         // SAFETY (every FFI call below): `w` is a live event writer of the open archive, the
@@ -413,7 +444,7 @@ mod imp {
             }
             _ => {}
         }
-        let end = wr.ts(lane, map.absolute(map.global_ns(c.end, cur)));
+        let end = wr.ts(lane, g_end);
         match class {
             FuncClass::Recv | FuncClass::SendRecv => {
                 if let (Some(comm), Some(status)) = (
@@ -518,6 +549,7 @@ mod imp {
     pub fn export(
         trace: &Trace,
         out: &Path,
+        window: &crate::window::Window,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Otf2Summary, ExportError> {
         let metas = scan(trace)?;
@@ -606,10 +638,33 @@ mod imp {
                 regions: &regions,
                 comms: &comm_maps[slot],
                 open: HashMap::new(),
+                window,
             };
             let mut lanes: BTreeMap<u32, (Lane, MapCursor)> = BTreeMap::new();
             let mut failed: Option<ExportError> = None;
             let rank = files.rank;
+            if !window.has_rank(rank) {
+                // Defined but empty: the definitions (location groups, the MPI locations group,
+                // communicators) then stay those of the whole run.
+                for &stream in &meta.streams {
+                    let loc = location_id(rank, stream);
+                    // SAFETY: the archive is open with its event files open; the writer is
+                    // closed once, right away.
+                    check(
+                        unsafe {
+                            ffi::OTF2_Archive_CloseEvtWriter(
+                                archive.ptr,
+                                ffi::OTF2_Archive_GetEvtWriter(archive.ptr, loc),
+                            )
+                        },
+                        "closing an event writer",
+                    )?;
+                    locations.push((rank, stream, loc, 0));
+                }
+                wr.summary.cut += meta.events;
+                done += meta.events;
+                continue;
+            }
             let (_, skipped) = for_each_event(
                 files,
                 |chunk| {
@@ -659,7 +714,16 @@ mod imp {
                             Event::Call(c) => lane.pending = Some((*c, Vec::new())),
                             Event::Suspension(s) => {
                                 let w = lane.writer;
-                                let a = wr.ts(lane, map.absolute(map.global_ns(s.start, cur)));
+                                let (ga, gb) = (
+                                    map.absolute(map.global_ns(s.start, cur)),
+                                    map.absolute(map.global_ns(s.end, cur)),
+                                );
+                                if !window.overlaps(ga, gb) {
+                                    wr.summary.cut += 1;
+                                    return;
+                                }
+                                let (ga, gb) = window.clip(ga, gb);
+                                let a = wr.ts(lane, ga);
                                 // SAFETY: live writer, null attribute list, plain values.
                                 let code = unsafe {
                                     ffi::OTF2_EvtWriter_MeasurementOnOff(
@@ -677,11 +741,8 @@ mod imp {
                                     // The write comes first in a flushing suspension; Score-P marks
                                     // its own flushes the same way, so Scalasca-family tools know
                                     // the interval.
-                                    let stop = wr.ts(
-                                        lane,
-                                        map.absolute(map.global_ns(s.start, cur))
-                                            .saturating_add(s.write_ns),
-                                    );
+                                    let stop =
+                                        wr.ts(lane, ga.saturating_add(s.write_ns).min(window.to));
                                     // SAFETY: live writer, null attribute list, plain values.
                                     let code = unsafe {
                                         ffi::OTF2_EvtWriter_BufferFlush(w, ptr::null_mut(), a, stop)
@@ -692,7 +753,7 @@ mod imp {
                                     }
                                     wr.summary.buffer_flushes += 1;
                                 }
-                                let b = wr.ts(lane, map.absolute(map.global_ns(s.end, cur)));
+                                let b = wr.ts(lane, gb);
                                 // SAFETY: as above.
                                 let code = unsafe {
                                     ffi::OTF2_EvtWriter_MeasurementOnOff(

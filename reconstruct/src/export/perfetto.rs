@@ -41,6 +41,7 @@ use crate::funcs::FuncClass;
 use crate::lanes::LaneId;
 use crate::rebuild::scan;
 use crate::trace::{Skipped, Trace};
+use crate::window::{Ends, Window};
 
 /// What the export wrote.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -51,6 +52,12 @@ pub struct PerfettoSummary {
     pub flows: u64,
     pub counters: u64,
     pub messages_matched: u64,
+    /// Matched messages with one end in the window and the other outside it (in time or rank),
+    /// each a flow to or from an edge mark in the `outside window` process.
+    pub messages_crossing: u64,
+    pub edge_marks: u64,
+    /// What the window was ([`Window`]'s description).
+    pub window: String,
     pub skipped: Vec<Skipped>,
 }
 
@@ -169,15 +176,70 @@ struct State<W: Write> {
     scratch: RawBuf,
     done: u64,
     total: u64,
+    window: Window,
+    /// Per lane: whether its rank is in the window.
+    kept: Vec<bool>,
 }
 
 impl<W: Write> State<W> {
     fn loose_ends(&mut self) {
         let loose: Vec<LooseEnd> = self.binder.take_loose().collect();
         for l in loose {
-            self.out.flow_slice(l.lane, l.ts, l.id, l.end);
+            self.loose_end(l);
         }
         self.out.emit();
+    }
+
+    /// A flow end no call carries; one outside the window has its edge mark instead.
+    fn loose_end(&mut self, l: LooseEnd) {
+        let kept = self
+            .binder
+            .lane_index(l.lane)
+            .is_some_and(|li| self.kept[li]);
+        if kept && self.window.contains(l.ts.max(0) as u64) {
+            self.out.flow_slice(l.lane, l.ts, l.id, l.end);
+        }
+    }
+
+    /// A matched message: one crossing the window's edge gets its outside end as a zero-length
+    /// slice in the `outside window` process, at the window's edge (or at its own time, for a
+    /// rank outside the subset).
+    fn on_match(&mut self, m: &crate::hb::MessageMatch) {
+        self.binder.on_match(m);
+        let leaving = match self.window.ends(m.source, m.send_start, m.dest, m.recv_end) {
+            Ends::Both | Ends::Neither => return,
+            Ends::SendOnly => true,
+            Ends::RecvOnly => false,
+        };
+        self.out.summary.messages_crossing += 1;
+        let Some(sli) = self.binder.lane_index(LaneId {
+            rank: m.send.rank,
+            stream: m.send.stream,
+        }) else {
+            return;
+        };
+        let id = super::flows::flow_id(sli, m.send.index);
+        let (rank, t, dir) = if leaving {
+            (m.dest, m.recv_end, "flow_in")
+        } else {
+            (m.source, m.send_start, "flow_out")
+        };
+        let label =
+            serde_json::to_string(&self.window.outside_label(leaving, rank, t)).unwrap_or_default();
+        let out = &mut self.out;
+        out.sep();
+        let _ = write!(
+            out.line,
+            "{{\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{},\"dur\":0,\"name\":{label},\"cat\":\"window edge\",\"args\":{{\"rank\":{rank},\"time_s\":{:.9}}},\"bind_id\":{id},\"{dir}\":true}}",
+            self.window.world_size(),
+            us(self.window.clamp(t) as i64),
+            self.window.seconds(t)
+        );
+        if leaving {
+            out.summary.flows += 1;
+        }
+        out.summary.edge_marks += 1;
+        out.emit();
     }
 
     fn on_event(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
@@ -201,6 +263,10 @@ impl<W: Write> State<W> {
         let (rank, stream) = (rs.rank, lane.stream);
         let out = &mut self.out;
         let mut counter_reset = false;
+        let win = &self.window;
+        // Everything of a rank outside the window, or outside its time, is still counted into
+        // the buffer fill, but not written.
+        let kept = self.kept[li];
         match e {
             Event::Call(c) => {
                 rs.fill += call_record_len(c, &rs.call_ctx) as u64;
@@ -213,8 +279,21 @@ impl<W: Write> State<W> {
                     .get(&c.func)
                     .cloned()
                     .unwrap_or_else(|| (format!("function#{}", c.func), FuncClass::Other));
-                let start = c.start as i64;
-                let end = (c.end as i64).max(start);
+                if !kept || !win.overlaps(c.start, c.end) {
+                    self.flows = flows;
+                    self.loose_ends();
+                    return;
+                }
+                // Cut to the window; a flow end whose instant lies outside it is an edge mark.
+                let (cs, ce) = win.clip(c.start, c.end);
+                if !win.contains(c.start) {
+                    flows.out = None;
+                }
+                if !win.contains(c.end) {
+                    flows.ins.clear();
+                }
+                let start = cs as i64;
+                let end = (ce as i64).max(start);
                 rs.last_ns = end;
                 let kind = CallKind::of(class);
                 let peer = rs
@@ -261,10 +340,17 @@ impl<W: Write> State<W> {
                 }
             }
             Event::Completion(c) => rs.fill += completion_record_len(c) as u64,
+            Event::Suspension(s) if !kept || !win.overlaps(s.start, s.end) => {
+                rs.fill += misc_len(&mut self.scratch, e);
+                if s.flushed && s.bytes_raw > 0 {
+                    rs.fill = 0;
+                }
+            }
             Event::Suspension(s) => {
                 rs.fill += misc_len(&mut self.scratch, e);
-                let start = s.start as i64;
-                let end = (s.end as i64).max(start);
+                let (cs, ce) = win.clip(s.start, s.end);
+                let start = cs as i64;
+                let end = (ce as i64).max(start);
                 rs.last_ns = end;
                 let _ = write!(
                     out.line,
@@ -296,6 +382,12 @@ impl<W: Write> State<W> {
                     counter_reset = true;
                 }
             }
+            Event::Marker(m) if !kept || !win.contains(m.time()) => {
+                rs.fill += misc_len(&mut self.scratch, e);
+                if let Marker::LocalFlush { .. } | Marker::Compressed { .. } = m {
+                    rs.fill = 0;
+                }
+            }
             Event::Marker(m) => {
                 rs.fill += misc_len(&mut self.scratch, e);
                 let (time, what) = (m.time(), m.label());
@@ -322,7 +414,9 @@ impl<W: Write> State<W> {
         rs.since_counter += 1;
         if counter_reset || rs.since_counter >= COUNTER_EVERY {
             rs.since_counter = 0;
-            out.counter(rank, rs.last_ns, rs.fill);
+            if kept && win.contains(rs.last_ns.max(0) as u64) {
+                out.counter(rank, rs.last_ns, rs.fill);
+            }
         }
         out.emit();
         self.flows = flows;
@@ -334,6 +428,19 @@ impl<W: Write> State<W> {
 pub fn export(
     trace: &Trace,
     out: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<PerfettoSummary, ExportError> {
+    let window = Window::everything(trace.world_size);
+    export_window(trace, out, &window, progress)
+}
+
+/// [`export`] of what lies in `window`: the slices that overlap it, cut to its edges; instants
+/// and counter samples inside it. Ranks outside it are read (their messages are matched) but
+/// not written.
+pub fn export_window(
+    trace: &Trace,
+    out: &Path,
+    window: &Window,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PerfettoSummary, ExportError> {
     let metas = scan(trace)?;
@@ -352,8 +459,33 @@ pub fn export(
         .map_err(io)?;
     let mut ranks = Vec::with_capacity(metas.len());
     let mut lane_rank = Vec::new();
+    let mut kept = Vec::new();
+    if !window.is_everything() {
+        let pid = window.world_size();
+        let _ = write!(
+            json.line,
+            "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"args\":{{\"name\":\"outside window\"}}}},\n\
+             {{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"messages crossing the window's edge\"}}}}"
+        );
+        json.emit();
+    }
     for (ri, meta) in metas.iter().enumerate() {
         let rank = meta.rank;
+        let keep = window.has_rank(rank);
+        kept.extend(meta.streams.iter().map(|_| keep));
+        if !keep {
+            lane_rank.extend(meta.streams.iter().map(|_| ri));
+            ranks.push(RankState {
+                rank,
+                funcs: function_table(meta),
+                comms: CommTable::default(),
+                fill: 0,
+                call_ctx: CallContext::default(),
+                since_counter: 0,
+                last_ns: 0,
+            });
+            continue;
+        }
         let _ = write!(
             json.line,
             "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{rank},\"args\":{{\"name\":\"rank {rank}\"}}}},\n\
@@ -386,6 +518,8 @@ pub fn export(
         scratch: RawBuf::with_block_size(4096),
         done: 0,
         total,
+        window: window.clone(),
+        kept,
     });
     let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
     let report = for_each_match(
@@ -396,14 +530,14 @@ pub fn export(
         |lane, e| state.borrow_mut().on_event(lane, e, progress),
         |m| {
             let mut s = state.borrow_mut();
-            s.binder.on_match(m);
+            s.on_match(m);
             s.loose_ends();
         },
     )?;
     let mut state = state.into_inner();
     let binder = std::mem::replace(&mut state.binder, FlowBinder::new(&[]));
     for l in binder.finish() {
-        state.out.flow_slice(l.lane, l.ts, l.id, l.end);
+        state.loose_end(l);
         state.out.emit();
     }
     let mut json = state.out;
@@ -415,6 +549,7 @@ pub fn export(
     let mut summary = json.summary;
     summary.events_read = state.done;
     summary.messages_matched = report.messages;
+    summary.window = window.describe();
     summary.skipped = metas.iter().flat_map(|m| m.skipped.clone()).collect();
     progress(total, total);
     Ok(summary)

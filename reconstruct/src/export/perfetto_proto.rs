@@ -41,6 +41,7 @@ use crate::funcs::FuncClass;
 use crate::lanes::LaneId;
 use crate::rebuild::scan;
 use crate::trace::{Skipped, Trace};
+use crate::window::{Ends, Window};
 
 /// What the export wrote.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -56,6 +57,12 @@ pub struct ProtoSummary {
     /// Size of the packets before compression, and of the file.
     pub bytes_packets: u64,
     pub bytes_written: u64,
+    /// Matched messages with one end in the window and the other outside it (in time or rank),
+    /// each drawn as a flow to or from an edge mark on the `outside window` track.
+    pub messages_crossing: u64,
+    pub edge_marks: u64,
+    /// What the window was ([`Window`]'s description).
+    pub window: String,
     pub skipped: Vec<Skipped>,
 }
 
@@ -122,6 +129,7 @@ const UNIT_SIZE_BYTES: u64 = 3;
 const TE_DEBUG_ANNOTATIONS: u32 = 4;
 const TE_TYPE: u32 = 9;
 const TE_NAME_IID: u32 = 10;
+const TE_NAME: u32 = 23;
 const TE_TRACK_UUID: u32 = 11;
 const TE_COUNTER_VALUE: u32 = 30;
 const TE_FLOW_IDS: u32 = 47;
@@ -257,6 +265,10 @@ fn counter_uuid(rank: u32) -> u64 {
     (3 << 40) | u64::from(rank)
 }
 
+/// The track of the edge marks: messages crossing the window's edge.
+const EDGE_PROCESS_UUID: u64 = 4 << 40;
+const EDGE_THREAD_UUID: u64 = (4 << 40) | 1;
+
 fn thread_uuid(lane: usize) -> u64 {
     (1 << 40) | lane as u64
 }
@@ -323,6 +335,13 @@ struct State<'m, W: Write> {
     metas: &'m [RankMeta],
     done: u64,
     total: u64,
+    window: Window,
+    /// Per lane: whether its rank is in the window.
+    kept: Vec<bool>,
+    /// Per lane: the user regions open, and whether each one's begin was written.
+    regions: Vec<Vec<bool>>,
+    /// The sequence of the edge marks (after the lanes'), when the window cuts anything.
+    edge_seq: Option<usize>,
 }
 
 impl<W: Write> State<'_, W> {
@@ -430,6 +449,10 @@ impl<W: Write> State<'_, W> {
         let Some(li) = self.binder.lane_index(l.lane) else {
             return;
         };
+        // An end outside the window has its edge mark instead (see `on_match`).
+        if !self.kept[li] || !self.window.contains(l.ts.max(0) as u64) {
+            return;
+        }
         let field = match l.end {
             End::Send => TE_FLOW_IDS,
             End::Recv => TE_TERMINATING_FLOW_IDS,
@@ -437,6 +460,43 @@ impl<W: Write> State<'_, W> {
         self.instant(li, l.ts.max(0) as u64, NameKey::Fixed("message"), |te| {
             te.fixed64(field, l.id)
         });
+        self.w.summary.flow_ends += 1;
+    }
+
+    /// A matched message: one crossing the window's edge gets its outside end as a mark on the
+    /// edge track, at the window's edge (or at its own time, for a rank outside the subset).
+    fn on_match(&mut self, m: &crate::hb::MessageMatch) {
+        self.binder.on_match(m);
+        let leaving = match self.window.ends(m.source, m.send_start, m.dest, m.recv_end) {
+            Ends::Both | Ends::Neither => return,
+            Ends::SendOnly => true,
+            Ends::RecvOnly => false,
+        };
+        self.w.summary.messages_crossing += 1;
+        let Some(edge) = self.edge_seq else {
+            return;
+        };
+        let Some(sli) = self.binder.lane_index(LaneId {
+            rank: m.send.rank,
+            stream: m.send.stream,
+        }) else {
+            return;
+        };
+        let id = super::flows::flow_id(sli, m.send.index);
+        let (rank, t, field) = if leaving {
+            (m.dest, m.recv_end, TE_TERMINATING_FLOW_IDS)
+        } else {
+            (m.source, m.send_start, TE_FLOW_IDS)
+        };
+        let label = self.window.outside_label(leaving, rank, t);
+        self.start_event(edge, self.window.clamp(t));
+        self.w.packet.msg(TP_TRACK_EVENT, |te| {
+            te.uint(TE_TYPE, TYPE_INSTANT);
+            te.bytes(TE_NAME, label.as_bytes());
+            te.fixed64(field, id);
+        });
+        self.w.end_packet();
+        self.w.summary.edge_marks += 1;
         self.w.summary.flow_ends += 1;
     }
 
@@ -464,8 +524,14 @@ impl<W: Write> State<'_, W> {
             return;
         };
         let ri = self.seqs[li].rank;
+        if !self.kept[li] {
+            self.flows = flows;
+            self.loose_ends();
+            return;
+        }
         let mut reset = false;
         let mut now = self.seqs[li].last;
+        let win = self.window.clone();
         match e {
             Event::Call(c) => {
                 let r = &mut self.ranks[ri];
@@ -484,6 +550,18 @@ impl<W: Write> State<'_, W> {
                 };
                 let peer = (c.peer >= 0).then(|| world(c.peer));
                 let root = (kind == CallKind::Collective && c.root >= 0).then(|| world(c.root));
+                if !win.overlaps(start, end) {
+                    self.flows = flows;
+                    self.loose_ends();
+                    return;
+                }
+                // Cut to the window; a flow end whose instant lies outside it is an edge mark.
+                let (start, end) = win.clip(start, end);
+                let out = flows.out.filter(|_| win.contains(c.start));
+                let ins_kept = win.contains(c.end);
+                if !ins_kept {
+                    flows.ins.clear();
+                }
                 self.begin(li, start, NameKey::Func(c.func), |te| {
                     if let Some(peer) = peer {
                         te.annotation(A_PEER, peer);
@@ -498,7 +576,7 @@ impl<W: Write> State<'_, W> {
                     if let Some(root) = root {
                         te.annotation(A_ROOT, root);
                     }
-                    if let Some(id) = flows.out {
+                    if let Some(id) = out {
                         te.fixed64(TE_FLOW_IDS, id);
                     }
                 });
@@ -507,22 +585,37 @@ impl<W: Write> State<'_, W> {
                         te.fixed64(TE_TERMINATING_FLOW_IDS, id);
                     }
                 });
-                self.w.summary.flow_ends += u64::from(flows.out.is_some()) + flows.ins.len() as u64;
+                self.w.summary.flow_ends += u64::from(out.is_some()) + flows.ins.len() as u64;
                 now = end;
             }
             Event::Completion(c) => self.ranks[ri].fill += completion_record_len(c) as u64,
             Event::Region(r) => {
                 self.ranks[ri].fill += self.misc_len(e);
+                // Regions begun before the window are left out; one open at its end closes there.
                 if r.begin {
-                    self.begin(li, r.time, NameKey::Str(r.name), |_| {});
-                } else {
-                    self.end(li, r.time, |_| {});
+                    let shown = win.contains(r.time);
+                    self.regions[li].push(shown);
+                    if shown {
+                        self.begin(li, r.time, NameKey::Str(r.name), |_| {});
+                    }
+                } else if self.regions[li].pop().unwrap_or(win.is_everything()) {
+                    self.end(li, r.time.min(win.to), |_| {});
                 }
                 now = r.time;
             }
             Event::Suspension(s) => {
                 self.ranks[ri].fill += self.misc_len(e);
                 let (start, end) = (s.start, s.end.max(s.start));
+                if !win.overlaps(start, end) {
+                    let flushed = s.flushed && s.bytes_raw > 0;
+                    if flushed {
+                        self.ranks[ri].fill = 0;
+                    }
+                    self.flows = flows;
+                    self.after_record(ri, li, flushed, start);
+                    return;
+                }
+                let (start, end) = win.clip(start, end);
                 self.begin(li, start, NameKey::Fixed("suspension"), |te| {
                     te.annotation(A_SEQ, s.seq as i64);
                     te.msg(TE_DEBUG_ANNOTATIONS, |d| {
@@ -549,9 +642,13 @@ impl<W: Write> State<'_, W> {
             Event::Marker(m) => {
                 self.ranks[ri].fill += self.misc_len(e);
                 let (time, what) = (m.time(), m.label());
-                self.instant(li, time, NameKey::Fixed(what), |_| {});
+                if win.contains(time) {
+                    self.instant(li, time, NameKey::Fixed(what), |_| {});
+                }
                 if let Marker::LocalFlush { .. } | Marker::Compressed { .. } = m {
-                    self.counter(li, time);
+                    if win.contains(time) {
+                        self.counter(li, time);
+                    }
                     self.ranks[ri].fill = 0;
                     reset = true;
                 }
@@ -568,11 +665,18 @@ impl<W: Write> State<'_, W> {
             _ => self.ranks[ri].fill += self.misc_len(e),
         }
         self.flows = flows;
+        self.after_record(ri, li, reset, now);
+    }
+
+    /// The fill counter's sample, where due and inside the window, and the loose flow ends.
+    fn after_record(&mut self, ri: usize, li: usize, reset: bool, now: u64) {
         let rank = &mut self.ranks[ri];
         rank.since_counter += 1;
         if reset || rank.since_counter >= COUNTER_EVERY {
             rank.since_counter = 0;
-            self.counter(li, now);
+            if self.window.contains(now) {
+                self.counter(li, now);
+            }
         }
         self.loose_ends();
     }
@@ -585,7 +689,12 @@ impl<W: Write> State<'_, W> {
         let metas = self.metas;
         for meta in metas {
             let rank = meta.rank;
+            let kept = self.window.has_rank(rank);
             for (k, &stream) in meta.streams.iter().enumerate() {
+                if !kept {
+                    li += 1;
+                    continue;
+                }
                 let seq = self.seqs[li].id;
                 let p = &mut self.w.packet;
                 p.uint(TP_SEQUENCE_ID, seq);
@@ -654,6 +763,54 @@ impl<W: Write> State<'_, W> {
                 li += 1;
             }
         }
+        if let Some(edge) = self.edge_seq {
+            let seq = self.seqs[edge].id;
+            let p = &mut self.w.packet;
+            p.uint(TP_SEQUENCE_ID, seq);
+            p.uint(TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+            p.msg(TP_DEFAULTS, |d| {
+                d.uint(DEFAULTS_CLOCK_ID, SEQ_CLOCK);
+                d.msg(DEFAULTS_TRACK_EVENT, |t| {
+                    t.uint(TE_DEFAULTS_TRACK_UUID, EDGE_THREAD_UUID)
+                });
+            });
+            p.msg(TP_CLOCK_SNAPSHOT, |c| {
+                c.msg(SNAPSHOT_CLOCKS, |k| {
+                    k.uint(CLOCK_ID, SEQ_CLOCK);
+                    k.uint(CLOCK_TIMESTAMP, 0);
+                    k.uint(CLOCK_IS_INCREMENTAL, 1);
+                });
+                c.msg(SNAPSHOT_CLOCKS, |k| {
+                    k.uint(CLOCK_ID, BOOTTIME);
+                    k.uint(CLOCK_TIMESTAMP, 0);
+                });
+            });
+            self.w.end_packet();
+            // Its own pid, after every rank's (rank + 1).
+            let pid = i64::from(self.window.world_size()) + 1;
+            let p = &mut self.w.packet;
+            p.uint(TP_SEQUENCE_ID, seq);
+            p.msg(TP_TRACK_DESCRIPTOR, |t| {
+                t.uint(TD_UUID, EDGE_PROCESS_UUID);
+                t.msg(TD_PROCESS, |pd| {
+                    pd.int(PD_PID, pid);
+                    pd.bytes(PD_NAME, b"outside window");
+                });
+            });
+            self.w.end_packet();
+            let p = &mut self.w.packet;
+            p.uint(TP_SEQUENCE_ID, seq);
+            p.msg(TP_TRACK_DESCRIPTOR, |t| {
+                t.uint(TD_UUID, EDGE_THREAD_UUID);
+                t.uint(TD_PARENT_UUID, EDGE_PROCESS_UUID);
+                t.msg(TD_THREAD, |th| {
+                    th.int(THD_PID, pid);
+                    th.int(THD_TID, thread_tid(edge));
+                    th.bytes(THD_NAME, b"messages crossing the window's edge");
+                });
+            });
+            self.w.end_packet();
+        }
     }
 }
 
@@ -662,6 +819,20 @@ pub fn export(
     trace: &Trace,
     out: &Path,
     options: ProtoOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ProtoSummary, ExportError> {
+    let window = Window::everything(trace.world_size);
+    export_window(trace, out, options, &window, progress)
+}
+
+/// [`export`] of what lies in `window`: the slices that overlap it, cut to its edges; instants
+/// and counter samples inside it; user regions begun inside it. Lanes of ranks outside it are
+/// read (their messages are matched) but not written.
+pub fn export_window(
+    trace: &Trace,
+    out: &Path,
+    options: ProtoOptions,
+    window: &Window,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ProtoSummary, ExportError> {
     let metas = scan(trace)?;
@@ -700,6 +871,20 @@ pub fn export(
             counter_uuid: counter_uuid(meta.rank),
         });
     }
+    let kept: Vec<bool> = seqs
+        .iter()
+        .map(|s| window.has_rank(metas[s.rank].rank))
+        .collect();
+    let lanes = seqs.len();
+    let edge_seq = (!window.is_everything()).then(|| {
+        seqs.push(Seq {
+            id: lanes as u64 + 1,
+            last: 0,
+            iids: HashMap::new(),
+            rank: 0,
+        });
+        lanes
+    });
     let mut state = State {
         w: Writer {
             out: BufWriter::with_capacity(1 << 20, file),
@@ -717,6 +902,10 @@ pub fn export(
         metas: &metas,
         done: 0,
         total,
+        window: window.clone(),
+        kept,
+        regions: vec![Vec::new(); lanes],
+        edge_seq,
     };
     state.start_sequences();
     let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
@@ -729,7 +918,7 @@ pub fn export(
         |lane, e| state.borrow_mut().on_event(lane, e, progress),
         |m| {
             let mut s = state.borrow_mut();
-            s.binder.on_match(m);
+            s.on_match(m);
             s.loose_ends();
         },
     )?;
@@ -747,6 +936,7 @@ pub fn export(
     let mut summary = w.summary;
     summary.events_read = state.done;
     summary.messages_matched = report.messages;
+    summary.window = window.describe();
     summary.skipped = metas.iter().flat_map(|m| m.skipped.clone()).collect();
     progress(total, total);
     Ok(summary)

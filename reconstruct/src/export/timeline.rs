@@ -22,18 +22,16 @@ use crate::clock::{MapCursor, TimeMap};
 use crate::funcs::FuncClass;
 use crate::rebuild::scan;
 use crate::trace::{Skipped, Trace, for_each_event};
+use crate::window::{Ends, WindowSpec};
 
 /// Where the picture's font comes from (Debian package fonts-dejavu-core).
 pub const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 #[derive(Clone, Debug)]
 pub struct TimelineOptions {
-    /// Window start and end, seconds since the earliest `MPI_Init` end; default: that instant to
-    /// the latest `MPI_Finalize` entry.
-    pub from_s: Option<f64>,
-    pub to_s: Option<f64>,
-    /// World ranks to draw, in this order (default: all).
-    pub ranks: Option<Vec<u32>>,
+    /// The window drawn (`crate::window`); ranks are drawn in the order given. Without a time
+    /// range: the earliest end of `MPI_Init` to the latest start of `MPI_Finalize`.
+    pub window: WindowSpec,
     /// Remove the suspensions from the time axis.
     pub reconstructed: bool,
     pub width: u32,
@@ -45,9 +43,7 @@ pub struct TimelineOptions {
 impl Default for TimelineOptions {
     fn default() -> Self {
         TimelineOptions {
-            from_s: None,
-            to_s: None,
-            ranks: None,
+            window: WindowSpec::default(),
             reconstructed: false,
             width: 1600,
             max_arrows: 0,
@@ -65,6 +61,13 @@ pub struct TimelineSummary {
     pub calls_in_window: u64,
     pub arrows_drawn: u64,
     pub messages_in_window: u64,
+    /// Matched messages with one end in the window and the other outside it (in time or rank).
+    pub messages_crossing: u64,
+    /// Of those, drawn as an arrow to a mark at the picture's edge (or at the row of the rank
+    /// outside the subset).
+    pub edge_arrows_drawn: u64,
+    /// What the window was (`Window`'s description).
+    pub window: String,
     pub suspensions_in_window: u64,
     /// Memory samples drawn (the resident set and the recorder's bytes of each row, as lines).
     pub memory_samples_in_window: u64,
@@ -144,27 +147,28 @@ pub fn render(
         ));
     }
     let origin = init;
-    let from_s = opts.from_s.unwrap_or(0.0);
-    let to_s = opts.to_s.unwrap_or((fin - origin) / 1e9);
+    let mut window = opts
+        .window
+        .resolve_on(&metas, trace.world_size, |map, t, cur| to_axis(map, t, cur))
+        .map_err(|e| ExportError::Other(e.to_string()))?;
+    let epoch = maps.first().map_or(0, TimeMap::epoch_ns);
+    // The picture needs ends: without a time range it shows the span.
+    if window.cuts_nothing_in_time() {
+        window.from = maps[0].absolute(init);
+        window.to = maps[0].absolute(fin);
+    }
+    let from_s = (window.from as f64 - epoch as f64 - origin) / 1e9;
+    let to_s = if window.to == u64::MAX {
+        (fin - origin) / 1e9
+    } else {
+        (window.to as f64 - epoch as f64 - origin) / 1e9
+    };
     if to_s <= from_s {
         return Err(ExportError::Other(format!(
             "empty window: --from {from_s} is not before --to {to_s}"
         )));
     }
-    let rows: Vec<u32> = match &opts.ranks {
-        Some(list) => {
-            for r in list {
-                if *r >= trace.world_size {
-                    return Err(ExportError::Other(format!(
-                        "rank {r} is not in this trace ({} ranks)",
-                        trace.world_size
-                    )));
-                }
-            }
-            list.clone()
-        }
-        None => (0..trace.world_size).collect(),
-    };
+    let rows: Vec<u32> = window.ranks();
     let row_of: HashMap<u32, usize> = rows.iter().enumerate().map(|(i, r)| (*r, i)).collect();
 
     let width = opts.width.max(400);
@@ -245,7 +249,8 @@ pub fn render(
     };
     // Arrows are sampled as the messages are matched, so that no list of every message is kept.
     let mut arrows = ArrowSample::new(max_arrows);
-    let epoch = maps.first().map_or(0, TimeMap::epoch_ns);
+    // Messages crossing the window's edge, drawn to a mark where their other end would be.
+    let mut crossing = ArrowSample::new(max_arrows);
     for_each_match(
         trace,
         &metas,
@@ -256,12 +261,19 @@ pub fn render(
             // The send call's start and the end of the call that completed the receive.
             let a = m.send_start as f64 - epoch as f64;
             let b = m.recv_end as f64 - epoch as f64;
-            if row_of.contains_key(&m.source)
-                && row_of.contains_key(&m.dest)
-                && a.min(b) <= hi_ns
-                && a.max(b) >= lo_ns
-            {
-                arrows.offer((m.source, m.dest, a, b));
+            match window.ends(m.source, m.send_start, m.dest, m.recv_end) {
+                Ends::Both => arrows.offer((m.source, m.dest, a, b)),
+                Ends::SendOnly | Ends::RecvOnly => crossing.offer((m.source, m.dest, a, b)),
+                // A message passing over a drawn window between drawn rows still shows.
+                Ends::Neither
+                    if row_of.contains_key(&m.source)
+                        && row_of.contains_key(&m.dest)
+                        && a.min(b) <= hi_ns
+                        && a.max(b) >= lo_ns =>
+                {
+                    arrows.offer((m.source, m.dest, a, b))
+                }
+                Ends::Neither => {}
             }
         },
     )?;
@@ -271,6 +283,7 @@ pub fn render(
         from_s,
         to_s,
         ranks: rows.clone(),
+        window: window.describe(),
         ..Default::default()
     };
     let total: u64 = rows
@@ -496,6 +509,41 @@ pub fn render(
     }
     summary.arrows_drawn = drawn;
 
+    // Crossing messages: from the end inside to a small square where the other end would be,
+    // moved onto the picture's edge (outside in time) or, for a rank not drawn, to the top of the
+    // inside end's row.
+    summary.messages_crossing = crossing.seen;
+    let edge_color = RGBColor(200, 40, 140);
+    let mut edge_drawn = 0u64;
+    for &(source, dest, send_t, recv_t) in &crossing.kept {
+        let send_in = window.has_rank(source) && window.contains(maps[0].absolute(send_t));
+        let (inside, outside, in_t, out_t) = if send_in {
+            (source, dest, send_t, recv_t)
+        } else {
+            (dest, source, recv_t, send_t)
+        };
+        let Some(&in_row) = row_of.get(&inside) else {
+            continue;
+        };
+        let x0 = ((in_t - origin) / 1e9).clamp(from_s, to_s);
+        let y0 = in_row as f64 + 0.5;
+        let x1 = ((out_t - origin) / 1e9).clamp(from_s, to_s);
+        let y1 = row_of
+            .get(&outside)
+            .map_or(in_row as f64 + 0.08, |&r| r as f64 + 0.5);
+        let p0 = chart.backend_coord(&(x0, y0));
+        let p1 = chart.backend_coord(&(x1, y1));
+        root.draw(&PathElement::new(vec![p0, p1], edge_color.stroke_width(1)))
+            .map_err(draw_err)?;
+        root.draw(&Rectangle::new(
+            [(p1.0 - 3, p1.1 - 3), (p1.0 + 3, p1.1 + 3)],
+            edge_color.filled(),
+        ))
+        .map_err(draw_err)?;
+        edge_drawn += 1;
+    }
+    summary.edge_arrows_drawn = edge_drawn;
+
     // Legend: one line, or two when the memory entries make it wider than the picture.
     let text = ("sans-serif", 16).into_font();
     let mut items: Vec<(String, RGBAColor)> = CallKind::ALL
@@ -518,6 +566,12 @@ pub fn render(
     }
     if !memory_low.is_empty() {
         items.push(("memory low".into(), memory_low_color.to_rgba()));
+    }
+    if edge_drawn > 0 {
+        items.push((
+            "message to/from outside the window".into(),
+            edge_color.to_rgba(),
+        ));
     }
     let arrows_label = if step > 1 {
         format!("message (1 in {step} of {} drawn)", arrows.seen)
