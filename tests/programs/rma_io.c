@@ -13,6 +13,7 @@
  * collective write, seek + write + sync on the private file; both closed; rank 0 deletes them.
  * Communicators: a split into halves, a duplicate of the world, and an intercommunicator between
  * the halves with a Sendrecv across it.
+ * The files go to --dir DIR (default $TMPDIR or /tmp).
  * Prints a checksum of what the one-sided calls moved (rank 0).
  */
 #include <mpi.h>
@@ -90,6 +91,8 @@ int main(int argc, char **argv)
     MPI_Win_free(&hwin);
 
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--dir") == 0) dir = argv[i + 1];
     char shared[512], mine[512];
     snprintf(shared, sizeof shared, "%s/evf_rma_io.bin", dir);
     snprintf(mine, sizeof mine, "%s/evf_rma_io_%d.bin", dir, rank);
