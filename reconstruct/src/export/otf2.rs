@@ -17,7 +17,10 @@
 //!   trace carries them (`otf2_rma.rs`, `otf2_io.rs` say what is written and what cannot be);
 //! - communicators, groups and windows as Scalasca reads them (`otf2_comms.rs`): a
 //!   `COMM_LOCATIONS` group, `COMM_GROUP`s of world ranks, `MPI_COMM_SELF` over the `COMM_SELF`
-//!   group, parents, `InterComm`s, `RmaWin`s; the MPI paradigm with Score-P's name templates;
+//!   group, parents, `InterComm`s, `RmaWin`s; the MPI paradigm with Score-P's name templates.
+//!   Debian's python3-otf2 3.0.2 (and Pipit, which reads through it) fails on `InterComm`
+//!   definitions and on printing multi-bit flags such as a fence's synchronisation level, as it
+//!   does on Score-P's archives: `paper-notes/views.md` has the cause and a workaround;
 //! - suspensions as `MeasurementOnOff` (off at the suspension's start, on at its end): every
 //!   suspension stops the program, and an analysis should leave the whole interval out, which is
 //!   what a measurement-off interval tells OTF2 tools. Inside it, when the rank wrote its trace,
