@@ -425,3 +425,103 @@ fn group_id(shape: &Shape) -> u32 {
         Shape::Inter(a, _) => a,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::members::intern;
+
+    /// Rank `r` of 4: world, self, its half, a window over the world, an intercommunicator
+    /// between the halves, and one more single-process communicator.
+    fn meta(r: u32) -> RankMeta {
+        let half: Vec<u32> = (0..4).filter(|x| x % 2 == r % 2).collect();
+        let other: Vec<u32> = (0..4).filter(|x| x % 2 != r % 2).collect();
+        RankMeta {
+            rank: r,
+            comms: vec![
+                (0, intern(&[0, 1, 2, 3])),
+                (1, intern(&[r])),
+                (2, intern(&half)),
+                (3, intern(&[0, 1, 2, 3])),
+                (4, intern(&half)),
+                (5, intern(&[r])),
+            ],
+            wins: vec![(3, 0)],
+            remote_groups: vec![(4, intern(&other))],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ranks_agree_on_communicators_windows_and_intercommunicators() {
+        let metas: Vec<RankMeta> = (0..4).map(meta).collect();
+        let defs = CommDefs::new(&metas, 4);
+        let id = |r: usize, local: u32| defs.ranks[r].comms[&local];
+        for r in 0..4 {
+            assert_eq!(id(r, 0), 0);
+            assert_eq!(defs.comms[id(r, 1) as usize].name, "MPI_COMM_SELF");
+            assert_eq!(defs.comms[id(r, 1) as usize].shape, Shape::SelfLike);
+            assert_eq!(defs.comms[id(r, 5) as usize].shape, Shape::SelfLike);
+            assert_ne!(id(r, 5), id(r, 1));
+            // Windows are not communicators.
+            assert!(!defs.ranks[r].comms.contains_key(&3));
+            assert_eq!(defs.win(r, 3), Some(0));
+        }
+        assert_eq!(id(0, 2), id(2, 2));
+        assert_eq!(id(1, 2), id(3, 2));
+        assert_ne!(id(0, 2), id(1, 2));
+        // One intercommunicator, the same from both sides, between the halves' groups.
+        assert!((1..4).all(|r| id(r, 4) == id(0, 4)));
+        let Shape::Inter(a, b) = defs.comms[id(0, 4) as usize].shape else {
+            panic!("not an intercommunicator");
+        };
+        let group_of = |c: u32| match defs.comms[c as usize].shape {
+            Shape::Intra(g) => g,
+            _ => panic!("not an intracommunicator"),
+        };
+        let mut sides = [a, b];
+        sides.sort();
+        let mut halves = [group_of(id(0, 2)), group_of(id(1, 2))];
+        halves.sort();
+        assert_eq!(sides, halves);
+        assert_eq!(defs.wins.len(), 1);
+        assert_eq!(defs.wins[0].comm, Some(0));
+        assert!(defs.wins[0].create_destroy);
+        // world, self, self-like, two halves, the intercommunicator
+        assert_eq!(defs.comms.len(), 6);
+    }
+
+    #[test]
+    fn parents_only_between_intracommunicators() {
+        let metas: Vec<RankMeta> = (0..4).map(meta).collect();
+        let mut defs = CommDefs::new(&metas, 4);
+        let half = defs.ranks[0].comms[&2];
+        let inter = defs.ranks[0].comms[&4];
+        defs.set_parent(half, 0);
+        defs.set_parent(inter, 0);
+        defs.set_parent(half, inter);
+        assert_eq!(defs.comms[half as usize].parent, Some(0));
+        assert_eq!(defs.comms[inter as usize].parent, None);
+        assert_eq!(defs.comms[0].parent, None);
+    }
+
+    #[test]
+    fn windows_that_predate_recording_get_their_own_group() {
+        let metas: Vec<RankMeta> = (0..2)
+            .map(|r| RankMeta {
+                rank: r,
+                comms: vec![(7, intern(&[1, 0]))],
+                wins: vec![(7, NO_COMM)],
+                ..Default::default()
+            })
+            .collect();
+        let defs = CommDefs::new(&metas, 2);
+        let w = &defs.wins[0];
+        assert!(!w.create_destroy);
+        let comm = &defs.comms[w.comm.unwrap() as usize];
+        let Shape::Intra(g) = comm.shape else {
+            panic!("not an intracommunicator")
+        };
+        assert_eq!(&*defs.groups[g as usize - 2], &[1, 0]);
+    }
+}

@@ -142,8 +142,8 @@ impl RmaState {
         let (w, nil) = (out.w, std::ptr::null_mut());
         match kind {
             RmaCall::Create { .. } | RmaCall::Free | RmaCall::Fence => {
-                // SAFETY (every FFI call of this function): `w` is a live event writer (the
-                // `Out` contract), the attribute list may be null, the rest are plain values.
+                // SAFETY: `w` is a live event writer (the `Out` contract), the attribute list may
+                // be null, the rest are plain values. The same holds for every FFI call below.
                 let code = unsafe { ffi::OTF2_EvtWriter_RmaCollectiveBegin(w, nil, time) };
                 (out.done)(code, "RmaCollectiveBegin")
             }
@@ -152,12 +152,15 @@ impl RmaState {
                 self.next_id += 1;
                 let target = c.peer as u32;
                 let code = match kind {
+                    // SAFETY: as above.
                     RmaCall::Put => unsafe {
                         ffi::OTF2_EvtWriter_RmaPut(w, nil, time, win, target, c.bytes, id)
                     },
+                    // SAFETY: as above.
                     RmaCall::Get => unsafe {
                         ffi::OTF2_EvtWriter_RmaGet(w, nil, time, win, target, c.bytes, id)
                     },
+                    // SAFETY: as above.
                     RmaCall::Atomic { kind, fetches } => unsafe {
                         let received = if fetches { c.bytes } else { 0 };
                         ffi::OTF2_EvtWriter_RmaAtomic(
@@ -180,6 +183,7 @@ impl RmaState {
                 Ok(())
             }
             RmaCall::Lock if c.peer >= 0 => {
+                // SAFETY: as above.
                 let code = unsafe {
                     ffi::OTF2_EvtWriter_RmaRequestLock(
                         w,
@@ -194,6 +198,7 @@ impl RmaState {
                 (out.done)(code, "RmaRequestLock")
             }
             RmaCall::LockAll => {
+                // SAFETY: as above.
                 let code = unsafe {
                     ffi::OTF2_EvtWriter_RmaRequestLock(
                         w,
@@ -228,7 +233,7 @@ impl RmaState {
             RmaCall::Create { allocate } => {
                 self.allocated.insert(win, allocate);
                 if events {
-                    // SAFETY (every FFI call of this function): as in `at_start`.
+                    // SAFETY: as in `at_start`.
                     let code = unsafe { ffi::OTF2_EvtWriter_RmaWinCreate(w, nil, time, win) };
                     (out.done)(code, "RmaWinCreate")?;
                 }
@@ -243,6 +248,7 @@ impl RmaState {
                 // A correct program has nothing outstanding on a window it frees.
                 self.pending.retain(|p| p.win != win);
                 if events {
+                    // SAFETY: as in `at_start`.
                     let code = unsafe { ffi::OTF2_EvtWriter_RmaWinDestroy(w, nil, time, win) };
                     (out.done)(code, "RmaWinDestroy")?;
                 }
@@ -266,12 +272,14 @@ impl RmaState {
             RmaCall::Unlock => {
                 let Some(target) = target else { return Ok(()) };
                 self.complete(win, Some(target), true, time, out)?;
+                // SAFETY: as in `at_start`.
                 let code =
                     unsafe { ffi::OTF2_EvtWriter_RmaReleaseLock(w, nil, time, win, target, 0) };
                 (out.done)(code, "RmaReleaseLock")
             }
             RmaCall::UnlockAll => {
                 self.complete(win, None, true, time, out)?;
+                // SAFETY: as in `at_start`.
                 let code = unsafe {
                     ffi::OTF2_EvtWriter_RmaReleaseLock(
                         w,
