@@ -257,19 +257,22 @@ mod imp {
             let base = name.strip_prefix("MPI_")?.to_ascii_lowercase();
             [
                 "comm_dup",
+                "comm_dup_with_info",
                 "comm_idup",
+                "comm_idup_with_info",
                 "comm_split",
+                "comm_split_type",
                 "comm_create",
                 "comm_create_group",
                 "cart_create",
                 "cart_sub",
                 "graph_create",
                 "dist_graph_create",
+                "dist_graph_create_adjacent",
                 "intercomm_create",
                 "intercomm_merge",
             ]
-            .iter()
-            .any(|c| base == *c || base.strip_prefix(c).is_some_and(|r| r.starts_with('_')))
+            .contains(&base.as_str())
             .then_some(Special::CommCreator)
         }
     }
