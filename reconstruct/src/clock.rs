@@ -42,6 +42,12 @@ pub struct RankMeta {
     /// ([`crate::members::intern`]): ranks defining the same communicator share one list, so the
     /// world's members cost O(R) over all ranks, not O(R²).
     pub comms: Vec<(CommId, Members)>,
+    /// Intercommunicators' remote groups (`Event::RemoteGroup`), in the order they appear; the
+    /// `comms` entry of the same id is the local group.
+    pub remote_groups: Vec<(CommId, Members)>,
+    /// RMA windows (`Event::WinDef`): window id (whose `comms` entry is its group) and the
+    /// communicator it was created over (`format::NO_COMM` when it predates recording).
+    pub wins: Vec<(CommId, CommId)>,
     pub streams: BTreeSet<u32>,
     pub events: u64,
     pub skipped: Vec<Skipped>,
@@ -101,6 +107,10 @@ impl RankMeta {
                 self.functions.insert(*id, name.clone());
             }
             Event::CommDef { id, members } => self.comms.push((*id, intern(members))),
+            Event::RemoteGroup { id, members } => {
+                self.remote_groups.push((*id, intern(members)));
+            }
+            Event::WinDef { id, comm } => self.wins.push((*id, *comm)),
             Event::RankInfo(info) => {
                 if self.host.is_none() && !info.host.is_empty() {
                     self.host = Some(info.host.clone());

@@ -13,7 +13,16 @@
 //! - blocking collectives as `MpiCollectiveBegin`/`MpiCollectiveEnd` inside their region, with
 //!   the recorded bytes as the size sent (what this rank's send buffer holds) and the bytes that
 //!   arrived in its receive buffer as the size received (`MpiCall::recv_bytes`; 0 in traces
-//!   recorded before chunk version 6, and for `Alltoallw` and neighbourhood collectives). Nonblocking collectives are regions only;
+//!   recorded before chunk version 6, and for `Alltoallw` and neighbourhood collectives).
+//!   Nonblocking collectives are regions only;
+//! - one-sided communication as OTF2's RMA records and MPI-IO as its I/O records, as far as the
+//!   trace carries them (`otf2_rma.rs`, `otf2_io.rs` say what is written and what cannot be);
+//! - communicators, groups and windows as Scalasca reads them (`otf2_comms.rs`): a
+//!   `COMM_LOCATIONS` group, `COMM_GROUP`s of world ranks, `MPI_COMM_SELF` over the `COMM_SELF`
+//!   group, parents, `InterComm`s, `RmaWin`s; the MPI paradigm with Score-P's name templates.
+//!   Debian's python3-otf2 3.0.2 (and Pipit, which reads through it) fails on `InterComm`
+//!   definitions and on printing multi-bit flags such as a fence's synchronisation level, as it
+//!   does on Score-P's archives: `paper-notes/views.md` has the cause and a workaround;
 //! - suspensions as `MeasurementOnOff` (off at the suspension's start, on at its end): every
 //!   suspension stops the program, and an analysis should leave the whole interval out, which is
 //!   what a measurement-off interval tells OTF2 tools. Inside it, when the rank wrote its trace,
@@ -46,6 +55,10 @@ pub struct Otf2Summary {
     pub receives: u64,
     /// `MpiCollectiveEnd` records.
     pub collectives: u64,
+    /// `RmaPut` + `RmaGet` + `RmaAtomic` records.
+    pub rma_operations: u64,
+    /// `IoOperationBegin` records.
+    pub io_operations: u64,
     pub suspensions: u64,
     /// `BufferFlush` records: suspensions in which the rank wrote its trace.
     pub buffer_flushes: u64,
@@ -105,12 +118,14 @@ mod imp {
 
     use format::{Completion, Event, MpiCall, PROC_NULL};
 
+    use super::super::otf2_comms::CommDefs;
     use super::super::otf2_ffi as ffi;
+    use super::super::otf2_io::{self as io, IoCall, IoState};
+    use super::super::otf2_rma::{Out, RmaCall, RmaState};
     use super::super::{ExportError, function_table};
     use super::Otf2Summary;
-    use crate::clock::{MapCursor, RankMeta, TimeMap};
+    use crate::clock::{MapCursor, TimeMap};
     use crate::funcs::{CollShape, FuncClass};
-    use crate::members::Members;
     use crate::rebuild::scan;
     use crate::trace::{Trace, for_each_event};
 
@@ -200,61 +215,6 @@ mod imp {
         }
     }
 
-    /// A global communicator: its members as world ranks.
-    struct GlobalComm {
-        members: Members,
-        name: String,
-    }
-
-    /// Identifies communicators across ranks: two ranks' communicators are the same when they have
-    /// the same members and it is the same-numbered communicator with those members on both (the
-    /// rule of the happened-before matching). Lists are shared and each distinct one hashed once,
-    /// as in [`crate::hb::HbContext::new`].
-    fn global_comms(metas: &[RankMeta], world: u32) -> (Vec<GlobalComm>, Vec<HashMap<u32, u32>>) {
-        let world_members = crate::members::identity(world);
-        let mut lists = crate::members::ListIds::default();
-        let mut interned: HashMap<(u32, u32), u32> = HashMap::new();
-        let mut comms: Vec<GlobalComm> = Vec::new();
-        let mut per_rank = Vec::new();
-        for meta in metas {
-            let mut seen: HashMap<u32, u32> = HashMap::new();
-            let mut local = HashMap::new();
-            let mut defs: Vec<(u32, Members)> = Vec::new();
-            if !meta.comms.iter().any(|(id, _)| *id == 0) {
-                defs.push((0, world_members.clone()));
-            }
-            if !meta.comms.iter().any(|(id, _)| *id == 1) {
-                defs.push((1, Members::from([meta.rank])));
-            }
-            defs.extend(meta.comms.iter().cloned());
-            for (id, members) in defs {
-                let list = lists.id(&members);
-                let occurrence = seen.entry(list).or_default();
-                let key = (list, *occurrence);
-                *occurrence += 1;
-                let global = *interned.entry(key).or_insert_with(|| {
-                    let g = comms.len() as u32;
-                    let name = if members.len() == world as usize
-                        && members.iter().enumerate().all(|(i, &m)| m == i as u32)
-                        && g == 0
-                    {
-                        "MPI_COMM_WORLD".to_string()
-                    } else if members.len() == 1 {
-                        format!("MPI_COMM_SELF of rank {}", members[0])
-                    } else {
-                        format!("communicator {g} ({} ranks)", members.len())
-                    };
-                    comms.push(GlobalComm { members, name });
-                    g
-                });
-                // A later definition of the same local id (after a free) replaces the earlier.
-                local.insert(id, global);
-            }
-            per_rank.push(local);
-        }
-        (comms, per_rank)
-    }
-
     fn region_role(class: FuncClass, name: &str) -> u8 {
         match class {
             FuncClass::Send
@@ -300,6 +260,46 @@ mod imp {
         })
     }
 
+    /// What the export does beyond the region for functions of no `FuncClass` of their own.
+    #[derive(Clone, Copy)]
+    enum Special {
+        Rma(RmaCall),
+        Io(IoCall),
+        /// Creates a communicator from the one its call names: that one is the new one's parent.
+        CommCreator,
+    }
+
+    impl Special {
+        fn of(name: &str) -> Option<Special> {
+            if let Some(kind) = RmaCall::of(name) {
+                return Some(Special::Rma(kind));
+            }
+            if let Some(kind) = IoCall::of(name) {
+                return Some(Special::Io(kind));
+            }
+            let base = name.strip_prefix("MPI_")?.to_ascii_lowercase();
+            [
+                "comm_dup",
+                "comm_dup_with_info",
+                "comm_idup",
+                "comm_idup_with_info",
+                "comm_split",
+                "comm_split_type",
+                "comm_create",
+                "comm_create_group",
+                "cart_create",
+                "cart_sub",
+                "graph_create",
+                "dist_graph_create",
+                "dist_graph_create_adjacent",
+                "intercomm_create",
+                "intercomm_merge",
+            ]
+            .contains(&base.as_str())
+            .then_some(Special::CommCreator)
+        }
+    }
+
     /// A request in flight on a rank, between the call that created it and its completion.
     #[derive(Clone, Copy)]
     enum Open {
@@ -314,6 +314,11 @@ mod imp {
         events: u64,
         /// A call waits here until the completions that follow it are known.
         pending: Option<(MpiCall, Vec<Completion>)>,
+        /// Communicators (false) and windows (true) defined since the last call: the recorder
+        /// defines what a call creates just before the call's own record.
+        new_defs: Vec<(u32, bool)>,
+        /// Those defined just before the pending call.
+        call_defs: Vec<(u32, bool)>,
     }
 
     struct Writer<'a> {
@@ -348,10 +353,35 @@ mod imp {
 
     struct RankCtx<'a> {
         funcs: &'a HashMap<u16, (String, FuncClass)>,
+        special: HashMap<u16, Special>,
         regions: &'a HashMap<String, u32>,
         comms: &'a HashMap<u32, u32>,
+        defs: &'a CommDefs,
+        slot: usize,
+        /// The rank's I/O handle.
+        io_handle: u32,
         open: HashMap<u64, Open>,
         window: &'a crate::window::Window,
+        rma: RmaState,
+        io: IoState,
+        /// (child, parent) communicators, global ids.
+        parents: Vec<(u32, u32)>,
+    }
+
+    impl RankCtx<'_> {
+        /// The global window of the call: for a creating call the window defined just before it.
+        fn rma_window(&self, kind: RmaCall, c: &MpiCall, lane: &Lane) -> Option<u32> {
+            let local = match kind {
+                RmaCall::Create { .. } => lane.call_defs.iter().rev().find(|d| d.1)?.0,
+                _ => c.comm,
+            };
+            self.defs.win(self.slot, local)
+        }
+
+        fn window_events(&self, win: Option<u32>) -> bool {
+            win.and_then(|w| self.defs.wins.get(w as usize))
+                .is_some_and(|w| w.create_destroy)
+        }
     }
 
     /// Writes one held call with the completions that followed it.
@@ -444,6 +474,33 @@ mod imp {
             }
             _ => {}
         }
+        let special = rc.special.get(&c.func).copied();
+        match special {
+            Some(Special::Rma(kind)) => {
+                let win = rc.rma_window(kind, c, lane);
+                let mut done = |code, what| wr.done(lane, code, what);
+                let mut out = Out { w, done: &mut done };
+                rc.rma.at_start(kind, c, win, start, &mut out)?;
+            }
+            Some(Special::Io(kind)) => {
+                let handle = rc.io_handle;
+                let mut done = |code, what| wr.done(lane, code, what);
+                let mut out = Out { w, done: &mut done };
+                rc.io.at_start(kind, c, handle, start, &mut out)?;
+            }
+            Some(Special::CommCreator) => {
+                if let Some(&parent) = rc.comms.get(&c.comm) {
+                    for &(id, win) in &lane.call_defs {
+                        if let (false, Some(&child)) = (win, rc.comms.get(&id))
+                            && id != c.comm
+                        {
+                            rc.parents.push((child, parent));
+                        }
+                    }
+                }
+            }
+            None => {}
+        }
         let end = wr.ts(lane, g_end);
         match class {
             FuncClass::Recv | FuncClass::SendRecv => {
@@ -497,7 +554,20 @@ mod imp {
                             wr.done(lane, code, "MpiIrecv")?;
                             wr.summary.receives += 1;
                         }
-                        // Receives from MPI_PROC_NULL and requests of other kinds.
+                        None => {
+                            let handle = rc.io_handle;
+                            let bytes = done.bytes;
+                            let mut record = |code, what| wr.done(lane, code, what);
+                            let mut out = Out {
+                                w,
+                                done: &mut record,
+                            };
+                            if !rc.rma.request_done(done.request, end, &mut out)? {
+                                rc.io
+                                    .request_done(done.request, bytes, handle, end, &mut out)?;
+                            }
+                        }
+                        // Receives from MPI_PROC_NULL.
                         _ => {}
                     }
                 }
@@ -524,6 +594,22 @@ mod imp {
                     wr.done(lane, code, "MpiCollectiveEnd")?;
                     wr.summary.collectives += 1;
                 }
+            }
+            _ => {}
+        }
+        match special {
+            Some(Special::Rma(kind)) => {
+                let win = rc.rma_window(kind, c, lane);
+                let events = rc.window_events(win);
+                let mut done = |code, what| wr.done(lane, code, what);
+                let mut out = Out { w, done: &mut done };
+                rc.rma.at_end(kind, c, win, events, end, &mut out)?;
+            }
+            Some(Special::Io(kind)) => {
+                let handle = rc.io_handle;
+                let mut done = |code, what| wr.done(lane, code, what);
+                let mut out = Out { w, done: &mut done };
+                rc.io.at_end(kind, c, handle, end, &mut out)?;
             }
             _ => {}
         }
@@ -555,7 +641,7 @@ mod imp {
         let metas = scan(trace)?;
         remove_old_archive(out)?;
         let total: u64 = metas.iter().map(|m| m.events).sum();
-        let (comms, comm_maps) = global_comms(&metas, trace.world_size);
+        let mut comm_defs = CommDefs::new(&metas, trace.world_size);
         let tables: Vec<HashMap<u16, (String, FuncClass)>> =
             metas.iter().map(function_table).collect();
         let mut strings = Strings::default();
@@ -630,15 +716,29 @@ mod imp {
         };
         // (rank, stream, location id, events)
         let mut locations: Vec<(u32, u32, u64, u64)> = Vec::new();
+        // Ranks whose I/O handle was created, with their MPI_COMM_SELF.
+        let mut io_handles: Vec<(u32, Option<u32>)> = Vec::new();
+        let mut any_io = false;
+        let mut parents: Vec<(u32, u32)> = Vec::new();
         let mut done = 0u64;
         for (slot, (files, meta)) in trace.ranks.iter().zip(&metas).enumerate() {
             let map = TimeMap::new(meta);
             let mut rc = RankCtx {
                 funcs: &tables[slot],
+                special: tables[slot]
+                    .iter()
+                    .filter_map(|(id, (name, _))| Some((*id, Special::of(name)?)))
+                    .collect(),
                 regions: &regions,
-                comms: &comm_maps[slot],
+                comms: &comm_defs.ranks[slot].comms,
+                defs: &comm_defs,
+                slot,
+                io_handle: files.rank,
                 open: HashMap::new(),
                 window,
+                rma: RmaState::default(),
+                io: IoState::default(),
+                parents: Vec::new(),
             };
             let mut lanes: BTreeMap<u32, (Lane, MapCursor)> = BTreeMap::new();
             let mut failed: Option<ExportError> = None;
@@ -687,6 +787,8 @@ mod imp {
                                     last: 0,
                                     events: 0,
                                     pending: None,
+                                    new_defs: Vec::new(),
+                                    call_defs: Vec::new(),
                                 },
                                 MapCursor::default(),
                             )
@@ -711,7 +813,12 @@ mod imp {
                             return;
                         }
                         match e {
-                            Event::Call(c) => lane.pending = Some((*c, Vec::new())),
+                            Event::Call(c) => {
+                                lane.pending = Some((*c, Vec::new()));
+                                lane.call_defs = std::mem::take(&mut lane.new_defs);
+                            }
+                            Event::CommDef { id, .. } => lane.new_defs.push((*id, false)),
+                            Event::WinDef { id, .. } => lane.new_defs.push((*id, true)),
                             Event::Suspension(s) => {
                                 let w = lane.writer;
                                 let (ga, gb) = (
@@ -789,6 +896,13 @@ mod imp {
                 locations.push((rank, stream, location_id(rank, stream), lane.events));
             }
             wr.summary.skipped.extend(skipped);
+            wr.summary.rma_operations += rc.rma.operations;
+            wr.summary.io_operations += rc.io.operations;
+            if rc.io.used {
+                io_handles.push((rank, comm_defs.ranks[slot].comms.get(&1).copied()));
+            }
+            any_io |= rc.io.any;
+            parents.append(&mut rc.parents);
         }
         // SAFETY: every event writer is closed.
         check(
@@ -835,7 +949,26 @@ mod imp {
             .map(|(r, s, _, _)| strings.id(&format!("rank {r} thread {s}")))
             .collect();
         let empty = strings.id("");
-        let comm_names: Vec<u32> = comms.iter().map(|c| strings.id(&c.name)).collect();
+        for (child, parent) in parents {
+            comm_defs.set_parent(child, parent);
+        }
+        let comm_names: Vec<String> = comm_defs.names().map(str::to_string).collect();
+        for n in &comm_names {
+            strings.id(n);
+        }
+        // Score-P's templates for the names of unnamed communicators and windows.
+        let comm_template = strings.id("Comm ${id}");
+        let win_template = strings.id("Win ${id}");
+        let io_names = any_io.then(|| {
+            (
+                strings.id("MPI-IO"),
+                strings.id("MPI-IO files (names are not in the trace)"),
+            )
+        });
+        let handle_names: Vec<u32> = io_handles
+            .iter()
+            .map(|(r, _)| strings.id(&format!("MPI-IO files of rank {r}")))
+            .collect();
         let gw = {
             // SAFETY: the archive is open; the writer lives until the archive is closed.
             let gw = unsafe { ffi::OTF2_Archive_GetGlobalDefWriter(archive.ptr) };
@@ -879,6 +1012,44 @@ mod imp {
                 ),
                 "WriteParadigm",
             )?;
+            for (property, value) in [
+                (
+                    ffi::OTF2_PARADIGM_PROPERTY_COMM_NAME_TEMPLATE,
+                    comm_template,
+                ),
+                (
+                    ffi::OTF2_PARADIGM_PROPERTY_RMA_WIN_NAME_TEMPLATE,
+                    win_template,
+                ),
+            ] {
+                check(
+                    ffi::OTF2_GlobalDefWriter_WriteParadigmProperty(
+                        gw,
+                        ffi::OTF2_PARADIGM_MPI,
+                        property,
+                        ffi::OTF2_TYPE_STRING,
+                        ffi::OTF2_AttributeValue { string_ref: value },
+                    ),
+                    "WriteParadigmProperty",
+                )?;
+            }
+            if let Some((paradigm, _)) = io_names {
+                check(
+                    ffi::OTF2_GlobalDefWriter_WriteIoParadigm(
+                        gw,
+                        io::PARADIGM,
+                        paradigm,
+                        paradigm,
+                        ffi::OTF2_IO_PARADIGM_CLASS_PARALLEL,
+                        ffi::OTF2_IO_PARADIGM_FLAG_NONE,
+                        0,
+                        ptr::null(),
+                        ptr::null(),
+                        ptr::null(),
+                    ),
+                    "WriteIoParadigm",
+                )?;
+            }
             for (i, &(name, role)) in region_ids.iter().enumerate() {
                 check(
                     ffi::OTF2_GlobalDefWriter_WriteRegion(
@@ -944,47 +1115,28 @@ mod imp {
                     .unwrap_or_else(|| location_id(r, 0));
                 by_rank.push(loc);
             }
-            check(
-                ffi::OTF2_GlobalDefWriter_WriteGroup(
-                    gw,
-                    0,
-                    empty,
-                    ffi::OTF2_GROUP_TYPE_COMM_LOCATIONS,
-                    ffi::OTF2_PARADIGM_MPI,
-                    ffi::OTF2_GROUP_FLAG_NONE,
-                    by_rank.len() as u32,
-                    by_rank.as_ptr(),
-                ),
-                "WriteGroup (locations)",
-            )?;
-            for (g, c) in comms.iter().enumerate() {
-                let members: Vec<u64> = c.members.iter().map(|&m| u64::from(m)).collect();
+            let name = |n: &str| strings.ids.get(n).copied().unwrap_or(empty);
+            comm_defs.write(gw, &by_rank, &name, &check)?;
+            if let Some((_, file)) = io_names {
                 check(
-                    ffi::OTF2_GlobalDefWriter_WriteGroup(
-                        gw,
-                        g as u32 + 1,
-                        empty,
-                        ffi::OTF2_GROUP_TYPE_COMM_GROUP,
-                        ffi::OTF2_PARADIGM_MPI,
-                        ffi::OTF2_GROUP_FLAG_NONE,
-                        members.len() as u32,
-                        members.as_ptr(),
-                    ),
-                    "WriteGroup (communicator)",
+                    ffi::OTF2_GlobalDefWriter_WriteIoRegularFile(gw, io::FILE, file, 0),
+                    "WriteIoRegularFile",
                 )?;
-            }
-            for (g, &name) in comm_names.iter().enumerate() {
-                check(
-                    ffi::OTF2_GlobalDefWriter_WriteComm(
-                        gw,
-                        g as u32,
-                        name,
-                        g as u32 + 1,
-                        ffi::OTF2_UNDEFINED_COMM,
-                        ffi::OTF2_COMM_FLAG_NONE,
-                    ),
-                    "WriteComm",
-                )?;
+                for (&(rank, comm_self), &handle_name) in io_handles.iter().zip(&handle_names) {
+                    check(
+                        ffi::OTF2_GlobalDefWriter_WriteIoHandle(
+                            gw,
+                            rank,
+                            handle_name,
+                            io::FILE,
+                            io::PARADIGM,
+                            ffi::OTF2_IO_HANDLE_FLAG_NONE,
+                            comm_self.unwrap_or(ffi::OTF2_UNDEFINED_COMM),
+                            ffi::OTF2_UNDEFINED_IO_HANDLE,
+                        ),
+                        "WriteIoHandle",
+                    )?;
+                }
             }
         }
         wr.summary.locations = locations.len() as u64;

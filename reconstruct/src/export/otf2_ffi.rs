@@ -37,6 +37,20 @@ pub type OTF2_LocationGroupRef = u32;
 pub type OTF2_LocationRef = u64;
 pub type OTF2_GroupRef = u32;
 pub type OTF2_CommRef = u32;
+pub type OTF2_RmaWinRef = u32;
+pub type OTF2_IoParadigmRef = u8;
+pub type OTF2_IoFileRef = u32;
+pub type OTF2_IoHandleRef = u32;
+
+/// `OTF2_AttributeValue`: a union of 8-byte and smaller scalars and definition references.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union OTF2_AttributeValue {
+    pub uint8: u8,
+    pub uint32: u32,
+    pub uint64: u64,
+    pub string_ref: OTF2_StringRef,
+}
 
 pub const OTF2_UNDEFINED_UINT32: u32 = u32::MAX;
 pub const OTF2_UNDEFINED_STRING: OTF2_StringRef = u32::MAX;
@@ -45,6 +59,7 @@ pub const OTF2_UNDEFINED_LOCATION_GROUP: u32 = u32::MAX;
 pub const OTF2_UNDEFINED_COMM: u32 = u32::MAX;
 pub const OTF2_COLLECTIVE_ROOT_NONE: u32 = u32::MAX;
 pub const OTF2_UNDEFINED_TIMESTAMP: u64 = u64::MAX;
+pub const OTF2_UNDEFINED_IO_HANDLE: u32 = u32::MAX;
 
 pub const OTF2_FILEMODE_WRITE: u8 = 0;
 pub const OTF2_COMPRESSION_NONE: u8 = 1;
@@ -55,6 +70,9 @@ pub const OTF2_FLUSH: u8 = 1;
 pub const OTF2_PARADIGM_MPI: u8 = 4;
 pub const OTF2_PARADIGM_MEASUREMENT_SYSTEM: u8 = 6;
 pub const OTF2_PARADIGM_CLASS_PROCESS: u8 = 0;
+pub const OTF2_PARADIGM_PROPERTY_COMM_NAME_TEMPLATE: u8 = 0;
+pub const OTF2_PARADIGM_PROPERTY_RMA_WIN_NAME_TEMPLATE: u8 = 1;
+pub const OTF2_TYPE_STRING: u8 = 11;
 
 pub const OTF2_REGION_ROLE_FUNCTION: u8 = 1;
 pub const OTF2_REGION_ROLE_BARRIER: u8 = 15;
@@ -69,8 +87,11 @@ pub const OTF2_LOCATION_GROUP_TYPE_PROCESS: u8 = 1;
 pub const OTF2_LOCATION_TYPE_CPU_THREAD: u8 = 1;
 pub const OTF2_GROUP_TYPE_COMM_LOCATIONS: u8 = 4;
 pub const OTF2_GROUP_TYPE_COMM_GROUP: u8 = 5;
+pub const OTF2_GROUP_TYPE_COMM_SELF: u8 = 6;
 pub const OTF2_GROUP_FLAG_NONE: u32 = 0;
 pub const OTF2_COMM_FLAG_NONE: u32 = 0;
+pub const OTF2_RMA_WIN_FLAG_NONE: u32 = 0;
+pub const OTF2_RMA_WIN_FLAG_CREATE_DESTROY_EVENTS: u32 = 1;
 
 pub const OTF2_MEASUREMENT_ON: u8 = 1;
 pub const OTF2_MEASUREMENT_OFF: u8 = 2;
@@ -92,6 +113,32 @@ pub const OTF2_COLLECTIVE_OP_REDUCE_SCATTER: u8 = 13;
 pub const OTF2_COLLECTIVE_OP_SCAN: u8 = 14;
 pub const OTF2_COLLECTIVE_OP_EXSCAN: u8 = 15;
 pub const OTF2_COLLECTIVE_OP_REDUCE_SCATTER_BLOCK: u8 = 16;
+pub const OTF2_COLLECTIVE_OP_CREATE_HANDLE: u8 = 17;
+pub const OTF2_COLLECTIVE_OP_DESTROY_HANDLE: u8 = 18;
+pub const OTF2_COLLECTIVE_OP_CREATE_HANDLE_AND_ALLOCATE: u8 = 21;
+pub const OTF2_COLLECTIVE_OP_DESTROY_HANDLE_AND_DEALLOCATE: u8 = 22;
+
+pub const OTF2_RMA_SYNC_LEVEL_NONE: u32 = 0;
+pub const OTF2_RMA_SYNC_LEVEL_PROCESS: u32 = 1;
+pub const OTF2_RMA_SYNC_LEVEL_MEMORY: u32 = 2;
+pub const OTF2_LOCK_EXCLUSIVE: u8 = 0;
+pub const OTF2_LOCK_SHARED: u8 = 1;
+pub const OTF2_RMA_ATOMIC_TYPE_ACCUMULATE: u8 = 0;
+pub const OTF2_RMA_ATOMIC_TYPE_COMPARE_AND_SWAP: u8 = 3;
+pub const OTF2_RMA_ATOMIC_TYPE_FETCH_AND_ACCUMULATE: u8 = 7;
+
+pub const OTF2_IO_PARADIGM_CLASS_PARALLEL: u8 = 1;
+pub const OTF2_IO_PARADIGM_FLAG_NONE: u32 = 0;
+pub const OTF2_IO_HANDLE_FLAG_NONE: u32 = 0;
+pub const OTF2_IO_ACCESS_MODE_READ_WRITE: u8 = 2;
+pub const OTF2_IO_CREATION_FLAG_NONE: u32 = 0;
+pub const OTF2_IO_STATUS_FLAG_NONE: u32 = 0;
+pub const OTF2_IO_OPERATION_MODE_READ: u8 = 0;
+pub const OTF2_IO_OPERATION_MODE_WRITE: u8 = 1;
+pub const OTF2_IO_OPERATION_MODE_FLUSH: u8 = 2;
+pub const OTF2_IO_OPERATION_FLAG_NONE: u32 = 0;
+pub const OTF2_IO_OPERATION_FLAG_NON_BLOCKING: u32 = 1;
+pub const OTF2_IO_OPERATION_FLAG_COLLECTIVE: u32 = 2;
 
 pub type OTF2_PreFlushCallback = Option<
     unsafe extern "C" fn(
@@ -240,6 +287,58 @@ unsafe extern "C" {
         flags: u32,
     ) -> OTF2_ErrorCode;
 
+    pub fn OTF2_GlobalDefWriter_WriteParadigmProperty(
+        w: *mut OTF2_GlobalDefWriter,
+        paradigm: u8,
+        property: u8,
+        value_type: u8,
+        value: OTF2_AttributeValue,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_GlobalDefWriter_WriteInterComm(
+        w: *mut OTF2_GlobalDefWriter,
+        id: OTF2_CommRef,
+        name: OTF2_StringRef,
+        group_a: OTF2_GroupRef,
+        group_b: OTF2_GroupRef,
+        common_communicator: OTF2_CommRef,
+        flags: u32,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_GlobalDefWriter_WriteRmaWin(
+        w: *mut OTF2_GlobalDefWriter,
+        id: OTF2_RmaWinRef,
+        name: OTF2_StringRef,
+        comm: OTF2_CommRef,
+        flags: u32,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_GlobalDefWriter_WriteIoParadigm(
+        w: *mut OTF2_GlobalDefWriter,
+        id: OTF2_IoParadigmRef,
+        identification: OTF2_StringRef,
+        name: OTF2_StringRef,
+        io_paradigm_class: u8,
+        io_paradigm_flags: u32,
+        number_of_properties: u8,
+        properties: *const u8,
+        types: *const u8,
+        values: *const OTF2_AttributeValue,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_GlobalDefWriter_WriteIoRegularFile(
+        w: *mut OTF2_GlobalDefWriter,
+        id: OTF2_IoFileRef,
+        name: OTF2_StringRef,
+        scope: OTF2_SystemTreeNodeRef,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_GlobalDefWriter_WriteIoHandle(
+        w: *mut OTF2_GlobalDefWriter,
+        id: OTF2_IoHandleRef,
+        name: OTF2_StringRef,
+        file: OTF2_IoFileRef,
+        io_paradigm: OTF2_IoParadigmRef,
+        io_handle_flags: u32,
+        comm: OTF2_CommRef,
+        parent: OTF2_IoHandleRef,
+    ) -> OTF2_ErrorCode;
+
     pub fn OTF2_EvtWriter_GetNumberOfEvents(w: *mut OTF2_EvtWriter, n: *mut u64) -> OTF2_ErrorCode;
     pub fn OTF2_EvtWriter_Enter(
         w: *mut OTF2_EvtWriter,
@@ -329,6 +428,141 @@ unsafe extern "C" {
         attributes: *mut OTF2_AttributeList,
         time: OTF2_TimeStamp,
         stop_time: OTF2_TimeStamp,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaWinCreate(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaWinDestroy(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaCollectiveBegin(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaCollectiveEnd(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        op: u8,
+        sync_level: u32,
+        win: OTF2_RmaWinRef,
+        root: u32,
+        bytes_sent: u64,
+        bytes_received: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaRequestLock(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+        remote: u32,
+        lock_id: u64,
+        lock_type: u8,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaReleaseLock(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+        remote: u32,
+        lock_id: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaPut(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+        remote: u32,
+        bytes: u64,
+        matching_id: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaGet(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+        remote: u32,
+        bytes: u64,
+        matching_id: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaAtomic(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+        remote: u32,
+        atomic_type: u8,
+        bytes_sent: u64,
+        bytes_received: u64,
+        matching_id: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaOpCompleteNonBlocking(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+        matching_id: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_RmaOpCompleteRemote(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        win: OTF2_RmaWinRef,
+        matching_id: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_IoCreateHandle(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        handle: OTF2_IoHandleRef,
+        mode: u8,
+        creation_flags: u32,
+        status_flags: u32,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_IoDestroyHandle(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        handle: OTF2_IoHandleRef,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_IoDeleteFile(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        io_paradigm: OTF2_IoParadigmRef,
+        file: OTF2_IoFileRef,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_IoOperationBegin(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        handle: OTF2_IoHandleRef,
+        mode: u8,
+        operation_flags: u32,
+        bytes_request: u64,
+        matching_id: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_IoOperationIssued(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        handle: OTF2_IoHandleRef,
+        matching_id: u64,
+    ) -> OTF2_ErrorCode;
+    pub fn OTF2_EvtWriter_IoOperationComplete(
+        w: *mut OTF2_EvtWriter,
+        attributes: *mut OTF2_AttributeList,
+        time: OTF2_TimeStamp,
+        handle: OTF2_IoHandleRef,
+        bytes_result: u64,
+        matching_id: u64,
     ) -> OTF2_ErrorCode;
     pub fn OTF2_EvtWriter_MeasurementOnOff(
         w: *mut OTF2_EvtWriter,
