@@ -76,6 +76,7 @@ def main():
         rma = defaultdict(lambda: [0, 0, 0])
         # (location, handle, matching id) -> [begins, completions]
         io = defaultdict(lambda: [0, 0])
+        collective_received = 0
         for loc, e in trace.events:
             kind = type(e).__name__
             counts[kind] += 1
@@ -89,9 +90,12 @@ def main():
                 io[(loc._ref, e.handle._ref, e.matching_id)][0] += 1
             elif kind == "IoOperationComplete":
                 io[(loc._ref, e.handle._ref, e.matching_id)][1] += 1
+            elif kind == "MpiCollectiveEnd":
+                collective_received += e.size_received
         out["events"] = dict(counts)
         out["rma_incomplete"] = sum(1 for v in rma.values() if v != [1, 1, 1])
         out["io_incomplete"] = sum(1 for v in io.values() if v != [1, 1])
+        out["collective_received"] = collective_received
     print(json.dumps(out))
 
 

@@ -17,9 +17,12 @@ use common::{Mpi, check, mpi_env, mpi_lock, output_with_timeout, programs, read_
 use format::Event;
 
 /// Calls per function name in the trace, and point-to-point sends with a real peer.
-fn trace_calls(dir: &Path) -> (BTreeMap<String, u64>, u64, BTreeSet<u32>) {
+/// The calls per function (one-sided ones to no process apart), the point-to-point sends, the
+/// ranks doing MPI-IO, and the bytes blocking collectives received (`MpiCall::recv_bytes`).
+fn trace_calls(dir: &Path) -> (BTreeMap<String, u64>, u64, BTreeSet<u32>, u64) {
     let mut calls: BTreeMap<String, u64> = BTreeMap::new();
     let mut sends = 0;
+    let mut collective_received = 0;
     let mut io_ranks = BTreeSet::new();
     for r in read_trace(dir) {
         for e in r.all() {
@@ -37,6 +40,11 @@ fn trace_calls(dir: &Path) -> (BTreeMap<String, u64>, u64, BTreeSet<u32>) {
                 if name == "MPI_File_open" {
                     io_ranks.insert(r.rank);
                 }
+                // Only collectives record received bytes; the nonblocking and persistent ones
+                // are regions only in OTF2.
+                if !name.starts_with("MPI_I") && !name.ends_with("_init") {
+                    collective_received += c.recv_bytes;
+                }
                 // One-sided operations to MPI_PROC_NULL move nothing and get no record.
                 let key = if !to_peer
                     && matches!(
@@ -51,7 +59,7 @@ fn trace_calls(dir: &Path) -> (BTreeMap<String, u64>, u64, BTreeSet<u32>) {
             }
         }
     }
-    (calls, sends, io_ranks)
+    (calls, sends, io_ranks, collective_received)
 }
 
 fn sum(calls: &BTreeMap<String, u64>, names: &[&str]) -> u64 {
@@ -138,7 +146,14 @@ fn records(mpi: Mpi) {
     let read: serde_json::Value = serde_json::from_slice(&py.stdout).expect("JSON from the reader");
     let events = |kind: &str| read["events"][kind].as_u64().unwrap_or(0);
 
-    let (calls, sends, io_ranks) = trace_calls(&trace);
+    let (calls, sends, io_ranks, collective_received) = trace_calls(&trace);
+    // The rooted MPI_Reduce delivers to its root: the size received is in the archive.
+    assert!(collective_received > 0, "the trace records received bytes");
+    assert_eq!(
+        read["collective_received"].as_u64(),
+        Some(collective_received),
+        "MpiCollectiveEnd sizes received against the trace's"
+    );
     let puts = sum(&calls, &["MPI_Put", "MPI_Rput"]);
     let gets = sum(&calls, &["MPI_Get", "MPI_Rget"]);
     let atomics = sum(

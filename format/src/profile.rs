@@ -205,6 +205,9 @@ pub struct ProfileStats {
     /// world of 10^4 ranks at every collective call would cost more than the rest of the call).
     #[serde(skip)]
     comms: BTreeMap<u32, (Vec<u32>, Option<u32>)>,
+    /// The remote group of each intercommunicator: its peers are ranks of that group.
+    #[serde(skip)]
+    remote_groups: BTreeMap<u32, Vec<u32>>,
     #[serde(skip)]
     init_done: Option<u64>,
     #[serde(skip)]
@@ -297,6 +300,9 @@ impl ProfileStats {
                         .map(|p| p as u32)
                 };
                 self.comms.insert(*id, (members.clone(), me));
+            }
+            Event::RemoteGroup { id, members } => {
+                self.remote_groups.insert(*id, members.clone());
             }
             Event::Call(c) => self.add_call(stream, c),
             Event::Polls(p) => self.add_polls(stream, p),
@@ -442,14 +448,19 @@ impl ProfileStats {
     pub fn seal(&mut self) {
         self.finish();
         self.comms = BTreeMap::new();
+        self.remote_groups = BTreeMap::new();
         self.last_call = HashMap::new();
         self.by_id = HashMap::new();
         self.names = HashMap::new();
     }
 
-    /// World rank of `peer` in communicator `comm`: communicator 0 is the world itself.
+    /// World rank of `peer` in communicator `comm`: communicator 0 is the world itself; on an
+    /// intercommunicator a peer is a rank of the remote group.
     fn world_rank(&self, comm: u32, peer: i32) -> Option<u32> {
         let peer = u32::try_from(peer).ok()?;
+        if let Some(remote) = self.remote_groups.get(&comm) {
+            return remote.get(peer as usize).copied();
+        }
         match self.comms.get(&comm) {
             Some((members, _)) => members.get(peer as usize).copied(),
             None if comm == 0 => Some(peer),

@@ -942,6 +942,42 @@ mod tests {
     }
 
     #[test]
+    fn intercommunicator_peers_are_ranks_of_the_remote_group() {
+        // Rank 1 of 4 on an intercommunicator between world ranks {0, 1} and {2, 3}: its peer 1
+        // is world rank 3, not its own group's rank 1 (itself).
+        let mut p = ProfileStats::new(1, 4, 1.0);
+        p.add_event(
+            0,
+            &Event::FunctionDef {
+                id: 1,
+                name: "MPI_Send".into(),
+            },
+        );
+        p.add_event(
+            0,
+            &Event::CommDef {
+                id: 5,
+                members: vec![0, 1],
+            },
+        );
+        p.add_event(
+            0,
+            &Event::RemoteGroup {
+                id: 5,
+                members: vec![2, 3],
+            },
+        );
+        let mut send = match call(1, 0, 10, 1, 8, 1) {
+            Event::Call(c) => c,
+            _ => unreachable!(),
+        };
+        send.comm = 5;
+        p.add_event(0, &Event::Call(send));
+        p.finish();
+        assert_eq!(p.partners.keys().copied().collect::<Vec<_>>(), vec![3]);
+    }
+
+    #[test]
     fn collectives_get_what_arrived() {
         let coll = |func: u16, bytes: u64, root: i32| {
             let mut c = match call(func, 0, 10, -1, bytes, 1) {

@@ -13,9 +13,7 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::Mutex;
 
-use format::{CallSite, Event, NO_SITE};
-
-use crate::buffers::Local;
+use format::{CallSite, Event, NO_SITE, RawBuf};
 
 /// Entries of a thread's cache: a program has a few dozen to a few thousand MPI call sites, and
 /// the hot loops use a handful.
@@ -37,19 +35,19 @@ fn slot(address: u64) -> usize {
 /// thread; a site no thread has seen yet gets its definition written to this thread's buffer
 /// first, so the definition precedes every call that names it in this stream.
 #[inline]
-pub fn site_of(l: &mut Local, address: u64) -> u32 {
+pub fn site_of(cache: &mut SiteCache, buf: &mut RawBuf, address: u64) -> u32 {
     let s = slot(address);
-    let (cached, id) = l.sites[s];
+    let (cached, id) = cache[s];
     if cached == address {
         return id;
     }
-    let id = intern(l, address);
-    l.sites[s] = (address, id);
+    let id = intern(buf, address);
+    cache[s] = (address, id);
     id
 }
 
 #[cold]
-fn intern(l: &mut Local, address: u64) -> u32 {
+fn intern(buf: &mut RawBuf, address: u64) -> u32 {
     let mut sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
     let sites = sites.get_or_insert_with(HashMap::new);
     if let Some(&id) = sites.get(&address) {
@@ -60,7 +58,7 @@ fn intern(l: &mut Local, address: u64) -> u32 {
     };
     sites.insert(address, id);
     let (file, base) = locate(address);
-    l.buf.push_event(&Event::CallSite(CallSite {
+    buf.push_event(&Event::CallSite(CallSite {
         id,
         address,
         base,

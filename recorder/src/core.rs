@@ -286,7 +286,7 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
             None => {
                 let cap_before = l.buf.capacity_bytes();
                 if rec.site != 0 {
-                    call.site = crate::callsites::site_of(l, rec.site);
+                    call.site = crate::callsites::site_of(&mut l.sites, &mut l.buf, rec.site);
                 }
                 if rec.idle != 0 {
                     l.buf.push_idle_poll(&call);
