@@ -96,6 +96,7 @@ fn callsites(mpi: Mpi) {
     check_program(mpi, "collectives", "collectives.c", 4, &["--rounds", "3"]);
     check_program(mpi, "halo", "halo.c", 4, &["--iterations", "50"]);
     check_program(mpi, "fortran_ring", "fortran_ring.f90", 2, &[]);
+    check_program(mpi, "fortran_f08", "fortran_f08.f90", 2, &[]);
 
     // Off by default: a trace recorded without the setting has no site at all.
     let out = scratch(&format!("callsites-off-{}", mpi.name()));
