@@ -8,7 +8,6 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{check, evenflush_bin, info_json, scratch};
-use format::chunk::{CHUNK_HEADER_LEN, ChunkHeader, EncodedChunk};
 use format::{
     ChunkEncoder, ClockCalibration, ClockSource, Event, FileHeader, Marker, MemorySample,
     MemoryWhen, MpiCall, NO_RANK, RankFileWriter, RankInfo, RawBuf, ThresholdBasis,
@@ -146,14 +145,6 @@ fn rank_events(rank: u32, with_memory: bool) -> Vec<Event> {
 }
 
 /// The same chunk framed as `version` (its payload is valid for any version that knows its kinds).
-fn as_version(chunk: EncodedChunk, version: u16) -> EncodedChunk {
-    let mut header = ChunkHeader::from_bytes(chunk.bytes[..CHUNK_HEADER_LEN].try_into().unwrap());
-    header.version = version;
-    let mut bytes = header.to_bytes().to_vec();
-    bytes.extend_from_slice(&chunk.bytes[CHUNK_HEADER_LEN..]);
-    EncodedChunk { bytes, ..chunk }
-}
-
 fn write_trace(dir: &Path, with_memory: bool) {
     for rank in 0..2 {
         let mut buf = RawBuf::new();
@@ -162,7 +153,7 @@ fn write_trace(dir: &Path, with_memory: bool) {
         }
         let mut chunk = ChunkEncoder::new(1).encode(rank, 0, 0, &buf);
         if !with_memory {
-            chunk = as_version(chunk, 3);
+            chunk = chunk.as_version(3).unwrap();
         }
         let header = FileHeader {
             rank,

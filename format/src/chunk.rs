@@ -141,6 +141,76 @@ pub struct EncodedChunk {
     pub last_ts: u64,
 }
 
+impl EncodedChunk {
+    /// This chunk as an older chunk `version` would hold it (1 to [`CHUNK_VERSION`]): the columns
+    /// that version lacks are dropped, with their values, and the payload is stored uncompressed.
+    /// Misc events of kinds newer than `version` stay, so a reader must refuse the result: tests
+    /// of readers against traces of older recorders use this, the recorder never does.
+    pub fn as_version(&self, version: u16) -> Result<EncodedChunk, String> {
+        let header_bytes: &[u8; CHUNK_HEADER_LEN] = self
+            .bytes
+            .get(..CHUNK_HEADER_LEN)
+            .and_then(|h| h.try_into().ok())
+            .ok_or("no chunk header")?;
+        let mut h = ChunkHeader::from_bytes(header_bytes);
+        if !(CHUNK_MIN_VERSION..=CHUNK_VERSION).contains(&version) {
+            return Err(format!("no chunk version {version}"));
+        }
+        let stored = &self.bytes[CHUNK_HEADER_LEN..];
+        let payload = match h.codec {
+            CODEC_NONE => stored.to_vec(),
+            _ => zstd::bulk::decompress(stored, h.raw_len as usize).map_err(|e| e.to_string())?,
+        };
+        let count = *payload.first().ok_or("empty payload")? as usize;
+        let mut pos = 1;
+        let mut lens = Vec::with_capacity(count);
+        for _ in 0..count {
+            lens.push(get_u64(&payload, &mut pos).ok_or("bad column directory")? as usize);
+        }
+        // The columns of this payload's own version, in order, with where each starts.
+        let cols: Vec<usize> = (0..NUM_COLUMNS)
+            .filter(|&c| has_column(h.version, c))
+            .collect();
+        if cols.len() != count {
+            return Err("unexpected number of columns".into());
+        }
+        let kept: Vec<(usize, usize)> = cols
+            .iter()
+            .zip(&lens)
+            .scan(pos, |at, (&col, &len)| {
+                let start = *at;
+                *at += len;
+                Some((col, start))
+            })
+            .filter(|&(col, _)| has_column(version, col))
+            .collect();
+        let len_of = |col: usize| lens[cols.iter().position(|&c| c == col).unwrap_or(0)];
+        let mut out = vec![kept.len() as u8];
+        for &(col, _) in &kept {
+            put_u64(&mut out, len_of(col) as u64);
+        }
+        for &(col, start) in &kept {
+            let end = start + len_of(col);
+            out.extend_from_slice(payload.get(start..end).ok_or("column past the payload")?);
+        }
+        h.version = version;
+        h.codec = CODEC_NONE;
+        h.raw_len = out.len() as u64;
+        h.stored_len = out.len() as u64;
+        h.payload_crc = crc32c::crc32c(&out);
+        let mut bytes = h.to_bytes().to_vec();
+        bytes.extend_from_slice(&out);
+        Ok(EncodedChunk {
+            bytes,
+            raw_len: h.raw_len,
+            stored_len: h.stored_len,
+            events: self.events,
+            first_ts: self.first_ts,
+            last_ts: self.last_ts,
+        })
+    }
+}
+
 /// Encodes buffers into chunks. Keeps its payload buffer and zstd context between chunks, so a
 /// steady stream of flushes allocates only the returned chunk bytes.
 pub struct ChunkEncoder {

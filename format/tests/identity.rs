@@ -5,7 +5,9 @@
 mod common;
 
 use common::{header, raw_of, read_everything, write_file};
-use format::chunk::{CHUNK_HEADER_LEN, CHUNK_MIN_VERSION, CHUNK_VERSION, ChunkHeader};
+use format::chunk::{
+    CHUNK_HEADER_LEN, CHUNK_MIN_VERSION, CHUNK_VERSION, ChunkHeader, EncodedChunk,
+};
 use format::*;
 
 fn rank_info() -> RankInfo {
@@ -144,74 +146,23 @@ fn an_overlong_host_name_is_cut_at_a_character_boundary() {
     assert_eq!(back.mpi_library, rank_info().mpi_library);
 }
 
-/// Re-labels the chunk at `at` as `version`, with a valid header checksum. Below version 6 the
-/// payload is rewritten too, as those versions wrote it: without the call column of receive
-/// bytes and call sites (columns 11 and 12). The chunk is stored uncompressed afterwards.
+/// Re-labels the single chunk at `at` (up to the end of the file) as `version`, laid out as that
+/// version writes it (`EncodedChunk::as_version`).
 fn relabel(bytes: &mut Vec<u8>, at: usize, version: u16) {
-    let mut h = ChunkHeader::from_bytes(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
-    let stored_end = at + CHUNK_HEADER_LEN + h.stored_len as usize;
-    if version < 6 && h.version >= 6 {
-        let stored = &bytes[at + CHUNK_HEADER_LEN..stored_end];
-        let payload = match h.codec {
-            0 => stored.to_vec(),
-            _ => zstd::decode_all(stored).unwrap(),
-        };
-        let payload = without_version_6_columns(&payload);
-        h.codec = 0;
-        h.raw_len = payload.len() as u64;
-        h.stored_len = payload.len() as u64;
-        h.payload_crc = crc32c::crc32c(&payload);
-        h.version = version;
-        let mut out = bytes[..at].to_vec();
-        out.extend_from_slice(&h.to_bytes());
-        out.extend_from_slice(&payload);
-        out.extend_from_slice(&bytes[stored_end..]);
-        *bytes = out;
-    } else {
-        h.version = version;
-        bytes[at..at + CHUNK_HEADER_LEN].copy_from_slice(&h.to_bytes());
-    }
-}
-
-/// A version-6 payload (FORMAT.md: column count, LEB128 column lengths, the columns) with its
-/// receive-bytes and call-site columns removed: the layout of versions 1-5.
-fn without_version_6_columns(payload: &[u8]) -> Vec<u8> {
-    const NEW_COLUMNS: [usize; 2] = [11, 12];
-    assert_eq!(payload[0], 18, "a version-6 payload has 18 columns");
-    let mut pos = 1;
-    let mut lens = Vec::new();
-    for _ in 0..18 {
-        let (mut v, mut shift) = (0u64, 0);
-        loop {
-            let b = payload[pos];
-            pos += 1;
-            v |= u64::from(b & 0x7f) << shift;
-            shift += 7;
-            if b < 0x80 {
-                break;
-            }
-        }
-        lens.push(v as usize);
-    }
-    let mut out = vec![16u8];
-    for (i, &l) in lens.iter().enumerate() {
-        if !NEW_COLUMNS.contains(&i) {
-            let mut v = l as u64;
-            while v >= 0x80 {
-                out.push(v as u8 | 0x80);
-                v >>= 7;
-            }
-            out.push(v as u8);
-        }
-    }
-    for (i, &l) in lens.iter().enumerate() {
-        if !NEW_COLUMNS.contains(&i) {
-            out.extend_from_slice(&payload[pos..pos + l]);
-        }
-        pos += l;
-    }
-    assert_eq!(pos, payload.len());
-    out
+    let h = ChunkHeader::from_bytes(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+    let end = at + CHUNK_HEADER_LEN + h.stored_len as usize;
+    assert_eq!(end, bytes.len(), "one chunk, the last of the file");
+    let chunk = EncodedChunk {
+        bytes: bytes[at..end].to_vec(),
+        raw_len: h.raw_len,
+        stored_len: h.stored_len,
+        events: h.events,
+        first_ts: h.first_ts,
+        last_ts: h.last_ts,
+    };
+    let older = chunk.as_version(version).unwrap();
+    bytes.truncate(at);
+    bytes.extend_from_slice(&older.bytes);
 }
 
 /// `events` as a chunk older than version 6 holds them: no receive bytes, no call sites.
@@ -471,7 +422,11 @@ fn poll_runs_are_a_version_5_kind() {
 #[test]
 fn versions_beyond_the_known_ones_are_refused() {
     let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
-    relabel(&mut bytes, first_chunk_offset(), 7);
+    // Only the header says 7: no writer knows that layout.
+    let at = first_chunk_offset();
+    let mut h = ChunkHeader::from_bytes(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+    h.version = 7;
+    bytes[at..at + CHUNK_HEADER_LEN].copy_from_slice(&h.to_bytes());
     let file = RankFile::from_bytes(bytes, "v7.evf").unwrap();
     let (_, _, err) = read_everything(&file);
     let err = err.expect("refused");

@@ -81,14 +81,22 @@ int main(int argc, char **argv)
     }
     MPI_Win_free(&win);
 
-    int *hbase;
-    MPI_Win hwin;
-    MPI_Win_allocate(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, half, &hbase, &hwin);
-    MPI_Win_fence(0, hwin);
-    MPI_Put(&rank, 1, MPI_INT, (half_rank + 1) % half_size, 0, 1, MPI_INT, hwin);
-    MPI_Win_fence(0, hwin);
-    sum = fold64(sum, (uint64_t)hbase[0]);
-    MPI_Win_free(&hwin);
+    /* The halves take turns: Open MPI 4.1 names a shared-memory window's backing file after the
+     * communicator's id, which the two halves share, so windows allocated by both at once can
+     * remove each other's file ("open(2) ... No such file or directory" in MPI_Win_allocate). */
+    for (int turn = 0; turn < 2; turn++) {
+        if (rank % 2 == turn) {
+            int *hbase;
+            MPI_Win hwin;
+            MPI_Win_allocate(4 * sizeof(int), sizeof(int), MPI_INFO_NULL, half, &hbase, &hwin);
+            MPI_Win_fence(0, hwin);
+            MPI_Put(&rank, 1, MPI_INT, (half_rank + 1) % half_size, 0, 1, MPI_INT, hwin);
+            MPI_Win_fence(0, hwin);
+            sum = fold64(sum, (uint64_t)hbase[0]);
+            MPI_Win_free(&hwin);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
 
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     for (int i = 1; i + 1 < argc; i++)
