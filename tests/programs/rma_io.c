@@ -81,9 +81,9 @@ int main(int argc, char **argv)
     }
     MPI_Win_free(&win);
 
-    /* The halves take turns: Open MPI 4.1 names a shared-memory window's backing file after the
-     * communicator's id, which the two halves share, so windows allocated by both at once can
-     * remove each other's file ("open(2) ... No such file or directory" in MPI_Win_allocate). */
+    /* The halves take turns: with both allocating at once, Open MPI 4.1.4's shared-memory
+     * windows failed now and then in MPI_Win_allocate ("open(2) ... No such file or directory"
+     * while attaching the backing file; 2 runs in about 8, cause inside Open MPI not found). */
     for (int turn = 0; turn < 2; turn++) {
         if (rank % 2 == turn) {
             int *hbase;
