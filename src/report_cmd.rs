@@ -59,7 +59,11 @@ pub fn run(args: &ReportArgs) -> Result<()> {
             args.dir.display()
         );
     }
+    if is_profile && args.callsites {
+        bail!("--callsites needs a trace directory, not profile files");
+    }
     let mut cut = None;
+    let mut sites = None;
     let (profiles, memory, source) = if is_profile {
         (
             report::read_profiles(&args.dir)?,
@@ -68,32 +72,53 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         )
     } else {
         let trace = Trace::open(&args.dir)?;
+        // The window, resolved on the trace's first pass, which its views then share.
+        let windowed = if spec.is_everything() {
+            None
+        } else {
+            let metas = reconstruct::rebuild::scan(&trace)?;
+            let window = spec.resolve(&metas, trace.world_size)?;
+            Some((window, metas))
+        };
         let bar = if args.json || args.csv {
             Bar::hidden()
         } else {
             Bar::for_terminal("profiling")
         };
         let mut progress = |done, _| bar.update(done, done);
-        let result = if spec.is_everything() {
-            report::profile_trace_with_memory(&trace, &mut progress)
-        } else {
-            let metas = reconstruct::rebuild::scan(&trace)?;
-            let window = spec.resolve(&metas, trace.world_size)?;
-            let crossing = reconstruct::window::crossing_messages(&trace, &metas, &window)?;
-            report::profile_trace_window(&trace, &window, &metas, &mut progress).map(
-                |(p, m, s, c)| {
-                    cut = Some(report::WindowCut {
-                        messages_crossing: crossing,
-                        ..c
-                    });
-                    (p, m, s)
-                },
-            )
+        let result = match &windowed {
+            None => report::profile_trace_with_memory(&trace, &mut progress),
+            Some((window, metas)) => {
+                let crossing = reconstruct::window::crossing_messages(&trace, metas, window)?;
+                report::profile_trace_window(&trace, window, metas, &mut progress).map(
+                    |(p, m, s, c)| {
+                        cut = Some(report::WindowCut {
+                            messages_crossing: crossing,
+                            ..c
+                        });
+                        (p, m, s)
+                    },
+                )
+            }
         };
         bar.finish();
         let (profiles, memory, skipped) = result.map_err(ReportError::from)?;
         for k in &skipped {
             eprintln!("evenflush: warning: {k}");
+        }
+        if args.callsites {
+            let bar = if args.json {
+                Bar::hidden()
+            } else {
+                Bar::for_terminal("call sites")
+            };
+            let result = callsites::call_sites(
+                &trace,
+                windowed.as_ref().map(|(w, m)| (w, m.as_slice())),
+                &mut |done, _| bar.update(done, done),
+            );
+            bar.finish();
+            sites = Some(result?);
         }
         (
             profiles,
@@ -110,32 +135,6 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         );
     }
     rep.window = cut;
-    let sites = match (args.callsites, is_profile) {
-        (false, _) => None,
-        (true, true) => bail!("--callsites needs a trace directory, not profile files"),
-        (true, false) => {
-            let trace = Trace::open(&args.dir)?;
-            let bar = if args.json {
-                Bar::hidden()
-            } else {
-                Bar::for_terminal("call sites")
-            };
-            let window = if spec.is_everything() {
-                None
-            } else {
-                let metas = reconstruct::rebuild::scan(&trace)?;
-                let window = spec.resolve(&metas, trace.world_size)?;
-                Some((window, metas))
-            };
-            let result = callsites::call_sites(
-                &trace,
-                window.as_ref().map(|(w, m)| (w, m.as_slice())),
-                &mut |done, _| bar.update(done, done),
-            );
-            bar.finish();
-            Some(result?)
-        }
-    };
     if args.json {
         let mut json = rep.to_json();
         if let (Some(s), Some(obj)) = (&sites, json.as_object_mut()) {

@@ -407,6 +407,18 @@ pub enum Ends {
     RecvOnly,
 }
 
+impl Ends {
+    /// For a message crossing the window's edge, whether it leaves the window (its send is the
+    /// end inside); `None` for one wholly inside or outside.
+    pub fn leaving(self) -> Option<bool> {
+        match self {
+            Ends::Both | Ends::Neither => None,
+            Ends::SendOnly => Some(true),
+            Ends::RecvOnly => Some(false),
+        }
+    }
+}
+
 impl Window {
     /// A message's ends: the send at `send_t` on rank `source` (the start of the send call, where
     /// its arrow leaves), the receive at `recv_t` on `dest` (the end of the call that completed

@@ -41,7 +41,7 @@ use crate::funcs::FuncClass;
 use crate::lanes::LaneId;
 use crate::rebuild::scan;
 use crate::trace::{Skipped, Trace};
-use crate::window::{Ends, Window};
+use crate::window::Window;
 
 /// What the export wrote.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -206,10 +206,12 @@ impl<W: Write> State<W> {
     /// rank outside the subset).
     fn on_match(&mut self, m: &crate::hb::MessageMatch) {
         self.binder.on_match(m);
-        let leaving = match self.window.ends(m.source, m.send_start, m.dest, m.recv_end) {
-            Ends::Both | Ends::Neither => return,
-            Ends::SendOnly => true,
-            Ends::RecvOnly => false,
+        let Some(leaving) = self
+            .window
+            .ends(m.source, m.send_start, m.dest, m.recv_end)
+            .leaving()
+        else {
+            return;
         };
         self.out.summary.messages_crossing += 1;
         let Some(sli) = self.binder.lane_index(LaneId {
@@ -473,32 +475,21 @@ pub fn export_window(
         let rank = meta.rank;
         let keep = window.has_rank(rank);
         kept.extend(meta.streams.iter().map(|_| keep));
-        if !keep {
-            lane_rank.extend(meta.streams.iter().map(|_| ri));
-            ranks.push(RankState {
-                rank,
-                funcs: function_table(meta),
-                comms: CommTable::default(),
-                fill: 0,
-                call_ctx: CallContext::default(),
-                since_counter: 0,
-                last_ns: 0,
-            });
-            continue;
-        }
-        let _ = write!(
-            json.line,
-            "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{rank},\"args\":{{\"name\":\"rank {rank}\"}}}},\n\
-             {{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{rank},\"args\":{{\"sort_index\":{rank}}}}}"
-        );
-        for s in &meta.streams {
+        lane_rank.extend(meta.streams.iter().map(|_| ri));
+        if keep {
             let _ = write!(
                 json.line,
-                ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{rank},\"tid\":{s},\"args\":{{\"name\":\"thread {s}\"}}}}"
+                "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{rank},\"args\":{{\"name\":\"rank {rank}\"}}}},\n\
+                 {{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{rank},\"args\":{{\"sort_index\":{rank}}}}}"
             );
-            lane_rank.push(ri);
+            for s in &meta.streams {
+                let _ = write!(
+                    json.line,
+                    ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{rank},\"tid\":{s},\"args\":{{\"name\":\"thread {s}\"}}}}"
+                );
+            }
+            json.emit();
         }
-        json.emit();
         ranks.push(RankState {
             rank,
             funcs: function_table(meta),

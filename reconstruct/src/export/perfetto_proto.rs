@@ -41,7 +41,7 @@ use crate::funcs::FuncClass;
 use crate::lanes::LaneId;
 use crate::rebuild::scan;
 use crate::trace::{Skipped, Trace};
-use crate::window::{Ends, Window};
+use crate::window::Window;
 
 /// What the export wrote.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -467,10 +467,12 @@ impl<W: Write> State<'_, W> {
     /// edge track, at the window's edge (or at its own time, for a rank outside the subset).
     fn on_match(&mut self, m: &crate::hb::MessageMatch) {
         self.binder.on_match(m);
-        let leaving = match self.window.ends(m.source, m.send_start, m.dest, m.recv_end) {
-            Ends::Both | Ends::Neither => return,
-            Ends::SendOnly => true,
-            Ends::RecvOnly => false,
+        let Some(leaving) = self
+            .window
+            .ends(m.source, m.send_start, m.dest, m.recv_end)
+            .leaving()
+        else {
+            return;
         };
         self.w.summary.messages_crossing += 1;
         let Some(edge) = self.edge_seq else {
@@ -696,48 +698,15 @@ impl<W: Write> State<'_, W> {
                     continue;
                 }
                 let seq = self.seqs[li].id;
-                let p = &mut self.w.packet;
-                p.uint(TP_SEQUENCE_ID, seq);
-                p.uint(TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
-                p.msg(TP_DEFAULTS, |d| {
-                    d.uint(DEFAULTS_CLOCK_ID, SEQ_CLOCK);
-                    d.msg(DEFAULTS_TRACK_EVENT, |t| {
-                        t.uint(TE_DEFAULTS_TRACK_UUID, thread_uuid(li))
-                    });
-                });
-                p.msg(TP_INTERNED_DATA, |d| {
-                    for (i, name) in ANNOTATIONS.iter().enumerate() {
-                        d.msg(ID_DEBUG_ANNOTATION_NAMES, |n| {
-                            n.uint(INTERNED_IID, i as u64 + 1);
-                            n.bytes(INTERNED_NAME, name.as_bytes());
-                        });
-                    }
-                });
-                // The incremental clock starts at 0 = boot-clock 0: the first delta is the
-                // absolute time, paid once per sequence.
-                p.msg(TP_CLOCK_SNAPSHOT, |c| {
-                    c.msg(SNAPSHOT_CLOCKS, |k| {
-                        k.uint(CLOCK_ID, SEQ_CLOCK);
-                        k.uint(CLOCK_TIMESTAMP, 0);
-                        k.uint(CLOCK_IS_INCREMENTAL, 1);
-                    });
-                    c.msg(SNAPSHOT_CLOCKS, |k| {
-                        k.uint(CLOCK_ID, BOOTTIME);
-                        k.uint(CLOCK_TIMESTAMP, 0);
-                    });
-                });
-                self.w.end_packet();
+                self.sequence_start(seq, thread_uuid(li), true);
+                let pid = i64::from(rank) + 1;
                 if k == 0 {
-                    let p = &mut self.w.packet;
-                    p.uint(TP_SEQUENCE_ID, seq);
-                    p.msg(TP_TRACK_DESCRIPTOR, |t| {
-                        t.uint(TD_UUID, process_uuid(rank));
-                        t.msg(TD_PROCESS, |pd| {
-                            pd.int(PD_PID, i64::from(rank) + 1);
-                            pd.bytes(PD_NAME, format!("rank {rank}").as_bytes());
-                        });
-                    });
-                    self.w.end_packet();
+                    self.process_track(
+                        seq,
+                        process_uuid(rank),
+                        pid,
+                        format!("rank {rank}").as_bytes(),
+                    );
                     let p = &mut self.w.packet;
                     p.uint(TP_SEQUENCE_ID, seq);
                     p.msg(TP_TRACK_DESCRIPTOR, |t| {
@@ -748,70 +717,105 @@ impl<W: Write> State<'_, W> {
                     });
                     self.w.end_packet();
                 }
-                let p = &mut self.w.packet;
-                p.uint(TP_SEQUENCE_ID, seq);
-                p.msg(TP_TRACK_DESCRIPTOR, |t| {
-                    t.uint(TD_UUID, thread_uuid(li));
-                    t.uint(TD_PARENT_UUID, process_uuid(rank));
-                    t.msg(TD_THREAD, |th| {
-                        th.int(THD_PID, i64::from(rank) + 1);
-                        th.int(THD_TID, thread_tid(li));
-                        th.bytes(THD_NAME, format!("thread {stream}").as_bytes());
-                    });
-                });
-                self.w.end_packet();
+                let thread = ThreadTrack {
+                    uuid: thread_uuid(li),
+                    parent: process_uuid(rank),
+                    pid,
+                    tid: thread_tid(li),
+                };
+                self.thread_track(seq, &thread, format!("thread {stream}").as_bytes());
                 li += 1;
             }
         }
         if let Some(edge) = self.edge_seq {
             let seq = self.seqs[edge].id;
-            let p = &mut self.w.packet;
-            p.uint(TP_SEQUENCE_ID, seq);
-            p.uint(TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
-            p.msg(TP_DEFAULTS, |d| {
-                d.uint(DEFAULTS_CLOCK_ID, SEQ_CLOCK);
-                d.msg(DEFAULTS_TRACK_EVENT, |t| {
-                    t.uint(TE_DEFAULTS_TRACK_UUID, EDGE_THREAD_UUID)
-                });
-            });
-            p.msg(TP_CLOCK_SNAPSHOT, |c| {
-                c.msg(SNAPSHOT_CLOCKS, |k| {
-                    k.uint(CLOCK_ID, SEQ_CLOCK);
-                    k.uint(CLOCK_TIMESTAMP, 0);
-                    k.uint(CLOCK_IS_INCREMENTAL, 1);
-                });
-                c.msg(SNAPSHOT_CLOCKS, |k| {
-                    k.uint(CLOCK_ID, BOOTTIME);
-                    k.uint(CLOCK_TIMESTAMP, 0);
-                });
-            });
-            self.w.end_packet();
+            self.sequence_start(seq, EDGE_THREAD_UUID, false);
             // Its own pid, after every rank's (rank + 1).
             let pid = i64::from(self.window.world_size()) + 1;
-            let p = &mut self.w.packet;
-            p.uint(TP_SEQUENCE_ID, seq);
-            p.msg(TP_TRACK_DESCRIPTOR, |t| {
-                t.uint(TD_UUID, EDGE_PROCESS_UUID);
-                t.msg(TD_PROCESS, |pd| {
-                    pd.int(PD_PID, pid);
-                    pd.bytes(PD_NAME, b"outside window");
-                });
-            });
-            self.w.end_packet();
-            let p = &mut self.w.packet;
-            p.uint(TP_SEQUENCE_ID, seq);
-            p.msg(TP_TRACK_DESCRIPTOR, |t| {
-                t.uint(TD_UUID, EDGE_THREAD_UUID);
-                t.uint(TD_PARENT_UUID, EDGE_PROCESS_UUID);
-                t.msg(TD_THREAD, |th| {
-                    th.int(THD_PID, pid);
-                    th.int(THD_TID, thread_tid(edge));
-                    th.bytes(THD_NAME, b"messages crossing the window's edge");
-                });
-            });
-            self.w.end_packet();
+            self.process_track(seq, EDGE_PROCESS_UUID, pid, b"outside window");
+            let thread = ThreadTrack {
+                uuid: EDGE_THREAD_UUID,
+                parent: EDGE_PROCESS_UUID,
+                pid,
+                tid: thread_tid(edge),
+            };
+            self.thread_track(seq, &thread, b"messages crossing the window's edge");
         }
     }
+
+    /// The packet that starts sequence `seq`: incremental state cleared, `track` as the default
+    /// track, the debug annotations' names interned when `annotations`, and the incremental clock
+    /// starting at 0 = boot-clock 0 (the first delta is the absolute time, paid once per
+    /// sequence).
+    fn sequence_start(&mut self, seq: u64, track: u64, annotations: bool) {
+        let p = &mut self.w.packet;
+        p.uint(TP_SEQUENCE_ID, seq);
+        p.uint(TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+        p.msg(TP_DEFAULTS, |d| {
+            d.uint(DEFAULTS_CLOCK_ID, SEQ_CLOCK);
+            d.msg(DEFAULTS_TRACK_EVENT, |t| {
+                t.uint(TE_DEFAULTS_TRACK_UUID, track)
+            });
+        });
+        if annotations {
+            p.msg(TP_INTERNED_DATA, |d| {
+                for (i, name) in ANNOTATIONS.iter().enumerate() {
+                    d.msg(ID_DEBUG_ANNOTATION_NAMES, |n| {
+                        n.uint(INTERNED_IID, i as u64 + 1);
+                        n.bytes(INTERNED_NAME, name.as_bytes());
+                    });
+                }
+            });
+        }
+        p.msg(TP_CLOCK_SNAPSHOT, |c| {
+            c.msg(SNAPSHOT_CLOCKS, |k| {
+                k.uint(CLOCK_ID, SEQ_CLOCK);
+                k.uint(CLOCK_TIMESTAMP, 0);
+                k.uint(CLOCK_IS_INCREMENTAL, 1);
+            });
+            c.msg(SNAPSHOT_CLOCKS, |k| {
+                k.uint(CLOCK_ID, BOOTTIME);
+                k.uint(CLOCK_TIMESTAMP, 0);
+            });
+        });
+        self.w.end_packet();
+    }
+
+    fn process_track(&mut self, seq: u64, uuid: u64, pid: i64, name: &[u8]) {
+        let p = &mut self.w.packet;
+        p.uint(TP_SEQUENCE_ID, seq);
+        p.msg(TP_TRACK_DESCRIPTOR, |t| {
+            t.uint(TD_UUID, uuid);
+            t.msg(TD_PROCESS, |pd| {
+                pd.int(PD_PID, pid);
+                pd.bytes(PD_NAME, name);
+            });
+        });
+        self.w.end_packet();
+    }
+
+    fn thread_track(&mut self, seq: u64, thread: &ThreadTrack, name: &[u8]) {
+        let p = &mut self.w.packet;
+        p.uint(TP_SEQUENCE_ID, seq);
+        p.msg(TP_TRACK_DESCRIPTOR, |t| {
+            t.uint(TD_UUID, thread.uuid);
+            t.uint(TD_PARENT_UUID, thread.parent);
+            t.msg(TD_THREAD, |th| {
+                th.int(THD_PID, thread.pid);
+                th.int(THD_TID, thread.tid);
+                th.bytes(THD_NAME, name);
+            });
+        });
+        self.w.end_packet();
+    }
+}
+
+/// A thread track's identity: its uuid, its process's, and the pid/tid Perfetto shows.
+struct ThreadTrack {
+    uuid: u64,
+    parent: u64,
+    pid: i64,
+    tid: i64,
 }
 
 /// Writes `trace` as a Perfetto protobuf trace to `out`. `progress(done, total)` in events.
