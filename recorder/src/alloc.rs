@@ -6,7 +6,11 @@
 //! cost the program time right after each suspension that reconstruction cannot remove (the
 //! indirect perturbation HP'): the iteration after a flush ran ~270-300 µs slower (median) than in
 //! the reference; with the pool, +10-40 µs. The blocks a flush frees are the ones the next events go
-//! into, already mapped and warm.
+//! into, already mapped and warm. The pool is sized from S (a buffer's blocks are kept from one
+//! flush to the next), and `MPI_Init` fills it with the blocks of the first fill ([`prefill`]):
+//! a block mapped on one rank in the middle of the run delays that rank alone, and its partners
+//! wait for it at their next collective, a wait that removing DP from the rank that mapped cannot
+//! give back to the others.
 //!
 //! Why each block is faulted in completely when it is mapped: faulted in lazily, a growing buffer
 //! takes its faults inside the program's time, unmeasured (it made in-memory reference runs ~2 %
@@ -25,6 +29,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Allocations at least this large get their own huge-page mapping.
 pub const HUGE_MIN: usize = 2 << 20;
@@ -41,6 +46,7 @@ fn mapped_len(size: usize) -> usize {
 }
 
 unsafe fn map_huge(size: usize) -> *mut u8 {
+    FRESH_MAPS.fetch_add(1, Ordering::Relaxed);
     let len = mapped_len(size);
     let Some(total) = len.checked_add(HUGE_ALIGN) else {
         return std::ptr::null_mut();
@@ -83,11 +89,22 @@ unsafe fn map_huge(size: usize) -> *mut u8 {
     }
 }
 
-/// Released standard-size blocks kept for reuse (addresses; 0 = empty slot). At most 64 MiB: the
-/// buffer refills to the flush threshold before the next flush anyway, so keeping what it had
-/// does not raise the peak; blocks beyond this are unmapped.
-const POOL_SLOTS: usize = 32;
-static POOL: Mutex<[usize; POOL_SLOTS]> = Mutex::new([0; POOL_SLOTS]);
+/// Released standard-size blocks kept for reuse, as a stack. The buffer refills to the flush
+/// threshold before the next flush anyway, so keeping what it had does not raise the peak; the
+/// pool keeps up to [`POOL_KEEP`] blocks (set from S, see [`size_for_threshold`]) and unmaps the
+/// rest. Slots for 1 GiB of blocks: beyond that a fresh mapping per flush cycle costs little
+/// against the time the flush of such a buffer takes.
+const POOL_SLOTS: usize = 512;
+struct Pool {
+    blocks: [usize; POOL_SLOTS],
+    len: usize,
+}
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    blocks: [0; POOL_SLOTS],
+    len: 0,
+});
+/// How many released blocks the pool keeps (64 MiB until the recorder knows S).
+static POOL_KEEP: AtomicUsize = AtomicUsize::new(32);
 
 fn is_standard(size: usize) -> bool {
     mapped_len(size) == HUGE_ALIGN
@@ -95,21 +112,67 @@ fn is_standard(size: usize) -> bool {
 
 fn pool_take() -> Option<*mut u8> {
     let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    pool.iter_mut()
-        .find(|slot| **slot != 0)
-        .map(|slot| std::mem::take(slot) as *mut u8)
+    if pool.len == 0 {
+        return None;
+    }
+    pool.len -= 1;
+    let len = pool.len;
+    Some(std::mem::take(&mut pool.blocks[len]) as *mut u8)
 }
 
 fn pool_keep(ptr: *mut u8) -> bool {
     let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    match pool.iter_mut().find(|slot| **slot == 0) {
-        Some(slot) => {
-            *slot = ptr as usize;
-            true
+    if pool.len >= POOL_KEEP.load(Ordering::Relaxed).min(POOL_SLOTS) {
+        return false;
+    }
+    let len = pool.len;
+    pool.blocks[len] = ptr as usize;
+    pool.len += 1;
+    true
+}
+
+/// Blocks a buffer of threshold `s` bytes comes to hold before its flush: it passes S by what the
+/// program records until the next decision (the decision interval, the split decision's second
+/// collective), measured at 2.4 S for the iterative workload at S = 8 MiB; three times S covers
+/// that.
+pub fn blocks_for_threshold(s: u64) -> usize {
+    usize::try_from(s.saturating_mul(3).div_ceil(HUGE_ALIGN as u64)).unwrap_or(usize::MAX)
+}
+
+/// Keeps the blocks of a buffer of threshold `s` from one flush to the next (never fewer than the
+/// 64 MiB default, at most the pool's slots).
+pub fn size_for_threshold(s: u64) {
+    let keep = blocks_for_threshold(s).clamp(32, POOL_SLOTS);
+    POOL_KEEP.store(keep, Ordering::Relaxed);
+}
+
+/// Maps and faults in `blocks` trace blocks now, into the pool, so that the buffer's first fill
+/// takes warm blocks instead of mapping fresh ones inside the program's time. A fresh block costs
+/// 0.3-5 ms here (a huge-page fault may compact memory), on one rank at a time: reconstruction
+/// removes it from that rank (it is measured, DP), but not the wait it causes in a partner's next
+/// collective, which made most of the +1.8 % residue at S = 8 MiB.
+pub fn prefill(blocks: usize) {
+    let Ok(layout) = Layout::from_size_align(HUGE_MIN, 8) else {
+        return;
+    };
+    let blocks = blocks.min(POOL_SLOTS);
+    let mut got = Vec::with_capacity(blocks);
+    for _ in 0..blocks {
+        // SAFETY: a non-zero-sized layout; released below with the same layout.
+        let p = unsafe { HugeBlockAlloc.alloc(layout) };
+        if p.is_null() {
+            break;
         }
-        None => false,
+        got.push(p);
+    }
+    for p in got {
+        // SAFETY: allocated above by the same allocator with `layout`, and not used since.
+        unsafe { HugeBlockAlloc.dealloc(p, layout) };
     }
 }
+
+/// Blocks mapped so far (not taken from the pool).
+static FRESH_MAPS: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: huge allocations are whole private mappings released with the same length they were
 // made with (derived from the layout the caller must pass back); the rest is the system allocator.
@@ -183,8 +246,53 @@ unsafe impl GlobalAlloc for HugeBlockAlloc {
 mod tests {
     use super::*;
 
+    /// The pool is process-wide: tests that count what it holds take turns.
+    static POOL_TESTS: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_prefilled_pool_serves_a_whole_first_fill_without_mapping() {
+        let _turn = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let a = HugeBlockAlloc;
+        let block = Layout::from_size_align(HUGE_MIN, 8).unwrap();
+        // S = 16 MiB: a buffer comes to hold 24 blocks; the pool keeps the default 32.
+        size_for_threshold(16 << 20);
+        assert_eq!(blocks_for_threshold(16 << 20), 24);
+        // Start from an empty pool, whatever the other tests left in it.
+        while let Some(p) = pool_take() {
+            // SAFETY: a pooled standard block, mapped by `map_huge` with the standard length.
+            unsafe { libc::munmap(p as *mut libc::c_void, HUGE_ALIGN) };
+        }
+        prefill(24);
+        let mapped = FRESH_MAPS.load(Ordering::Relaxed);
+        // SAFETY: matching alloc/dealloc pairs with the same layout.
+        unsafe {
+            let got: Vec<_> = (0..24).map(|_| a.alloc(block)).collect();
+            assert!(got.iter().all(|p| !p.is_null()));
+            assert_eq!(
+                FRESH_MAPS.load(Ordering::Relaxed),
+                mapped,
+                "the first fill mapped fresh blocks"
+            );
+            // One more than prefilled is mapped fresh: the counter sees it.
+            let extra = a.alloc(block);
+            assert_eq!(FRESH_MAPS.load(Ordering::Relaxed), mapped + 1);
+            a.dealloc(extra, block);
+            for p in got {
+                a.dealloc(p, block);
+            }
+        }
+        // A large S keeps its whole buffer from one flush to the next.
+        size_for_threshold(100 << 20);
+        assert_eq!(POOL_KEEP.load(Ordering::Relaxed), 150);
+        size_for_threshold(1 << 40);
+        assert_eq!(POOL_KEEP.load(Ordering::Relaxed), POOL_SLOTS);
+        size_for_threshold(0);
+        assert_eq!(POOL_KEEP.load(Ordering::Relaxed), 32);
+    }
+
     #[test]
     fn huge_blocks_are_aligned_usable_and_reallocatable() {
+        let _turn = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let a = HugeBlockAlloc;
         let layout = Layout::from_size_align(HUGE_MIN + 100, 8).unwrap();
         // SAFETY: matching alloc/realloc/dealloc with the layouts used to allocate.
@@ -204,6 +312,7 @@ mod tests {
 
     #[test]
     fn released_standard_blocks_are_reused_and_zeroed_requests_are_fresh() {
+        let _turn = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let a = HugeBlockAlloc;
         let block = Layout::from_size_align(HUGE_MIN, 8).unwrap();
         // SAFETY: matching alloc/dealloc pairs with the same layout.
@@ -216,7 +325,7 @@ mod tests {
             // pool is clearly not handing it out.
             let mut got = Vec::new();
             let mut reused = false;
-            for _ in 0..=POOL_SLOTS {
+            for _ in 0..=32 {
                 let q = a.alloc(block);
                 assert!(!q.is_null());
                 got.push(q);

@@ -96,6 +96,7 @@ pub fn on_init_done() {
         crate::watchdog::start(session.config.watchdog, session.config.watchdog_abort);
     }
     crate::memory_watch::at_init();
+    warm_blocks(&session.config);
     let Some(mut transport) = MpiTransport::new() else {
         return;
     };
@@ -140,6 +141,26 @@ pub fn on_init_done() {
         off_announced: false,
     });
     RUNNING.store(true, Ordering::Release);
+}
+
+/// Most a rank maps ahead at `MPI_Init` (per rank, so 64 ranks on a node take 4 GiB at most).
+const WARM_MAX_BYTES: u64 = 64 << 20;
+
+/// Maps the blocks the buffer will fill before its first flush, here: before the initial clock
+/// measurement, which every rank leaves together, and in the time charged to the first event. A
+/// block mapped later, on one rank, makes its partners wait at their next collective
+/// (`crate::alloc::prefill`). At most [`WARM_MAX_BYTES`] and half of `--limit`; nothing in mode
+/// profile, which keeps no buffer.
+fn warm_blocks(config: &Config) {
+    if config.mode == Mode::Profile {
+        return;
+    }
+    let s = crate::threshold::current();
+    crate::alloc::size_for_threshold(s);
+    let bytes = WARM_MAX_BYTES.min(config.limit / 2);
+    let most = usize::try_from(bytes / crate::alloc::HUGE_MIN as u64).unwrap_or(usize::MAX);
+    let blocks = crate::alloc::blocks_for_threshold(s).min(most);
+    crate::alloc::prefill(blocks);
 }
 
 /// Writes everything held now; the suspension's flush. Every rank flushes at the same collective
@@ -224,7 +245,9 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
     let entered = may_act.then(crate::clock::now);
     if may_act {
         crate::memory_watch::at_decision();
-        p.suspender.set_threshold(crate::threshold::current());
+        let s = crate::threshold::current();
+        p.suspender.set_threshold(s);
+        crate::alloc::size_for_threshold(s);
     }
     // Chunks compressed in memory since the last flush (the hard limit was reached) ask for the
     // next flush whatever S is: they exist because memory ran short.
