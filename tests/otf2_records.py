@@ -1,6 +1,8 @@
 """Reads an OTF2 archive with the OTF2 project's Python reader (Debian's python3-otf2) and prints, as
-JSON, what tests/otf2_records.rs checks: event counts by record type, the communicator, group,
-window and I/O handle definitions, and whether every RMA and I/O operation has its completions.
+JSON, what tests/otf2_records.rs and tests/p2p_views.rs check: event counts by record type, the
+communicator, group, window and I/O handle definitions, whether every RMA and I/O operation has its
+completions, and the point-to-point messages sent and received per (communicator, source world rank,
+destination world rank, tag), as "comm:source:dest:tag" keys.
 
     /usr/bin/python3 otf2_records.py ARCHIVE/traces.otf2
 """
@@ -77,6 +79,24 @@ def main():
         # (location, handle, matching id) -> [begins, completions]
         io = defaultdict(lambda: [0, 0])
         collective_received = 0
+        members = {}
+        for g in d.groups:
+            if g.group_type != otf2.GroupType.COMM_LOCATIONS:
+                members[g._ref] = [rank_of.get(m._ref, -1) for m in g.members]
+
+        def peers(comm, me):
+            """World ranks of the ranks a point-to-point call on `comm` names: on an
+            intercommunicator those of the group `me` is not in."""
+            if isinstance(comm, defs.InterComm):
+                a, b = members[comm.groupA._ref], members[comm.groupB._ref]
+                return b if me in a else a
+            return members.get(comm.group._ref, [])
+
+        p2p = {"sends": Counter(), "receives": Counter()}
+
+        def message(side, comm, source, dest, tag):
+            p2p[side]["%d:%d:%d:%d" % (comm._ref, source, dest, tag)] += 1
+
         for loc, e in trace.events:
             kind = type(e).__name__
             counts[kind] += 1
@@ -92,10 +112,21 @@ def main():
                 io[(loc._ref, e.handle._ref, e.matching_id)][1] += 1
             elif kind == "MpiCollectiveEnd":
                 collective_received += e.size_received
+            elif kind in ("MpiSend", "MpiIsend"):
+                me = loc.group._ref
+                to = peers(e.communicator, me)
+                dest = to[e.receiver] if e.receiver < len(to) else -1
+                message("sends", e.communicator, me, dest, e.msg_tag)
+            elif kind in ("MpiRecv", "MpiIrecv"):
+                me = loc.group._ref
+                fr = peers(e.communicator, me)
+                source = fr[e.sender] if e.sender < len(fr) else -1
+                message("receives", e.communicator, source, me, e.msg_tag)
         out["events"] = dict(counts)
         out["rma_incomplete"] = sum(1 for v in rma.values() if v != [1, 1, 1])
         out["io_incomplete"] = sum(1 for v in io.values() if v != [1, 1])
         out["collective_received"] = collective_received
+        out["p2p"] = {side: dict(c) for side, c in p2p.items()}
     print(json.dumps(out))
 
 

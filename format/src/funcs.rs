@@ -36,15 +36,25 @@ pub enum FuncClass {
     Other,
 }
 
+/// The name of an MPI function without its `MPI_`/`PMPI_` prefix, in lower case, and without the
+/// `_c` of a large-count variant: `MPI_Send_c` moves messages as `MPI_Send` does, only its count
+/// is wider. `None` for a name that is not MPI's.
+pub fn mpi_base(name: &str) -> Option<String> {
+    let base = name
+        .strip_prefix("MPI_")
+        .or_else(|| name.strip_prefix("PMPI_"))?;
+    let mut lower = base.to_ascii_lowercase();
+    if lower.ends_with("_c") {
+        lower.truncate(lower.len() - 2);
+    }
+    Some(lower)
+}
+
 impl FuncClass {
     pub fn of(name: &str) -> FuncClass {
-        let Some(base) = name
-            .strip_prefix("MPI_")
-            .or_else(|| name.strip_prefix("PMPI_"))
-        else {
+        let Some(lower) = mpi_base(name) else {
             return FuncClass::Other;
         };
-        let lower = base.to_ascii_lowercase();
         match lower.as_str() {
             "send" | "ssend" | "bsend" | "rsend" => return FuncClass::Send,
             "isend" | "issend" | "ibsend" | "irsend" => return FuncClass::Isend,
@@ -66,6 +76,38 @@ impl FuncClass {
             return FuncClass::Icollective(shape);
         }
         FuncClass::Other
+    }
+}
+
+/// The point-to-point calls whose message is described by another record: a persistent request's
+/// `*_init` describes what each `Start` sends or receives, and a matched probe names the
+/// communicator of the `Mrecv`/`Imrecv` that takes its message (see [`crate::requests`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Deferred {
+    /// `Send_init`, `Bsend_init`, `Ssend_init`, `Rsend_init`.
+    SendInit,
+    RecvInit,
+    /// `Start`, `Startall` (one record per started request).
+    Start,
+    Mprobe,
+    /// `Improbe`: may have found nothing; the last one before an `Imrecv` found its message.
+    Improbe,
+    Mrecv,
+    Imrecv,
+}
+
+impl Deferred {
+    pub fn of(name: &str) -> Option<Deferred> {
+        Some(match mpi_base(name)?.as_str() {
+            "send_init" | "bsend_init" | "ssend_init" | "rsend_init" => Deferred::SendInit,
+            "recv_init" => Deferred::RecvInit,
+            "start" | "startall" => Deferred::Start,
+            "mprobe" => Deferred::Mprobe,
+            "improbe" => Deferred::Improbe,
+            "mrecv" => Deferred::Mrecv,
+            "imrecv" => Deferred::Imrecv,
+            _ => return None,
+        })
     }
 }
 
@@ -108,5 +150,19 @@ mod tests {
         assert_eq!(FuncClass::of("MPI_Init"), FuncClass::Other);
         assert_eq!(FuncClass::of("MPI_Irecv"), FuncClass::Irecv);
         assert_eq!(FuncClass::of("compute"), FuncClass::Other);
+        // Large-count variants like their base.
+        assert_eq!(FuncClass::of("MPI_Send_c"), FuncClass::Send);
+        assert_eq!(FuncClass::of("MPI_Isend_c"), FuncClass::Isend);
+        assert_eq!(FuncClass::of("MPI_Recv_c"), FuncClass::Recv);
+        assert_eq!(FuncClass::of("MPI_Irecv_c"), FuncClass::Irecv);
+        assert_eq!(FuncClass::of("MPI_Sendrecv_replace_c"), FuncClass::SendRecv);
+        assert_eq!(
+            FuncClass::of("MPI_Ibcast_c"),
+            FuncClass::Icollective(CollShape::OneToAll)
+        );
+        assert_eq!(Deferred::of("MPI_Send_init_c"), Some(Deferred::SendInit));
+        assert_eq!(Deferred::of("MPI_Startall"), Some(Deferred::Start));
+        assert_eq!(Deferred::of("MPI_Imrecv_c"), Some(Deferred::Imrecv));
+        assert_eq!(Deferred::of("MPI_Send"), None);
     }
 }

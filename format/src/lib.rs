@@ -12,6 +12,7 @@ pub mod parts;
 pub mod profile;
 pub mod raw;
 pub mod reader;
+pub mod requests;
 pub mod synthetic;
 mod varint;
 pub mod walk;

@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::model::{Event, FunctionId, Marker, MpiCall, PollRun, Suspension};
 use serde::{Deserialize, Serialize};
 
-use crate::funcs::FuncClass;
+use crate::funcs::{Deferred, FuncClass};
+use crate::requests::PersistentRequests;
 
 /// Number of message-size bins.
 pub const SIZE_BINS: usize = 24;
@@ -215,6 +216,9 @@ pub struct ProfileStats {
     /// The last call seen per stream, to which the completions that follow it belong.
     #[serde(skip)]
     last_call: HashMap<u32, FunctionId>,
+    /// A `Start` sends to the destination its request's `*_init` named.
+    #[serde(skip)]
+    persistent: PersistentRequests,
 }
 
 /// What the profile needs to know about a function, decided once from its name.
@@ -222,6 +226,7 @@ pub struct ProfileStats {
 struct FuncInfo {
     name: String,
     class: FuncClass,
+    deferred: Option<Deferred>,
     received: Received,
 }
 
@@ -286,6 +291,7 @@ impl ProfileStats {
                     FuncInfo {
                         name: name.clone(),
                         class: FuncClass::of(name),
+                        deferred: Deferred::of(name),
                         received: Received::of(name),
                     },
                 );
@@ -341,11 +347,11 @@ impl ProfileStats {
     }
 
     fn add_call(&mut self, stream: u32, c: &MpiCall) {
-        let (class, received) = self
+        let (class, deferred, received) = self
             .names
             .get(&c.func)
-            .map_or((FuncClass::Other, Received::Unknown), |f| {
-                (f.class, f.received)
+            .map_or((FuncClass::Other, None, Received::Unknown), |f| {
+                (f.class, f.deferred, f.received)
             });
         let duration_ns = c.end.saturating_sub(c.start) as f64 * self.ns_per_tick;
         let cost_ns = f64::from(c.cost) * self.ns_per_tick;
@@ -363,15 +369,28 @@ impl ProfileStats {
         if in_span {
             self.mpi_in_span_ns += duration_ns;
         }
-        if matches!(
-            class,
-            FuncClass::Send | FuncClass::Isend | FuncClass::SendRecv
-        ) && c.peer >= 0
-            && let Some(dest) = self.world_rank(c.comm, c.peer)
+        let sent = match deferred {
+            Some(kind @ (Deferred::SendInit | Deferred::RecvInit)) => {
+                self.persistent.init(kind == Deferred::SendInit, c);
+                None
+            }
+            Some(Deferred::Start) => self
+                .persistent
+                .started(c)
+                .and_then(|p| p.send.then_some(p.call)),
+            _ => matches!(
+                class,
+                FuncClass::Send | FuncClass::Isend | FuncClass::SendRecv
+            )
+            .then_some(*c),
+        };
+        if let Some(m) = sent
+            && m.peer >= 0
+            && let Some(dest) = self.world_rank(m.comm, m.peer)
         {
             let p = self.partners.entry(dest).or_default();
             p.messages += 1;
-            p.bytes += c.bytes;
+            p.bytes += m.bytes;
         }
         self.last_call.insert(stream, c.func);
     }
@@ -450,6 +469,7 @@ impl ProfileStats {
         self.comms = BTreeMap::new();
         self.remote_groups = BTreeMap::new();
         self.last_call = HashMap::new();
+        self.persistent = PersistentRequests::default();
         self.by_id = HashMap::new();
         self.names = HashMap::new();
     }
@@ -559,4 +579,60 @@ impl ProfileStats {
 /// `profile-NNNNN.json`, the name of rank `rank`'s profile file.
 pub fn profile_file_name(rank: u32) -> String {
     format!("profile-{rank:05}.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partners_count_started_persistent_sends_and_large_count_sends() {
+        let mut p = ProfileStats::new(0, 4, 1.0);
+        for (id, name) in [
+            (1, "MPI_Send_init"),
+            (2, "MPI_Recv_init"),
+            (3, "MPI_Start"),
+            (4, "MPI_Send_c"),
+        ] {
+            p.add_event(
+                0,
+                &Event::FunctionDef {
+                    id,
+                    name: name.into(),
+                },
+            );
+        }
+        let call = |func, peer, request, bytes| {
+            Event::Call(MpiCall {
+                func,
+                peer,
+                request,
+                bytes,
+                tag: 1,
+                ..MpiCall::default()
+            })
+        };
+        p.add_event(0, &call(1, 1, 10, 16));
+        p.add_event(0, &call(2, 3, 11, 16));
+        // Two starts of the send request, one of the receive request.
+        for request in [10, 11, 10] {
+            p.add_event(0, &call(3, -1, request, 0));
+        }
+        p.add_event(0, &call(4, 2, 0, 8));
+        assert_eq!(
+            p.partners.get(&1),
+            Some(&PartnerStats {
+                messages: 2,
+                bytes: 32
+            })
+        );
+        assert_eq!(
+            p.partners.get(&2),
+            Some(&PartnerStats {
+                messages: 1,
+                bytes: 8
+            })
+        );
+        assert_eq!(p.partners.len(), 2);
+    }
 }

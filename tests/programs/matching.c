@@ -5,6 +5,8 @@
  *
  *   - persistent requests: Send_init/Recv_init, then MPI_Start and MPI_Startall (ring);
  *   - matched probes: MPI_Mprobe + MPI_Mrecv (ANY_SOURCE), MPI_Improbe + MPI_Imrecv + Wait;
+ *   - large-count variants (MPI 4: MPI_Irecv_c + MPI_Send_c, MPI_Isend_c + MPI_Recv_c), where
+ *     mpi.h declares them;
  *   - synchronous, buffered and ready sends (Ssend, Bsend, Rsend after a barrier);
  *   - a neighbourhood collective on a periodic 1-D Cartesian communicator;
  *   - RMA fences around a Put (the window's first fence opens the epoch, the second ends it);
@@ -16,14 +18,23 @@
  *
  * Usage: matching [--iterations N]  (default N = 20); P must be even (the Ssend ring alternates).
  * Messages per run, for P ranks (P even) and N iterations: persistent 2·P·N (each rank a Start
- * and a Startall round per iteration), probes 2·P·N, Ssend/Bsend/Rsend 3·P·N, intercommunicator
- * P·N, its copy P·N. Collective exits: per iteration P each for the world Barrier, the
+ * and a Startall round per iteration; 16 bytes each), probes 2·P·N (8 and 12 bytes),
+ * Ssend/Bsend/Rsend 3·P·N, intercommunicator P·N, its copy P·N (4 bytes each): 9·P·N messages of
+ * 72·P·N bytes; with large counts (L = 1, "large=1" in the output) 2·P·N more of 8 bytes each:
+ * (9 + 2L)·P·N messages, (72 + 16L)·P·N bytes. Collective exits: per iteration P each for the world Barrier, the
  * neighbourhood collective, two fences, the five intercommunicator collectives and the copy's
  * Allreduce, and P for the final Reduce: 10·P·N + P.
- * stdout (rank 0): "matching ranks=P iterations=N sum=S".
+ * stdout (rank 0): "matching ranks=P iterations=N sum=S large=L".
  */
 #include <mpi.h>
 #include "common.h"
+
+/* MPICH 4 has the large-count functions; Open MPI 4.1 (MPI 3.1) has none. */
+#if MPI_VERSION >= 4
+#define LARGE_COUNT 1
+#else
+#define LARGE_COUNT 0
+#endif
 
 int main(int argc, char **argv)
 {
@@ -85,6 +96,18 @@ int main(int argc, char **argv)
         MPI_Imrecv(rbuf, 3, MPI_INT, &msg, &r[1]);
         MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
         sum += rbuf[0];
+
+#if LARGE_COUNT
+        /* Large-count: to the right with a blocking send, to the left with a nonblocking one. */
+        MPI_Irecv_c(rbuf, 2, MPI_INT, left, 19, MPI_COMM_WORLD, &r[0]);
+        MPI_Send_c(sbuf, 2, MPI_INT, right, 19, MPI_COMM_WORLD);
+        MPI_Wait(&r[0], MPI_STATUS_IGNORE);
+        sum += rbuf[0];
+        MPI_Isend_c(sbuf, 2, MPI_INT, left, 20, MPI_COMM_WORLD, &r[0]);
+        MPI_Recv_c(rbuf, 2, MPI_INT, right, 20, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Wait(&r[0], MPI_STATUS_IGNORE);
+        sum += rbuf[0];
+#endif
 
         /* Synchronous, buffered, ready (the receive is posted before the barrier). */
         if (rank % 2 == 0) {
@@ -155,7 +178,9 @@ int main(int argc, char **argv)
     free(bbuf);
     long total = 0;
     MPI_Reduce(&sum, &total, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (rank == 0) printf("matching ranks=%d iterations=%ld sum=%ld\n", size, iterations, total);
+    if (rank == 0)
+        printf("matching ranks=%d iterations=%ld sum=%ld large=%d\n", size, iterations, total,
+               LARGE_COUNT);
     MPI_Finalize();
     return 0;
 }

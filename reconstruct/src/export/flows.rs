@@ -14,11 +14,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use format::requests::PersistentRequests;
 use format::{Event, FunctionId};
 
 use super::End;
 use crate::clock::RankMeta;
-use crate::funcs::FuncClass;
+use crate::funcs::{Deferred, FuncClass};
 use crate::hb::MessageMatch;
 use crate::lanes::LaneId;
 
@@ -42,14 +43,10 @@ impl Role {
         ) {
             return Role::Send;
         }
-        let base = name
-            .strip_prefix("MPI_")
-            .or_else(|| name.strip_prefix("PMPI_"))
-            .map(str::to_ascii_lowercase);
-        match base.as_deref() {
-            Some("send_init" | "bsend_init" | "ssend_init" | "rsend_init") => Role::SendInit,
-            Some("recv_init") => Role::RecvInit,
-            Some("start" | "startall") => Role::Start,
+        match Deferred::of(name) {
+            Some(Deferred::SendInit) => Role::SendInit,
+            Some(Deferred::RecvInit) => Role::RecvInit,
+            Some(Deferred::Start) => Role::Start,
             _ => Role::Other,
         }
     }
@@ -92,9 +89,8 @@ struct LaneFlows {
 pub struct FlowBinder {
     lanes: Vec<LaneFlows>,
     lane_of: HashMap<LaneId, usize>,
-    /// Per rank (by world rank): the role of each function id, and the requests of persistent
-    /// sends.
-    roles: HashMap<u32, (HashMap<FunctionId, Role>, HashSet<u64>)>,
+    /// Per rank (by world rank): the role of each function id, and its persistent requests.
+    roles: HashMap<u32, (HashMap<FunctionId, Role>, PersistentRequests)>,
     loose: Vec<LooseEnd>,
     /// Messages whose both ends were handed out (on calls or loose).
     pub messages: u64,
@@ -129,7 +125,7 @@ impl FlowBinder {
                     .iter()
                     .map(|(id, name)| (*id, Role::of(name)))
                     .collect();
-                (m.rank, (roles, HashSet::new()))
+                (m.rank, (roles, PersistentRequests::default()))
             })
             .collect();
         FlowBinder {
@@ -256,21 +252,15 @@ impl FlowBinder {
         }
         let matched = lane.pending_out.remove(&index).is_some();
         let may_send = match self.roles.get_mut(&lane_id.rank) {
-            Some((roles, send_requests)) => {
-                match roles.get(&c.func).copied().unwrap_or(Role::Other) {
-                    Role::Send => true,
-                    Role::Start => send_requests.contains(&c.request),
-                    Role::SendInit => {
-                        send_requests.insert(c.request);
-                        false
-                    }
-                    Role::RecvInit => {
-                        send_requests.remove(&c.request);
-                        false
-                    }
-                    Role::Other => false,
+            Some((roles, persistent)) => match roles.get(&c.func).copied().unwrap_or(Role::Other) {
+                Role::Send => true,
+                Role::Start => persistent.started(c).is_some_and(|p| p.send),
+                role @ (Role::SendInit | Role::RecvInit) => {
+                    persistent.init(role == Role::SendInit, c);
+                    false
                 }
-            }
+                Role::Other => false,
+            },
             None => false,
         };
         if matched || may_send {

@@ -116,7 +116,8 @@ mod imp {
     use std::path::Path;
     use std::ptr;
 
-    use format::{Completion, Event, MpiCall, PROC_NULL};
+    use format::requests::{MatchedProbes, PersistentRequests, Probe};
+    use format::{ANY_SOURCE, ANY_TAG, Completion, Event, MpiCall, NO_REQUEST, PROC_NULL};
 
     use super::super::otf2_comms::CommDefs;
     use super::super::otf2_ffi as ffi;
@@ -125,7 +126,7 @@ mod imp {
     use super::super::{ExportError, function_table};
     use super::Otf2Summary;
     use crate::clock::{MapCursor, TimeMap};
-    use crate::funcs::{CollShape, FuncClass};
+    use crate::funcs::{CollShape, Deferred, FuncClass};
     use crate::rebuild::scan;
     use crate::trace::{Trace, for_each_event};
 
@@ -354,6 +355,10 @@ mod imp {
     struct RankCtx<'a> {
         funcs: &'a HashMap<u16, (String, FuncClass)>,
         special: HashMap<u16, Special>,
+        deferred: HashMap<u16, Deferred>,
+        persistent: PersistentRequests,
+        /// With the probe's local communicator.
+        probes: MatchedProbes<u32>,
         regions: &'a HashMap<String, u32>,
         comms: &'a HashMap<u32, u32>,
         defs: &'a CommDefs,
@@ -382,6 +387,61 @@ mod imp {
             win.and_then(|w| self.defs.wins.get(w as usize))
                 .is_some_and(|w| w.create_destroy)
         }
+
+        /// The class and arguments of the plain call `c` acts as (Score-P's records for
+        /// persistent and matched-probe messages): a started persistent send is an `Isend` and a
+        /// started receive an `Irecv`, with the arguments of the request's `*_init`; an `Mrecv`
+        /// is a `Recv` and an `Imrecv` an `Irecv` on the communicator of the probe that found
+        /// the message. Keeps what init and probe records describe: call it for every call,
+        /// inside the window or not, in the rank's order.
+        fn as_message(
+            &mut self,
+            class: FuncClass,
+            c: &MpiCall,
+            completions: &[Completion],
+        ) -> (FuncClass, MpiCall) {
+            match self.deferred.get(&c.func).copied() {
+                Some(kind @ (Deferred::SendInit | Deferred::RecvInit)) => {
+                    self.persistent.init(kind == Deferred::SendInit, c);
+                }
+                Some(Deferred::Mprobe) => self.probes.mprobe(Some(Probe::of(c, c.comm))),
+                Some(Deferred::Improbe) => self.probes.improbe(Some(Probe::of(c, c.comm))),
+                Some(Deferred::Start) => {
+                    if let Some(p) = self.persistent.started(c) {
+                        let class = if p.send {
+                            FuncClass::Isend
+                        } else {
+                            FuncClass::Irecv
+                        };
+                        return (class, p.call);
+                    }
+                }
+                Some(Deferred::Mrecv) => {
+                    let status = completions
+                        .iter()
+                        .find(|s| s.request == NO_REQUEST && s.source >= 0);
+                    if let Some(p) = self
+                        .probes
+                        .take(status.map(|s| s.source), status.map(|s| s.tag))
+                    {
+                        return (FuncClass::Recv, MpiCall { comm: p.comm, ..*c });
+                    }
+                }
+                Some(Deferred::Imrecv) => {
+                    if let Some(p) = self.probes.take(None, None) {
+                        let call = MpiCall {
+                            comm: p.comm,
+                            peer: p.source.unwrap_or(ANY_SOURCE),
+                            tag: p.tag.unwrap_or(ANY_TAG),
+                            ..*c
+                        };
+                        return (FuncClass::Irecv, call);
+                    }
+                }
+                None => {}
+            }
+            (class, *c)
+        }
     }
 
     /// Writes one held call with the completions that followed it.
@@ -399,6 +459,8 @@ mod imp {
             .get(&c.func)
             .cloned()
             .unwrap_or_else(|| (format!("function#{}", c.func), FuncClass::Other));
+        let (class, call) = rc.as_message(class, c, completions);
+        let c = &call;
         let region = rc
             .regions
             .get(&name)
@@ -729,6 +791,12 @@ mod imp {
                     .iter()
                     .filter_map(|(id, (name, _))| Some((*id, Special::of(name)?)))
                     .collect(),
+                deferred: tables[slot]
+                    .iter()
+                    .filter_map(|(id, (name, _))| Some((*id, Deferred::of(name)?)))
+                    .collect(),
+                persistent: PersistentRequests::default(),
+                probes: MatchedProbes::default(),
                 regions: &regions,
                 comms: &comm_defs.ranks[slot].comms,
                 defs: &comm_defs,

@@ -8,7 +8,8 @@
 //!   the call that completes it (`Recv`, `Mrecv`, the receive half of `Sendrecv`, or the
 //!   `Wait*`/`Test*` whose completion names its request: `Irecv`, `Imrecv`, a started persistent
 //!   receive). A matched probe (`Mprobe`, `Improbe`) lends the communicator, which the
-//!   `Mrecv`/`Imrecv` record does not carry.
+//!   `Mrecv`/`Imrecv` record does not carry. (Which init a start takes and which probe a matched
+//!   receive takes: `format::requests`, shared with the other views.)
 //! - collectives: the k-th collective a rank makes on a communicator is the k-th of every member;
 //!   neighbourhood collectives too (the topology is not recorded, so they wait for nobody); the
 //!   k-th `Win_fence` of a window is the k-th of every member of the window's communicator. On an
@@ -18,16 +19,17 @@
 //! Communicators are recorder-local ids; two ranks' communicators are the same when they have the
 //! same members and are the same-numbered communicator with those members on both ranks.
 
-use std::collections::VecDeque;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
+use format::requests::{MatchedProbes, PersistentRequests};
 use format::{
     ANY_SOURCE, ANY_TAG, CommId, Completion, Event, FunctionId, MpiCall, NO_REQUEST, PROC_NULL,
     ROOT,
 };
 
-use super::{Action, EventRef, FastMap, Lane, Shared};
-use crate::funcs::{CollShape, FuncClass};
+use super::{Action, EventRef, FastHasher, FastMap, Lane, Shared};
+use crate::funcs::{CollShape, Deferred, FuncClass};
 
 /// What a function does for matching.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,20 +76,20 @@ impl Class {
             FuncClass::Icollective(s) => return Class::Icollective(Some(s)),
             FuncClass::Other => {}
         }
-        let Some(base) = name
-            .strip_prefix("MPI_")
-            .or_else(|| name.strip_prefix("PMPI_"))
-        else {
+        match Deferred::of(name) {
+            Some(Deferred::SendInit) => return Class::SendInit,
+            Some(Deferred::RecvInit) => return Class::RecvInit,
+            Some(Deferred::Start) => return Class::Start,
+            Some(Deferred::Mprobe) => return Class::Mprobe,
+            Some(Deferred::Improbe) => return Class::Improbe,
+            Some(Deferred::Mrecv) => return Class::Mrecv,
+            Some(Deferred::Imrecv) => return Class::Imrecv,
+            None => {}
+        }
+        let Some(base) = crate::funcs::mpi_base(name) else {
             return Class::Other;
         };
-        match base.to_ascii_lowercase().as_str() {
-            "send_init" | "bsend_init" | "ssend_init" | "rsend_init" => Class::SendInit,
-            "recv_init" => Class::RecvInit,
-            "start" | "startall" => Class::Start,
-            "mprobe" => Class::Mprobe,
-            "improbe" => Class::Improbe,
-            "mrecv" => Class::Mrecv,
-            "imrecv" => Class::Imrecv,
+        match base.as_str() {
             "win_create" | "win_allocate" => Class::WinCreate,
             "win_free" => Class::WinFree,
             "win_fence" => Class::WinFence,
@@ -143,13 +145,9 @@ impl Slot {
     }
 }
 
-/// A matched probe waiting for the receive of its message.
-#[derive(Clone)]
-pub(super) struct Probe {
-    comm: Comm,
-    source: Option<u32>,
-    tag: Option<i32>,
-}
+/// A matched probe waiting for the receive of its message, on the communicator its
+/// point-to-point calls use.
+type Probe = format::requests::Probe<Comm>;
 
 /// An intercommunicator pair: (tag, occurrence) and the first members of its two groups.
 pub(super) type InterPair = ((i32, u32), Option<u32>, Option<u32>);
@@ -254,13 +252,6 @@ pub(super) enum Need {
     Coll(CollRef),
 }
 
-/// A persistent request's arguments, used again at every start.
-#[derive(Clone, Copy)]
-struct Persistent {
-    send: bool,
-    call: MpiCall,
-}
-
 struct Window {
     comm: Comm,
     ordinal: u32,
@@ -294,9 +285,8 @@ pub(super) struct RankState {
     posts: Vec<Slot>,
     icolls: FastMap<u64, CollRef>,
     coll_counter: FastMap<(u32, u32), u64>,
-    persistent: FastMap<u64, Persistent>,
-    probes: VecDeque<Probe>,
-    last_improbe: Option<Probe>,
+    persistent: PersistentRequests<BuildHasherDefault<FastHasher>>,
+    probes: MatchedProbes<Comm>,
     windows: Vec<Window>,
     windows_created: FastMap<u32, u32>,
 }
@@ -656,38 +646,9 @@ impl Shared<'_> {
         Some(r)
     }
 
-    /// The probe a matched receive (`Mrecv`, `Imrecv`) takes: the oldest blocking one that could
-    /// have found a message from `source` with `tag` (when known), else the last `Improbe`.
-    fn take_probe(
-        &mut self,
-        rank_idx: usize,
-        source: Option<i32>,
-        tag: Option<i32>,
-    ) -> Option<Probe> {
-        let state = &mut self.ranks[rank_idx];
-        let fits = |p: &Probe| {
-            let src = source
-                .filter(|&s| s >= 0)
-                .and_then(|s| p.comm.members.get(s as usize).copied());
-            (p.source.is_none() || src.is_none() || p.source == src)
-                && (p.tag.is_none() || tag.is_none_or(|t| t < 0) || p.tag == tag)
-        };
-        if let Some(pos) = state.probes.iter().position(fits) {
-            return state.probes.remove(pos);
-        }
-        state.last_improbe.take()
-    }
-
     fn probe_of<I>(&self, lane: &Lane<I>, c: &MpiCall) -> Option<Probe> {
         let comm = self.p2p_comm(lane.rank_idx, c.comm)?;
-        let source = (c.peer >= 0)
-            .then(|| comm.members.get(c.peer as usize).copied())
-            .flatten();
-        Some(Probe {
-            comm,
-            source,
-            tag: (c.tag >= 0).then_some(c.tag),
-        })
+        Some(Probe::of(c, comm))
     }
 
     /// Handles one event not part of a held call: says whether it can be emitted now or must
@@ -718,24 +679,15 @@ impl Shared<'_> {
                 }
                 Action::Emit
             }
-            Class::SendInit | Class::RecvInit => {
-                if c.request != NO_REQUEST {
-                    let send = matches!(self.class(lane.rank_idx, c.func), Class::SendInit);
-                    self.ranks[lane.rank_idx]
-                        .persistent
-                        .insert(c.request, Persistent { send, call: *c });
-                }
+            class @ (Class::SendInit | Class::RecvInit) => {
+                self.ranks[lane.rank_idx]
+                    .persistent
+                    .init(class == Class::SendInit, c);
                 Action::Emit
             }
             Class::Start => {
-                if let Some(p) = self.ranks[lane.rank_idx]
-                    .persistent
-                    .get(&c.request)
-                    .copied()
-                {
-                    let mut started = p.call;
-                    started.start = c.start;
-                    started.end = c.end;
+                if let Some(p) = self.ranks[lane.rank_idx].persistent.started(c) {
+                    let started = p.call;
                     if p.send {
                         self.record_send(lane, index, removed, &started);
                     } else if started.peer != PROC_NULL
@@ -759,33 +711,25 @@ impl Shared<'_> {
                 Action::Emit
             }
             Class::Mprobe => {
-                if let Some(p) = self.probe_of(lane, c) {
-                    self.ranks[lane.rank_idx].probes.push_back(p);
-                }
+                let p = self.probe_of(lane, c);
+                self.ranks[lane.rank_idx].probes.mprobe(p);
                 Action::Emit
             }
             Class::Improbe => {
-                self.ranks[lane.rank_idx].last_improbe = self.probe_of(lane, c);
+                let p = self.probe_of(lane, c);
+                self.ranks[lane.rank_idx].probes.improbe(p);
                 Action::Emit
             }
             Class::Imrecv => {
                 if c.request != NO_REQUEST
-                    && let Some(p) = self.take_probe(lane.rank_idx, None, None)
+                    && let Some(p) = self.ranks[lane.rank_idx].probes.take(None, None)
                 {
-                    let peer = p.source.and_then(|s| {
-                        p.comm
-                            .members
-                            .iter()
-                            .position(|&m| m == s)
-                            .map(|i| i as i32)
-                    });
-                    let tag = p.tag.unwrap_or(ANY_TAG);
                     self.post_receive(
                         lane,
                         index,
                         p.comm,
-                        peer.or(Some(ANY_SOURCE)),
-                        tag,
+                        Some(p.source.unwrap_or(ANY_SOURCE)),
+                        p.tag.unwrap_or(ANY_TAG),
                         c.request,
                     );
                 }
@@ -927,27 +871,16 @@ impl Shared<'_> {
                 // the status. Mrecv's communicator is its probe's.
                 let status = blocking_status.filter(|s| s.source >= 0 && s.tag >= 0);
                 let (comm, peer, tag) = if class == Class::Mrecv {
-                    let probe = self.take_probe(
-                        lane.rank_idx,
-                        status.map(|s| s.source),
-                        status.map(|s| s.tag),
-                    );
+                    let probe = self.ranks[lane.rank_idx]
+                        .probes
+                        .take(status.map(|s| s.source), status.map(|s| s.tag));
                     match (probe, status) {
                         (Some(p), Some(s)) => (Some(p.comm), s.source, s.tag),
-                        (Some(p), None) => {
-                            let peer = p.source.and_then(|s| {
-                                p.comm
-                                    .members
-                                    .iter()
-                                    .position(|&m| m == s)
-                                    .map(|i| i as i32)
-                            });
-                            (
-                                Some(p.comm),
-                                peer.unwrap_or(ANY_SOURCE),
-                                p.tag.unwrap_or(ANY_TAG),
-                            )
-                        }
+                        (Some(p), None) => (
+                            Some(p.comm),
+                            p.source.unwrap_or(ANY_SOURCE),
+                            p.tag.unwrap_or(ANY_TAG),
+                        ),
                         (None, _) => (None, ANY_SOURCE, ANY_TAG),
                     }
                 } else {
