@@ -94,19 +94,9 @@ fn records(mpi: Mpi) {
     );
 
     let archive = work.join("otf2");
-    let exported = Command::new(common::evenflush_bin())
-        .args(["export", "--format", "otf2", "--out"])
-        .arg(&archive)
-        .arg(&trace)
-        .output()
-        .expect("run evenflush export");
-    if !exported.status.success()
-        && String::from_utf8_lossy(&exported.stderr).contains("without OTF2")
-    {
-        common::skip_or_fail("otf2", "this evenflush was built without OTF2 support");
+    if !common::export_otf2(&trace, &archive) {
         return;
     }
-    check(exported, "evenflush export --format otf2");
     let anchor = archive.join("traces.otf2");
 
     let Ok(printed) = Command::new("otf2-print")

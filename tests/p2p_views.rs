@@ -70,20 +70,9 @@ fn otf2_has_every_message_once_each_side(mpi: Mpi) {
     let _guard = mpi_lock();
     let (dir, messages, _) = record(mpi, "otf2");
     let archive = dir.with_extension("otf2");
-    let _ = std::fs::remove_dir_all(&archive);
-    let exported = Command::new(evenflush_bin())
-        .args(["export", "--format", "otf2", "--out"])
-        .arg(&archive)
-        .arg(&dir)
-        .output()
-        .expect("run evenflush export");
-    if !exported.status.success()
-        && String::from_utf8_lossy(&exported.stderr).contains("without OTF2")
-    {
-        common::skip_or_fail("otf2", "this evenflush was built without OTF2 support");
+    if !common::export_otf2(&dir, &archive) {
         return;
     }
-    check(exported, "evenflush export --format otf2");
     let Some(read) = read_archive(&archive.join("traces.otf2")) else {
         return;
     };

@@ -134,6 +134,26 @@ pub fn check(out: Output, what: &str) -> Output {
     out
 }
 
+/// Exports `trace` as an OTF2 archive at `archive`; false (with the skip recorded) when this
+/// evenflush was built without OTF2, and a panic with its output when the export fails.
+pub fn export_otf2(trace: &Path, archive: &Path) -> bool {
+    let _ = std::fs::remove_dir_all(archive);
+    let exported = Command::new(evenflush_bin())
+        .args(["export", "--format", "otf2", "--out"])
+        .arg(archive)
+        .arg(trace)
+        .output()
+        .expect("run evenflush export");
+    if !exported.status.success()
+        && String::from_utf8_lossy(&exported.stderr).contains("without OTF2")
+    {
+        skip_or_fail("otf2", "this evenflush was built without OTF2 support");
+        return false;
+    }
+    check(exported, "evenflush export --format otf2");
+    true
+}
+
 /// The time limit of one test job: the slowest bundled job takes a few seconds, but a 2-core
 /// machine shared with builds can stretch that a lot; a hang must still end.
 pub const JOB_TIMEOUT: Duration = Duration::from_secs(240);
