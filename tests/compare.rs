@@ -6,7 +6,7 @@
 #[path = "../reconstruct/tests/common/mod.rs"]
 mod traces;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use traces::{RankTrace, shifted_program, temp_dir, write_trace};
@@ -25,7 +25,7 @@ fn evenflush(args: &[&str], dirs: &[&Path]) -> std::process::Output {
     out
 }
 
-fn write(name: &str, ranks: &[RankTrace]) -> PathBuf {
+fn write(name: &str, ranks: &[RankTrace]) -> traces::TempDir {
     let dir = temp_dir(&format!("cli-{name}"));
     write_trace(&dir, ranks.len() as u32, ranks, 25);
     dir

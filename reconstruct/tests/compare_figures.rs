@@ -20,7 +20,7 @@ fn exact(got: f64, want: f64) -> bool {
 
 const ITERATIONS: u64 = 60;
 
-fn write(name: &str, ranks: &[RankTrace]) -> std::path::PathBuf {
+fn write(name: &str, ranks: &[RankTrace]) -> common::TempDir {
     let dir = temp_dir(name);
     write_trace(&dir, ranks.len() as u32, ranks, 25);
     dir

@@ -233,7 +233,7 @@ fn removing_both_recovers_the_original_timestamps_exactly() {
         );
     }
     assert!((s2.measured_s - s2.reconstructed_s).abs() < 1e-12);
-    for d in [dir, out, again] {
+    for d in [dir.as_path(), out.as_path(), again.as_path()] {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
@@ -442,7 +442,7 @@ fn failed_equalisation_is_found_and_repaired() {
         ((fixed_span - plain_span) - (215 + l) as f64 * 1e-9).abs() < 1e-12,
         "{plain_span} -> {fixed_span}"
     );
-    for d in [dir, plain, fixed] {
+    for d in [dir.as_path(), plain.as_path(), fixed.as_path()] {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
@@ -761,7 +761,7 @@ fn a_known_clock_skew_causes_violations_that_hb_removes() {
     for (s, r) in sends.iter().zip(&recvs) {
         assert!(r.end >= s.start, "send {s:?} received at {r:?}");
     }
-    for d in [dir, plain, fixed] {
+    for d in [dir.as_path(), plain.as_path(), fixed.as_path()] {
         std::fs::remove_dir_all(d).unwrap();
     }
 }

@@ -56,11 +56,40 @@ pub fn barrier(start: u64, end: u64) -> MpiCall {
     call(BARRIER, start, end, NO_RANK, NO_TAG)
 }
 
-pub fn temp_dir(name: &str) -> PathBuf {
+/// A scratch directory of one test, removed when the test ends (passing or not), so that runs do
+/// not pile up directories in the system's temporary directory.
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn temp_dir(name: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!("evenflush-rec-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
 }
 
 /// One rank's events per stream, written in chunks of `chunk_events` (streams interleaved).
