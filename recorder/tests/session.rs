@@ -221,11 +221,26 @@ fn a_session_through_the_hooks_reads_back_exactly() {
             .any(|m| matches!(m, Marker::AbnormalEnd { .. }))
     );
     // Every call is charged at least the clock read that closes its record, and far below a
-    // millisecond.
+    // millisecond; but the first carries the recorder's start-up after `PMPI_Init` returned
+    // (settings, the initial clock measurement, the block pool's fill), charged where it
+    // perturbs the program, which may take longer.
     let tps = file.header().clock.ticks_per_sec;
     assert!(read_cost > 0, "a clock read takes time");
     assert!(calls.iter().all(|c| u64::from(c.cost) >= read_cost));
-    assert!(calls.iter().all(|c| (c.cost as f64) / tps < 1e-3));
+    let (first, rest) = calls.split_first().expect("calls were recorded");
+    assert!(
+        (first.cost as f64) / tps < 1.0,
+        "the start-up took a second or more"
+    );
+    let slow: Vec<_> = rest
+        .iter()
+        .filter(|c| (c.cost as f64) / tps >= 1e-3)
+        .map(|c| (names[&c.func].clone(), c.cost as f64 / tps))
+        .collect();
+    assert!(
+        slow.is_empty(),
+        "calls charged a millisecond or more: {slow:?}"
+    );
     // What the timed calls were charged on average matches the time the recorder added to them
     // (a factor 3 either way, with 20 ns of slack for the timing of a ~20 ns difference on a
     // shared machine: a cost off by an order of magnitude, or in the wrong unit, still fails).
