@@ -168,8 +168,29 @@ fn demo_workload_is_consistent(mpi: Mpi) {
     assert_eq!(hb["before"]["collective_exits"], 2 * 303, "{hb}");
 }
 
+/// tests/programs/pscw.c on 4 ranks, 10 iterations: 3·P·N = 120 epoch pairs (a target's
+/// `Win_wait` with one origin of its post group's `Win_complete`), every one matched, none
+/// violated as recorded; the program's own Barriers and Reduces are its only collectives.
+fn every_pscw_epoch_pairs_with_its_origins(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (dir, stdout) = record_output(mpi, "pscw", 4, &["--iterations", "10"]);
+    assert!(stdout.contains("errors=0"), "{stdout}");
+    let s = reconstruct_json(&dir, &dir.with_extension("out"), &[]);
+    let hb = &s["hb"];
+    let before = &hb["before"];
+    assert_eq!(before["rma_epochs"], 3 * 4 * 10, "{hb}");
+    assert_eq!(before["recorded_epoch_violations"], 0, "{hb}");
+    assert_eq!(hb["violations_recorded"], 0, "{hb}");
+    assert_eq!(hb["violations_before"], 0, "{hb}");
+    assert_eq!(before["unmatched_sends"], 0, "{hb}");
+    assert_eq!(before["unmatched_receives"], 0, "{hb}");
+    assert_eq!(before["waits_on_absent_ranks"], 0, "{hb}");
+    assert_eq!(before["messages"], 0, "epochs are no messages: {hb}");
+}
+
 for_both_mpis!(
     bundled_programs_have_no_violations,
     every_matching_family_pairs_as_the_program_says,
-    demo_workload_is_consistent
+    demo_workload_is_consistent,
+    every_pscw_epoch_pairs_with_its_origins
 );

@@ -22,6 +22,7 @@ pub(crate) const KIND_MEMORY: u8 = 16;
 pub(crate) const KIND_THRESHOLD: u8 = 17;
 pub(crate) const KIND_POLLS: u8 = 18;
 pub(crate) const KIND_CALL_SITE: u8 = 19;
+pub(crate) const KIND_EPOCH_GROUP: u8 = 20;
 
 /// Byte offsets of the fields of a `Polls` body (FORMAT.md) that change while polls keep finding
 /// nothing: the recorder's buffer extends the run in place.
@@ -45,6 +46,7 @@ pub(crate) fn max_kind(version: u16) -> Option<u8> {
         4 => Some(KIND_THRESHOLD),
         5 => Some(KIND_POLLS),
         6 => Some(KIND_CALL_SITE),
+        7 => Some(KIND_EPOCH_GROUP),
         _ => None,
     }
 }
@@ -84,7 +86,7 @@ pub(crate) fn max_marker(version: u16) -> u8 {
 }
 
 pub(crate) fn is_misc_kind(kind: u8) -> bool {
-    (KIND_USER..=KIND_CALL_SITE).contains(&kind)
+    (KIND_USER..=KIND_EPOCH_GROUP).contains(&kind)
 }
 
 /// Bytes of `s` a `RankInfo` body keeps: its length field is a `u16`, so a longer string is cut
@@ -163,6 +165,13 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
                 put32(out, *m);
             }
             KIND_REMOTE_GROUP
+        }
+        Event::EpochGroup { win, members } => {
+            put32(out, *win);
+            for m in members {
+                put32(out, *m);
+            }
+            KIND_EPOCH_GROUP
         }
         Event::WinDef { id, comm } => {
             put32(out, *id);
@@ -420,7 +429,7 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                 offset_ns: c.f64().ok_or(short)?,
             })
         }
-        KIND_COMM_DEF | KIND_REMOTE_GROUP => {
+        KIND_COMM_DEF | KIND_REMOTE_GROUP | KIND_EPOCH_GROUP => {
             let id = c.u32().ok_or(short)?;
             let words = c.rest().chunks_exact(4);
             if !words.remainder().is_empty() {
@@ -429,10 +438,10 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
             let members = words
                 .map(|m| u32::from_le_bytes([m[0], m[1], m[2], m[3]]))
                 .collect();
-            if kind == KIND_COMM_DEF {
-                Event::CommDef { id, members }
-            } else {
-                Event::RemoteGroup { id, members }
+            match kind {
+                KIND_COMM_DEF => Event::CommDef { id, members },
+                KIND_REMOTE_GROUP => Event::RemoteGroup { id, members },
+                _ => Event::EpochGroup { win: id, members },
             }
         }
         KIND_WIN_DEF => Event::WinDef {

@@ -502,6 +502,14 @@ pub enum Event {
     Polls(PollRun),
     /// A call site's definition (chunk version 6), before the first call that names it.
     CallSite(CallSite),
+    /// The group argument of the `MPI_Win_post` or `MPI_Win_start` call on window `win` that
+    /// follows it in the same stream (chunk version 7), as world ranks ([`NOT_IN_WORLD`] for
+    /// processes outside `MPI_COMM_WORLD`): which targets an access epoch and which origins an
+    /// exposure epoch name, so the epochs can be matched.
+    EpochGroup {
+        win: CommId,
+        members: Vec<u32>,
+    },
 }
 
 /// A member of a `CommDef` or `RemoteGroup` that is not a process of this `MPI_COMM_WORLD`.

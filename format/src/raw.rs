@@ -522,7 +522,9 @@ fn misc_body_len(e: &Event) -> usize {
             12 + 2 + body::str16_len(&r.host) + 2 + body::str16_len(&r.mpi_library) + r.run_id.len()
         }
         Event::Writer(w) => 7 + w.reason.len(),
-        Event::RemoteGroup { members, .. } => 4 + 4 * members.len(),
+        Event::RemoteGroup { members, .. } | Event::EpochGroup { members, .. } => {
+            4 + 4 * members.len()
+        }
         Event::WinDef { .. } => 8,
         Event::Memory(_) => 65,
         Event::Threshold(_) => 29,

@@ -269,7 +269,7 @@ fn first_chunk_offset() -> usize {
 
 #[test]
 fn version_1_chunks_are_still_read() {
-    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 6));
+    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 7));
     // A version-1 chunk is a version-5 chunk without the newer kinds: same layout otherwise.
     let events = synthetic::events(&synthetic::HaloConfig {
         iterations: 5,
@@ -422,20 +422,20 @@ fn poll_runs_are_a_version_5_kind() {
 #[test]
 fn versions_beyond_the_known_ones_are_refused() {
     let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
-    // Only the header says 7: no writer knows that layout.
+    // Only the header says 8: no writer knows that layout.
     let at = first_chunk_offset();
     let mut h = ChunkHeader::from_bytes(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
-    h.version = 7;
+    h.version = 8;
     bytes[at..at + CHUNK_HEADER_LEN].copy_from_slice(&h.to_bytes());
-    let file = RankFile::from_bytes(bytes, "v7.evf").unwrap();
+    let file = RankFile::from_bytes(bytes, "v8.evf").unwrap();
     let (_, _, err) = read_everything(&file);
     let err = err.expect("refused");
     assert!(
         matches!(
             err,
             FormatError::UnsupportedVersion {
-                version: 7,
-                supported: 6,
+                version: 8,
+                supported: 7,
                 ..
             }
         ),
@@ -520,4 +520,41 @@ fn damaged_identity_bodies_are_rejected() {
         let err = err.unwrap_or_else(|| panic!("{body:?} accepted"));
         assert!(err.to_string().contains(want), "{body:?}: {err}");
     }
+}
+
+/// Version 7 added the groups of `MPI_Win_post`/`MPI_Win_start`; they round-trip, and a version-6
+/// chunk may not hold them.
+#[test]
+fn epoch_groups_are_version_7_kinds() {
+    let events = vec![
+        Event::EpochGroup {
+            win: 6,
+            members: vec![2, format::NOT_IN_WORLD],
+        },
+        Event::Call(MpiCall {
+            func: 4,
+            comm: 6,
+            start: 10,
+            end: 20,
+            ..MpiCall::default()
+        }),
+    ];
+    let (kind, body) = raw_body(&events[0]);
+    assert_eq!(kind, 20);
+    assert_eq!(body.len(), 12);
+    let (bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
+    let file = RankFile::from_bytes(bytes.clone(), "v7.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![events]);
+    let mut bytes = bytes;
+    relabel(&mut bytes, first_chunk_offset(), 6);
+    let file = RankFile::from_bytes(bytes, "v6-new-kind.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(chunks.is_empty());
+    assert!(
+        err.expect("rejected")
+            .to_string()
+            .contains("unknown event kind")
+    );
 }

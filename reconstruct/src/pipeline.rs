@@ -424,7 +424,7 @@ fn keep(
             lane.after_commdef = true;
             true
         }
-        Event::RemoteGroup { .. } => true,
+        Event::RemoteGroup { .. } | Event::EpochGroup { .. } => true,
         _ => false,
     }
 }

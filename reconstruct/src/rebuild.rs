@@ -472,10 +472,14 @@ pub fn render_table(s: &Summary) -> String {
     let hb = &s.hb;
     let _ = writeln!(
         o,
-        "happened-before  {} messages, {} collective exits; violations {} as recorded, {} before \
+        "happened-before  {} messages, {} collective exits{}; violations {} as recorded, {} before \
          repair, {} after{}",
         hb.before.messages,
         hb.before.collective_exits,
+        match hb.before.rma_epochs {
+            0 => String::new(),
+            n => format!(", {n} PSCW epochs"),
+        },
         hb.violations_recorded,
         hb.violations_before,
         hb.violations_after,

@@ -41,6 +41,7 @@ pub fn for_each_time(e: &mut Event, mut f: impl FnMut(&mut u64)) {
         | Event::Writer(_)
         | Event::RemoteGroup { .. }
         | Event::WinDef { .. }
+        | Event::EpochGroup { .. }
         | Event::CallSite(_) => {}
     }
 }

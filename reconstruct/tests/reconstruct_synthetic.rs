@@ -1264,3 +1264,106 @@ fn collectives_that_move_no_data_wait_for_nobody_but_barriers_do() {
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
+
+/// General active target on a window over both ranks of a 2-rank world: rank 0 exposes its window
+/// to rank 1 (`Win_post` group {1}, `Win_wait`), rank 1 accesses it (`Win_start` group {0},
+/// `Win_complete`), twice. The target's `Win_wait` ends only after the origin called
+/// `Win_complete`, so with `early` the first wait ending at 1_500, before the complete started at
+/// 2_000, is a violation, which `--hb` moves to L after 2_000. Without `groups` (a trace from
+/// before chunk version 7) the epochs cannot be paired and nothing is checked.
+fn pscw_program(early: bool, groups: bool) -> Vec<RankTrace> {
+    let (post, start, complete, wait) = (40, 41, 42, 43);
+    let win = 5;
+    (0..2u32)
+        .map(|r| {
+            let mut e = function_defs();
+            for (id, name) in [
+                (post, "MPI_Win_post"),
+                (start, "MPI_Win_start"),
+                (complete, "MPI_Win_complete"),
+                (wait, "MPI_Win_wait"),
+            ] {
+                e.push(Event::FunctionDef {
+                    id,
+                    name: name.into(),
+                });
+            }
+            e.push(Event::Marker(Marker::InitDone { time: 0 }));
+            e.push(Event::CommDef {
+                id: win,
+                members: vec![0, 1],
+            });
+            e.push(Event::WinDef { id: win, comm: 0 });
+            let on = |func, start, end| {
+                let mut c = call(func, start, end, NO_RANK, NO_TAG);
+                c.comm = win;
+                Event::Call(c)
+            };
+            for k in 0..2u64 {
+                let t = k * 10_000;
+                if groups {
+                    e.push(Event::EpochGroup {
+                        win,
+                        members: vec![1 - r],
+                    });
+                }
+                if r == 0 {
+                    e.push(on(post, t + 1_000, t + 1_010));
+                    let end = if early && k == 0 { 1_500 } else { t + 2_100 };
+                    e.push(on(wait, t + 1_100, end));
+                } else {
+                    e.push(on(start, t + 1_000, t + 1_010));
+                    e.push(on(complete, t + 2_000, t + 2_050));
+                }
+            }
+            e.push(Event::Marker(Marker::FinalizeStart { time: 30_000 }));
+            one_stream(r, e)
+        })
+        .collect()
+}
+
+#[test]
+fn pscw_wait_ends_after_every_origin_completed() {
+    let l = reconstruct::hb::DEFAULT_MIN_LATENCY_NS;
+    for (early, groups, epochs, violations) in
+        [(false, true, 2, 0), (true, true, 2, 1), (true, false, 0, 0)]
+    {
+        let dir = temp_dir(&format!("pscw-{early}-{groups}"));
+        write_trace(&dir, 2, &pscw_program(early, groups), 5);
+        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        let case = format!("early {early}, groups {groups}: {report:?}");
+        assert_eq!(report.rma_epochs, epochs, "{case}");
+        assert_eq!(report.epoch_violations, violations, "{case}");
+        assert_eq!(report.violations(), violations, "{case}");
+        assert_eq!(report.recorded_epoch_violations, violations, "{case}");
+        assert_eq!(
+            report.unmatched_sends + report.unmatched_receives,
+            0,
+            "{case}"
+        );
+        assert_eq!(report.messages, 0, "epochs are no messages: {case}");
+
+        let out = dir.with_extension("out");
+        let s = rebuild(&dir, &out, Remove::DpPrime, true);
+        assert_eq!(s.hb.violations_before, violations, "{case}");
+        assert_eq!(s.hb.violations_after, 0, "{:?}", s.hb.after);
+        assert_eq!(
+            s.hb.after.map(|a| a.rma_epochs),
+            Some(epochs),
+            "{:?}",
+            s.hb.after
+        );
+        let wait_end = calls(&read_lane(&out, 0, 0))[1].end;
+        if early && groups {
+            assert_eq!(
+                wait_end,
+                2_000 + l,
+                "moved to L after the origin's Win_complete"
+            );
+        } else if !early {
+            assert_eq!(wait_end, 2_100, "nothing moved");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+        std::fs::remove_dir_all(out).unwrap();
+    }
+}

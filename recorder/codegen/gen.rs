@@ -18,6 +18,8 @@
 //!   before a request completes (`MPI_Comm_idup`): it is defined from `comm`'s group at once.
 //! - `win`: the call works on a window; the window's id goes into the record's `comm` field.
 //!   `newwin` (with `comm`): the call creates a window over `comm`; `freewin`: frees one.
+//!   `group` (with `win`): the group of a PSCW epoch (`Win_post`, `Win_start`), recorded as world
+//!   ranks in an `EpochGroup` just before the call, so the reader can pair the epochs.
 //! - `newmsg` (+ `comm`, optionally `flag`): a matched probe returns a message handle, remembered
 //!   with its communicator; `msg`: `Mrecv`/`Imrecv` take it, and the record gets that communicator.
 //! - receive bytes of collectives (the record's `recv_bytes`): `rcount`+`rtype` (type defaults
@@ -163,6 +165,7 @@ const ROLE_KEYS: &[&str] = &[
     "win",
     "newwin",
     "freewin",
+    "group",
     "newmsg",
     "msg",
     "partitions",
@@ -464,6 +467,7 @@ fn handle_of(lang: Lang, p: &Param, expected: &str) -> String {
                 "Request" => "PMPI_Request_f2c",
                 "Win" => "PMPI_Win_f2c",
                 "Message" => "PMPI_Message_f2c",
+                "Group" => "PMPI_Group_f2c",
                 other => panic!("no f2c for {other}"),
             };
             format!("{f2c}(*{})", p.name)
@@ -862,6 +866,13 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             &format!(
                 "if (evf_rc == MPI_SUCCESS) {{ MPI_Win evf_nw = {h}; if (evf_nw != MPI_WIN_NULL) evf_win_define(evf_nw, evf_r.comm); }}"
             ),
+        );
+    }
+    if let Some(g) = f.role("group") {
+        let h = handle_of(lang, f.param(g), "Group");
+        w(
+            out,
+            &format!("if (evf_rc == MPI_SUCCESS) evf_epoch_group({h}, evf_r.comm);"),
         );
     }
     if let Some(m) = f.role("newmsg") {

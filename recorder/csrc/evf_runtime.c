@@ -361,24 +361,38 @@ static void evf_drain_dead_comms_locked(void)
 }
 
 /* A group's members as world ranks (MPI_UNDEFINED for processes outside this world: spawned or
- * connected ones), handed to `emit`. Frees the group. */
-static void evf_define_group(uint32_t id, MPI_Group group, void (*emit)(uint32_t, const int32_t *, int))
+ * connected ones), handed to `emit`. */
+static void evf_emit_group(uint32_t id, MPI_Group group, void (*emit)(uint32_t, const int32_t *, int))
 {
     int n = 0;
-    PMPI_Group_size(group, &n);
+    if (PMPI_Group_size(group, &n) != MPI_SUCCESS || n < 0) n = 0;
     int32_t stack_buf[2 * 64];
     int32_t *buf = n <= 64 ? stack_buf : (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)n);
     if (buf == NULL) {
         emit(id, NULL, 0);
-        PMPI_Group_free(&group);
         return;
     }
     int32_t *local = buf, *world = buf + n;
     for (int i = 0; i < n; i++) local[i] = i;
     if (n > 0) PMPI_Group_translate_ranks(group, n, local, evf_world_group, world);
     emit(id, world, n);
-    PMPI_Group_free(&group);
     if (buf != stack_buf) free(buf);
+}
+
+/* As evf_emit_group, for a group the recorder made: frees it. */
+static void evf_define_group(uint32_t id, MPI_Group group, void (*emit)(uint32_t, const int32_t *, int))
+{
+    evf_emit_group(id, group, emit);
+    PMPI_Group_free(&group);
+}
+
+/* The group argument of MPI_Win_post/MPI_Win_start on window `win`, recorded right before the
+ * call so the reader can pair exposure and access epochs; the group stays the caller's. Only
+ * these two calls pay for the translation. */
+void evf_epoch_group(MPI_Group group, uint32_t win)
+{
+    if (group == MPI_GROUP_NULL) return;
+    evf_emit_group(win, group, evf_rec_epoch_group);
 }
 
 /* Defines `id` with the group of `comm` and, for an intercommunicator, its remote group, which is

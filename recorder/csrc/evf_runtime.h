@@ -120,6 +120,7 @@ void evf_rec_completion(uint64_t req_handle, int32_t source, int32_t tag, uint64
 void evf_rec_commdef(uint32_t id, const int32_t *members, int n);
 void evf_rec_remote_group(uint32_t id, const int32_t *members, int n);
 void evf_rec_windef(uint32_t id, uint32_t comm);
+void evf_rec_epoch_group(uint32_t win, const int32_t *members, int n);
 void evf_after_blocking_collective(uint32_t comm, uint16_t func);
 void evf_rust_charge(uint64_t ticks);
 void evf_rust_lost(uint64_t events);
@@ -156,6 +157,7 @@ void evf_comm_forget(MPI_Comm comm);
 void evf_comm_define_like(MPI_Comm comm, MPI_Comm same_group_as);
 uint32_t evf_win_id(MPI_Win win);
 void evf_win_define(MPI_Win win, uint32_t comm);
+void evf_epoch_group(MPI_Group group, uint32_t win);
 void evf_win_forget(MPI_Win win);
 void evf_msg_put(MPI_Message msg, uint32_t comm);
 uint32_t evf_msg_take(MPI_Message msg, int32_t *peer);

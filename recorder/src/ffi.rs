@@ -348,6 +348,17 @@ pub unsafe extern "C" fn evf_rec_remote_group(id: u32, members: *const i32, n: c
     core::record_event(&Event::RemoteGroup { id, members });
 }
 
+/// The group of the `MPI_Win_post`/`MPI_Win_start` on window `win` about to be recorded.
+///
+/// # Safety
+/// `members` must point to `n` readable ints (or be null with `n == 0`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rec_epoch_group(win: u32, members: *const i32, n: c_int) {
+    // SAFETY: forwarded contract.
+    let members = unsafe { world_ranks(members, n) };
+    core::record_event(&Event::EpochGroup { win, members });
+}
+
 /// Window `id` (already defined by a `CommDef` of its group) was created over communicator `comm`.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rec_windef(id: u32, comm: u32) {

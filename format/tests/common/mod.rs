@@ -223,6 +223,8 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         1 => (any::<u32>(), any::<u64>(), any::<u64>(), ".{0,60}").prop_map(
             |(id, address, base, file)| Event::CallSite(CallSite { id, address, base, file })
         ),
+        1 => (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..8))
+            .prop_map(|(win, members)| Event::EpochGroup { win, members }),
     ]
 }
 

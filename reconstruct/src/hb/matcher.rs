@@ -14,6 +14,15 @@
 //!   neighbourhood collectives too (the topology is not recorded, so they wait for nobody); the
 //!   k-th `Win_fence` of a window is the k-th of every member of the window's communicator. On an
 //!   intercommunicator the instance is shared by both groups.
+//! - general active target (post/start/complete/wait): the target's `Win_wait` (or a
+//!   `Win_test` that returned true) ends only after every origin of its post group called
+//!   `Win_complete` (MPI 4.0, 12.5.2), an edge like a message from the origin's `Win_complete`
+//!   (its start) to the target's wait (its end). Per (window, origin, target) the epochs keep
+//!   their order, so the k-th exposure epoch of a target naming an origin pairs with the k-th
+//!   access epoch of that origin naming the target, numbered like messages on a key of their own
+//!   ([`EPOCH_TAG`]). The groups come from the `EpochGroup` records before `Win_post` and
+//!   `Win_start`; `Win_start` may or may not wait for the post, so it waits for nobody. Passive
+//!   target (lock/unlock) defines no order between origins and is not matched.
 //! - the calls of one rank's threads are taken in time order (the scheduler sees to it).
 //!
 //! Communicators are recorder-local ids; two ranks' communicators are the same when they have the
@@ -59,6 +68,12 @@ pub(super) enum Class {
     WinCreate,
     WinFree,
     WinFence,
+    WinPost,
+    WinStart,
+    WinComplete,
+    /// `Win_wait`, and `Win_test` (recorded only when it returned true: a false one is a poll
+    /// that found nothing, folded).
+    WinWait,
     IntercommCreate,
     Other,
 }
@@ -93,6 +108,10 @@ impl Class {
             "win_create" | "win_allocate" => Class::WinCreate,
             "win_free" => Class::WinFree,
             "win_fence" => Class::WinFence,
+            "win_post" => Class::WinPost,
+            "win_start" => Class::WinStart,
+            "win_complete" => Class::WinComplete,
+            "win_wait" | "win_test" => Class::WinWait,
             "intercomm_create" => Class::IntercommCreate,
             l if l.starts_with("neighbor_") => Class::Collective(None),
             l if l.starts_with("ineighbor_") => Class::Icollective(None),
@@ -157,6 +176,10 @@ const INTER_GLOBAL: u32 = 1 << 31;
 
 /// The "tag" of pairings made from `RemoteGroup` records (`Intercomm_create`'s tags are ≥ 0).
 const GROUP_PAIRED: i32 = i32::MIN;
+
+/// The tag of the keys of PSCW epoch edges: message tags are never negative, so an epoch is
+/// never taken for a message, nor a message for an epoch.
+pub(super) const EPOCH_TAG: i32 = i32::MIN;
 
 /// Which collective: (communicator, space, instance); space 0 are the communicator's
 /// collectives, space 1 + k the fences of its k-th window.
@@ -289,6 +312,15 @@ pub(super) struct RankState {
     probes: MatchedProbes<Comm>,
     windows: Vec<Window>,
     windows_created: FastMap<u32, u32>,
+    /// PSCW, by window id: the group of the exposure epoch posted and not yet waited for, and of
+    /// the access epoch started and not yet completed (MPI allows one of each per window).
+    exposures: FastMap<CommId, Arc<[u32]>>,
+    accesses: FastMap<CommId, Arc<[u32]>>,
+    /// By stream: the window and group the last `EpochGroup` named, for the `Win_post` or
+    /// `Win_start` that follows it.
+    pub(super) epoch_groups: FastMap<u32, (CommId, Arc<[u32]>)>,
+    /// By stream: the epoch edges (key, number) the held `Win_wait` waits for.
+    epoch_waits: FastMap<u32, Vec<(Key, u64)>>,
 }
 
 impl Shared<'_> {
@@ -486,6 +518,16 @@ impl Shared<'_> {
             return;
         };
         let key = (comm.global, lane.id.rank, dest, c.tag);
+        self.store_send(lane, index, removed, c, key);
+    }
+
+    /// The global id of window `win`'s group (its `CommDef`), which names the window on every
+    /// member alike.
+    fn window_global(&self, lane_rank: usize, win: CommId) -> Option<u32> {
+        self.comm(lane_rank, win).map(|c| c.global)
+    }
+
+    fn store_send<I>(&mut self, lane: &Lane<I>, index: u64, removed: u64, c: &MpiCall, key: Key) {
         let counter = self.send_counter.entry(key).or_default();
         let seq = *counter;
         *counter += 1;
@@ -845,6 +887,50 @@ impl Shared<'_> {
                 let r = self.enter_collective(lane, removed, &comm, n, space, &c, shape);
                 Action::Hold(r)
             }
+            class @ (Class::WinPost | Class::WinStart) => {
+                let state = &mut self.ranks[lane.rank_idx];
+                if let Some((win, group)) = state.epoch_groups.remove(&lane.id.stream)
+                    && win == c.comm
+                {
+                    let open = if class == Class::WinPost {
+                        &mut state.exposures
+                    } else {
+                        &mut state.accesses
+                    };
+                    open.insert(win, group);
+                }
+                Action::Emit
+            }
+            Class::WinComplete => {
+                if let Some(group) = self.ranks[lane.rank_idx].accesses.remove(&c.comm)
+                    && let Some(global) = self.window_global(lane.rank_idx, c.comm)
+                {
+                    let c = *c;
+                    for &target in group.iter().filter(|&&t| t != format::NOT_IN_WORLD) {
+                        let key = (global, lane.id.rank, target, EPOCH_TAG);
+                        self.store_send(lane, index, removed, &c, key);
+                    }
+                }
+                Action::Emit
+            }
+            Class::WinWait => {
+                if let Some(group) = self.ranks[lane.rank_idx].exposures.remove(&c.comm)
+                    && let Some(global) = self.window_global(lane.rank_idx, c.comm)
+                {
+                    let waits = group
+                        .iter()
+                        .filter(|&&o| o != format::NOT_IN_WORLD)
+                        .map(|&origin| {
+                            let key = (global, origin, lane.id.rank, EPOCH_TAG);
+                            (key, self.number_receive(key))
+                        })
+                        .collect();
+                    self.ranks[lane.rank_idx]
+                        .epoch_waits
+                        .insert(lane.id.stream, waits);
+                }
+                Action::Hold(None)
+            }
             Class::IntercommCreate | Class::Other => Action::Emit,
         }
     }
@@ -972,6 +1058,18 @@ impl Shared<'_> {
             Class::Collective(_) | Class::WinFence => {
                 if let Some(r) = lane.held_coll {
                     needs.push(Need::Coll(r));
+                }
+            }
+            Class::WinWait => {
+                let waits = self.ranks[lane.rank_idx]
+                    .epoch_waits
+                    .remove(&lane.id.stream);
+                for (key, seq) in waits.into_iter().flatten() {
+                    needs.push(Need::Msg {
+                        key,
+                        seq,
+                        post: here,
+                    });
                 }
             }
             _ => {}

@@ -96,17 +96,24 @@ pub struct MessageMatch {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HbReport {
     pub messages: u64,
+    /// PSCW epochs paired: one per origin named by a target's `Win_wait` (or true `Win_test`)
+    /// matched to that origin's `Win_complete`; those left unpaired count as unmatched sends
+    /// (a `Win_complete`'s target) and receives (a wait's origin).
+    pub rma_epochs: u64,
     /// Collective exits checked (one per rank per collective).
     pub collective_exits: u64,
     /// Violations in the times the engine was given (after DP' and DP were removed, before any
     /// repair).
     pub message_violations: u64,
     pub collective_violations: u64,
+    /// Targets' `Win_wait`s that ended before an origin they waited for started `Win_complete`.
+    pub epoch_violations: u64,
     /// The same in the trace as recorded (global clock, nothing removed): on one host a clean
     /// trace has none; any there is a matching error or clock noise. The difference to the
     /// counts above was made by the removal (a suspension that was not equal on every rank).
     pub recorded_message_violations: u64,
     pub recorded_collective_violations: u64,
+    pub recorded_epoch_violations: u64,
     pub unmatched_sends: u64,
     pub unmatched_receives: u64,
     /// Receives numbered while an earlier wildcard receive that could have taken their message
@@ -123,10 +130,12 @@ pub struct HbReport {
 
 impl HbReport {
     pub fn violations(&self) -> u64 {
-        self.message_violations + self.collective_violations
+        self.message_violations + self.collective_violations + self.epoch_violations
     }
     pub fn recorded_violations(&self) -> u64 {
-        self.recorded_message_violations + self.recorded_collective_violations
+        self.recorded_message_violations
+            + self.recorded_collective_violations
+            + self.recorded_epoch_violations
     }
 }
 
@@ -578,6 +587,11 @@ impl Shared<'_> {
                     lane.last_commdef = None;
                 }
                 self.define_intercomm_by_groups(lane.rank_idx, *id, members);
+            }
+            if let Event::EpochGroup { win, members } = &event {
+                self.ranks[lane.rank_idx]
+                    .epoch_groups
+                    .insert(lane.id.stream, (*win, members.as_slice().into()));
             }
             if let Event::Call(c) = &event {
                 if let Some(id) = lane.last_commdef.take()

@@ -58,9 +58,10 @@ impl Shared<'_> {
                         }
                         continue;
                     };
-                    self.report.messages += 1;
+                    let epoch = key.3 == super::matcher::EPOCH_TAG;
                     let sender = self.ctx.index_of(key.1).unwrap_or(lane.rank_idx);
                     self.count_message(
+                        epoch,
                         sender,
                         lane.rank_idx,
                         send.raw_start,
@@ -77,6 +78,11 @@ impl Shared<'_> {
                         } else {
                             0
                         });
+                    // An epoch edge moves no message of the program: the views of messages
+                    // (partners, exports) do not show it.
+                    if epoch {
+                        continue;
+                    }
                     on_match(&MessageMatch {
                         send: send.at,
                         recv_post: *post,

@@ -217,10 +217,12 @@ impl EntrySummary {
 }
 
 impl Shared<'_> {
-    /// Counts a message whose receive ended at `end` (given times) and `recorded_end`, against
-    /// its send's start; `sender` and `receiver` are rank indices.
+    /// Counts a message (or PSCW epoch edge, `epoch`) whose receive ended at `end` (given times)
+    /// and `recorded_end`, against its send's start; `sender` and `receiver` are rank indices.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn count_message(
         &mut self,
+        epoch: bool,
         sender: usize,
         receiver: usize,
         send_raw: u64,
@@ -229,9 +231,18 @@ impl Shared<'_> {
         recorded_end: u64,
     ) {
         let tol = self.ctx.tolerance(sender, receiver);
-        self.report.message_violations += u64::from(end.saturating_add(tol) < send_raw);
-        self.report.recorded_message_violations +=
-            u64::from(recorded_end.saturating_add(tol) < send_recorded);
+        let raw = u64::from(end.saturating_add(tol) < send_raw);
+        let recorded = u64::from(recorded_end.saturating_add(tol) < send_recorded);
+        let r = &mut self.report;
+        if epoch {
+            r.rma_epochs += 1;
+            r.epoch_violations += raw;
+            r.recorded_epoch_violations += recorded;
+        } else {
+            r.messages += 1;
+            r.message_violations += raw;
+            r.recorded_message_violations += recorded;
+        }
     }
 
     /// Counts one exit of a collective instance at `end` (given times) and `recorded_end`.
