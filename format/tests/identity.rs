@@ -203,24 +203,7 @@ fn call_sites_are_version_6_records() {
     want.extend_from_slice(&site.base.to_le_bytes());
     want.extend_from_slice(site.file.as_bytes());
     assert_eq!(body, want, "FORMAT.md's layout");
-    let (bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
-    let file = RankFile::from_bytes(bytes.clone(), "sites.evf").unwrap();
-    let (chunks, tail, err) = read_everything(&file);
-    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
-    assert_eq!(chunks, vec![events]);
-    let mut older = bytes;
-    relabel(&mut older, first_chunk_offset(), 5);
-    let file = RankFile::from_bytes(older, "v5-sites.evf").unwrap();
-    let (chunks, _, err) = read_everything(&file);
-    assert!(
-        chunks.is_empty(),
-        "a call-site definition accepted in a version-5 chunk"
-    );
-    assert!(
-        err.expect("rejected")
-            .to_string()
-            .contains("unknown event kind")
-    );
+    round_trips_and_is_refused_at(&events, 5);
 }
 
 #[test]
@@ -261,6 +244,29 @@ fn receive_bytes_are_a_version_6_column() {
     let (chunks, tail, err) = read_everything(&file);
     assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
     assert_eq!(chunks, vec![without_receive_bytes(&events)]);
+}
+
+/// `events` round-trip in a chunk of the current version, and a chunk labelled `older` that holds
+/// them is refused (they are kinds added after `older`).
+fn round_trips_and_is_refused_at(events: &[Event], older: u16) {
+    let (bytes, _) = write_file(&[events.to_vec()], Some(1));
+    let file = RankFile::from_bytes(bytes.clone(), "current.evf").unwrap();
+    let (chunks, tail, err) = read_everything(&file);
+    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
+    assert_eq!(chunks, vec![events.to_vec()]);
+    let mut bytes = bytes;
+    relabel(&mut bytes, first_chunk_offset(), older);
+    let file = RankFile::from_bytes(bytes, "older.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(
+        chunks.is_empty(),
+        "{events:?} accepted in a version-{older} chunk"
+    );
+    assert!(
+        err.expect("rejected")
+            .to_string()
+            .contains("unknown event kind")
+    );
 }
 
 fn first_chunk_offset() -> usize {
@@ -315,21 +321,7 @@ fn remote_groups_and_windows_are_version_3_kinds() {
         },
         Event::WinDef { id: 6, comm: 0 },
     ];
-    let (bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
-    let file = RankFile::from_bytes(bytes.clone(), "v3.evf").unwrap();
-    let (chunks, tail, err) = read_everything(&file);
-    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
-    assert_eq!(chunks, vec![events]);
-    let mut bytes = bytes;
-    relabel(&mut bytes, first_chunk_offset(), 2);
-    let file = RankFile::from_bytes(bytes, "v2-new-kind.evf").unwrap();
-    let (chunks, _, err) = read_everything(&file);
-    assert!(chunks.is_empty());
-    assert!(
-        err.expect("rejected")
-            .to_string()
-            .contains("unknown event kind")
-    );
+    round_trips_and_is_refused_at(&events, 2);
 }
 
 /// Version 4 added memory samples, threshold choices and two markers; they round-trip, and a
@@ -542,19 +534,5 @@ fn epoch_groups_are_version_7_kinds() {
     let (kind, body) = raw_body(&events[0]);
     assert_eq!(kind, 20);
     assert_eq!(body.len(), 12);
-    let (bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
-    let file = RankFile::from_bytes(bytes.clone(), "v7.evf").unwrap();
-    let (chunks, tail, err) = read_everything(&file);
-    assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
-    assert_eq!(chunks, vec![events]);
-    let mut bytes = bytes;
-    relabel(&mut bytes, first_chunk_offset(), 6);
-    let file = RankFile::from_bytes(bytes, "v6-new-kind.evf").unwrap();
-    let (chunks, _, err) = read_everything(&file);
-    assert!(chunks.is_empty());
-    assert!(
-        err.expect("rejected")
-            .to_string()
-            .contains("unknown event kind")
-    );
+    round_trips_and_is_refused_at(&events, 6);
 }
