@@ -55,16 +55,8 @@ pub(super) enum Class {
     /// its group's first once the remote group's first saw this rank's own group enter (see
     /// [`InterRole::RelayedByRemoteRoot`]); elsewhere an ordinary `Icollective(AllToAll)`.
     RelayedIbarrier,
-    /// `*send_init`, `Recv_init`: a persistent request, started later.
-    SendInit,
-    RecvInit,
-    /// `Start`/`Startall` (one record per started request).
-    Start,
-    /// `Mprobe`; `Improbe` (which may have found nothing: only the last one counts).
-    Mprobe,
-    Improbe,
-    Mrecv,
-    Imrecv,
+    /// A record whose message another record of its rank describes (`format::requests`).
+    Deferred(Deferred),
     WinCreate,
     WinFree,
     WinFence,
@@ -91,15 +83,8 @@ impl Class {
             FuncClass::Icollective(s) => return Class::Icollective(Some(s)),
             FuncClass::Other => {}
         }
-        match Deferred::of(name) {
-            Some(Deferred::SendInit) => return Class::SendInit,
-            Some(Deferred::RecvInit) => return Class::RecvInit,
-            Some(Deferred::Start) => return Class::Start,
-            Some(Deferred::Mprobe) => return Class::Mprobe,
-            Some(Deferred::Improbe) => return Class::Improbe,
-            Some(Deferred::Mrecv) => return Class::Mrecv,
-            Some(Deferred::Imrecv) => return Class::Imrecv,
-            None => {}
+        if let Some(d) = Deferred::of(name) {
+            return Class::Deferred(d);
         }
         let Some(base) = crate::funcs::mpi_base(name) else {
             return Class::Other;
@@ -721,13 +706,13 @@ impl Shared<'_> {
                 }
                 Action::Emit
             }
-            class @ (Class::SendInit | Class::RecvInit) => {
+            Class::Deferred(d @ (Deferred::SendInit | Deferred::RecvInit)) => {
                 self.ranks[lane.rank_idx]
                     .persistent
-                    .init(class == Class::SendInit, c);
+                    .init(d == Deferred::SendInit, c);
                 Action::Emit
             }
-            Class::Start => {
+            Class::Deferred(Deferred::Start) => {
                 if let Some(p) = self.ranks[lane.rank_idx].persistent.started(c) {
                     let started = p.call;
                     if p.send {
@@ -752,17 +737,17 @@ impl Shared<'_> {
                 }
                 Action::Emit
             }
-            Class::Mprobe => {
+            Class::Deferred(Deferred::Mprobe) => {
                 let p = self.probe_of(lane, c);
                 self.ranks[lane.rank_idx].probes.mprobe(p);
                 Action::Emit
             }
-            Class::Improbe => {
+            Class::Deferred(Deferred::Improbe) => {
                 let p = self.probe_of(lane, c);
                 self.ranks[lane.rank_idx].probes.improbe(p);
                 Action::Emit
             }
-            Class::Imrecv => {
+            Class::Deferred(Deferred::Imrecv) => {
                 if c.request != NO_REQUEST
                     && let Some(p) = self.ranks[lane.rank_idx].probes.take(None, None)
                 {
@@ -837,7 +822,9 @@ impl Shared<'_> {
                 self.record_send(lane, index, removed, c);
                 Action::Hold(None)
             }
-            Class::Recv | Class::Mrecv | Class::Completion => Action::Hold(None),
+            Class::Recv | Class::Deferred(Deferred::Mrecv) | Class::Completion => {
+                Action::Hold(None)
+            }
             Class::Collective(shape) => {
                 let c = *c;
                 let r = self.comm(lane.rank_idx, c.comm).cloned().and_then(|comm| {
@@ -952,11 +939,11 @@ impl Shared<'_> {
             completions.clone().find(|c| c.request == NO_REQUEST);
         let class = self.class(lane.rank_idx, call.func);
         match class {
-            Class::Recv | Class::SendRecv | Class::Mrecv => {
+            Class::Recv | Class::SendRecv | Class::Deferred(Deferred::Mrecv) => {
                 // Sendrecv's peer and tag name the send half; its receive half is known only from
                 // the status. Mrecv's communicator is its probe's.
                 let status = blocking_status.filter(|s| s.source >= 0 && s.tag >= 0);
-                let (comm, peer, tag) = if class == Class::Mrecv {
+                let (comm, peer, tag) = if class == Class::Deferred(Deferred::Mrecv) {
                     let probe = self.ranks[lane.rank_idx]
                         .probes
                         .take(status.map(|s| s.source), status.map(|s| s.tag));
