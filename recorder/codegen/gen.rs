@@ -19,7 +19,7 @@
 //! - `win`: the call works on a window; the window's id goes into the record's `comm` field.
 //!   `newwin` (with `comm`): the call creates a window over `comm`; `freewin`: frees one.
 //!   `group` (with `win`): the group of a PSCW epoch (`Win_post`, `Win_start`), recorded as world
-//!   ranks in an `EpochGroup` just before the call, so the reader can pair the epochs.
+//!   ranks in an `EpochGroup` just before the call's record, so the reader can pair the epochs.
 //! - `newmsg` (+ `comm`, optionally `flag`): a matched probe returns a message handle, remembered
 //!   with its communicator; `msg`: `Mrecv`/`Imrecv` take it, and the record gets that communicator.
 //! - receive bytes of collectives (the record's `recv_bytes`): `rcount`+`rtype` (type defaults

@@ -156,7 +156,6 @@ fn warm_blocks(config: &Config) {
         return;
     }
     let s = crate::threshold::current();
-    crate::alloc::size_for_threshold(s);
     let bytes = WARM_MAX_BYTES.min(config.limit / 2);
     let most = usize::try_from(bytes / crate::alloc::HUGE_MIN as u64).unwrap_or(usize::MAX);
     let blocks = crate::alloc::blocks_for_threshold(s).min(most);
@@ -245,9 +244,7 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
     let entered = may_act.then(crate::clock::now);
     if may_act {
         crate::memory_watch::at_decision();
-        let s = crate::threshold::current();
-        p.suspender.set_threshold(s);
-        crate::alloc::size_for_threshold(s);
+        p.suspender.set_threshold(crate::threshold::current());
     }
     // Chunks compressed in memory since the last flush (the hard limit was reached) ask for the
     // next flush whatever S is: they exist because memory ran short.

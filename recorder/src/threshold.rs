@@ -88,9 +88,15 @@ pub fn choose(
             ranks_on_node: place.local_size,
         }
     };
-    CURRENT.store(choice.bytes, Ordering::Relaxed);
+    set_current(choice.bytes);
     RECORDED.store(choice.bytes, Ordering::Relaxed);
     choice
+}
+
+/// S in use from now on; the block pool keeps what a buffer of that size holds between flushes.
+fn set_current(bytes: u64) {
+    CURRENT.store(bytes, Ordering::Relaxed);
+    crate::alloc::size_for_threshold(bytes);
 }
 
 /// Auto: S again from new figures; the new choice when it moved enough from the last recorded
@@ -115,7 +121,7 @@ pub fn reevaluate(
         config.limit,
         config.threshold,
     );
-    CURRENT.store(bytes, Ordering::Relaxed);
+    set_current(bytes);
     let recorded = RECORDED.load(Ordering::Relaxed);
     if (bytes as f64 - recorded as f64).abs() <= CHANGE * recorded as f64 {
         return None;
