@@ -9,6 +9,10 @@
 //!   And in-process: `map+match`, the time mapping and happened-before engine alone over events
 //!   already in memory (no decoding, no encoding).
 //!
+//! - `job 2p <mpi>`: `mpirun -np 2 evenflush reconstruct --threads 1` (an MPI job of two
+//!   processes, one thread each) under each MPI found, timed from outside (launch included), its
+//!   rank files compared with those of `reconstruct 1t`.
+//!
 //! `cargo bench --bench reconstruct_throughput` (env: EVF_BENCH_RANKS, EVF_BENCH_EVENTS = events
 //! per rank of the shorter trace; the longer one has 4×).
 
@@ -225,6 +229,47 @@ fn run_child(what: &str, dir: &Path) -> (f64, f64, f64, f64) {
     (v[0], v[1], v[2], v[3])
 }
 
+/// `mpirun -np 2 evenflush reconstruct` on `dir` with `launcher` (`None`: not installed):
+/// seconds, and whether every rank file equals `reference`'s.
+fn mpi_job(launcher: &[&str], dir: &Path, reference: &Path) -> Option<(f64, bool)> {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {}", launcher[0])])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        return None;
+    }
+    let out = dir.with_extension("job");
+    let start = Instant::now();
+    let status = Command::new(launcher[0])
+        .args(&launcher[1..])
+        .args(["-np", "2", env!("CARGO_BIN_EXE_evenflush"), "reconstruct"])
+        .arg(dir)
+        .arg("--out")
+        .arg(&out)
+        .args(["--remove", "both", "--threads", "1", "--json"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run the MPI job");
+    let secs = start.elapsed().as_secs_f64();
+    assert!(status.success(), "{} job failed", launcher[0]);
+    let files = |d: &Path| -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .expect("output")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "evf"))
+            .map(|e| (e.file_name(), std::fs::read(e.path()).expect("read")))
+            .collect();
+        v.sort();
+        v
+    };
+    let same = files(&out) == files(reference);
+    let _ = std::fs::remove_dir_all(&out);
+    Some((secs, same))
+}
+
 /// The time mapping and the happened-before engine over events already in memory.
 fn map_and_match(world: u32, events: u64) -> (u64, f64) {
     let mut lanes_events = Vec::new();
@@ -347,6 +392,23 @@ fn main() {
             println!(
                 "  {what:<15} {rate:>8.2} M events/s  ({events} events in {secs:.3} s)  peak RSS {hwm:.1} MiB (anonymous {anon:.1} MiB){speedup}"
             );
+            if what == "reconstruct 1t" {
+                for (name, launcher) in [
+                    ("openmpi", &["mpirun.openmpi", "--oversubscribe"][..]),
+                    ("mpich", &["mpirun.mpich"][..]),
+                ] {
+                    let Some((secs, same)) = mpi_job(launcher, &dir, &dir.with_extension("out"))
+                    else {
+                        continue;
+                    };
+                    let rate = events / secs / 1e6;
+                    println!(
+                        "  job 2p {name:<8} {rate:>8.2} M events/s  ({events} events in {secs:.3} s, launch included)  {:.2}x of 1 thread; output {}",
+                        rate / one_thread,
+                        if same { "identical" } else { "DIFFERENT" }
+                    );
+                }
+            }
         }
         if std::env::var_os("EVF_BENCH_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&dir);

@@ -98,6 +98,7 @@ fn main() {
         "codegen/gen.rs",
         "csrc/evf_runtime.c",
         "csrc/evf_runtime.h",
+        "csrc/evf_job.c",
         "build_preload.rs",
     ] {
         println!("cargo:rerun-if-changed={}", recorder_dir.join(f).display());
@@ -147,6 +148,7 @@ fn main() {
     let mut build = cc::Build::new();
     build
         .file(recorder_dir.join("csrc/evf_runtime.c"))
+        .file(recorder_dir.join("csrc/evf_job.c"))
         .file(&generated)
         .include(recorder_dir.join("csrc"))
         .includes(&flags.includes)

@@ -7,6 +7,7 @@ mod experiment_cmd;
 mod export_cmd;
 mod info;
 mod mpi;
+mod mpi_job;
 mod reconstruct_cmd;
 mod report_cmd;
 mod run;

@@ -21,6 +21,10 @@ pub enum RemoveArg {
 #[derive(Args, Debug)]
 #[command(after_help = concat!(
     "Example:\n  evenflush reconstruct trace --out trace.reconstructed --remove both --hb --json\n\n",
+    "As an MPI job (Open MPI or MPICH; every process must see the trace and the output directory):\n",
+    "  mpirun -np 4 evenflush reconstruct trace --out trace.reconstructed --threads 1\n",
+    "Processes 1-3 each read, map and write a block of the ranks; process 0 matches communication (and with --hb ",
+    "writes every file) and prints the summary. The output is byte-identical to one process's.\n\n",
     "Exit codes: 0 success; 1 error; 2 bad usage; 3 damaged or missing trace (unreadable rank file, missing rank, ",
     "wrong format version, empty directory). Damage that still leaves complete chunks is not fatal: the command ",
     "goes on and warns, naming the file and byte offset of what it skipped."
@@ -90,12 +94,20 @@ pub fn reconstruct(
         threads,
         ..Options::default()
     };
-    let bar = if json {
+    // Under `mpirun -np N` (N > 1) the processes share the work (reconstruct::job); process 0
+    // prints what one process would.
+    let job = match crate::mpi_job::launched_by() {
+        Some(mpi) => Some(crate::mpi_job::MpiJob::start(mpi)?),
+        None => None,
+    };
+    let transport = job.as_ref().map(|j| j as &dyn reconstruct::job::Transport);
+    let me = transport.map_or(0, |t| t.rank());
+    let bar = if json || me != 0 {
         Bar::hidden()
     } else {
         Bar::for_terminal("reconstructing")
     };
-    let result = rebuild::reconstruct(&trace, &out, &opts, &mut |done, total| {
+    let result = rebuild::reconstruct_in_job(&trace, &out, &opts, transport, &mut |done, total| {
         bar.update(done, total)
     });
     bar.finish();
@@ -103,7 +115,22 @@ pub fn reconstruct(
         // Trace damage keeps its type so the caller can map it to exit code 3.
         RebuildError::Trace(t) => anyhow::Error::new(t),
         other => anyhow::Error::new(other),
-    })?;
+    });
+    let summary = match summary {
+        Ok(Some(s)) => s,
+        // Another process's part is done; process 0 reports for the job.
+        Ok(None) => return Ok(()),
+        // An owner reports what fails in its part to process 0; an error here means the two
+        // cannot talk, so process 0 would wait for it forever: end the whole job.
+        Err(e) if me != 0 => {
+            eprintln!("evenflush: process {me} of the MPI job: {e:#}");
+            match &job {
+                Some(j) => j.abort(1),
+                None => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {

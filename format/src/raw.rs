@@ -488,6 +488,22 @@ impl RawBuf {
         }
     }
 
+    /// Decodes one block of [`RawBuf::blocks`] on its own (each block is encoded against nothing
+    /// before it). `None` when the bytes are not whole records: a block that came from elsewhere
+    /// (another process) is checked, not trusted.
+    pub fn decode_block(block: &[u8]) -> Option<Vec<Event>> {
+        let mut records = BlockRecords::new(block);
+        let mut events = Vec::new();
+        while records.pos < block.len() {
+            events.push(match records.next()? {
+                RawRecord::Call(c) => Event::Call(c),
+                RawRecord::Completion(c) => Event::Completion(c),
+                RawRecord::Misc { kind, body } => body::decode_misc_body(kind, body).ok()?,
+            });
+        }
+        Some(events)
+    }
+
     /// The blocks holding records, in order (each a whole number of records).
     pub fn blocks(&self) -> impl Iterator<Item = &[u8]> + '_ {
         self.full

@@ -12,6 +12,7 @@ pub mod funcs;
 pub mod hb;
 pub mod hist;
 pub mod info;
+pub mod job;
 pub mod lanes;
 mod mapping;
 pub mod members;

@@ -73,6 +73,14 @@ impl RankOutput {
         })
     }
 
+    /// The file of a rank another process of the job writes: named, never touched here.
+    pub fn elsewhere(files: &RankFiles, out: &Path) -> RankOutput {
+        RankOutput {
+            rank: files.rank,
+            path: out.join(format::rank_file_name(files.rank, 0)),
+        }
+    }
+
     /// Appends `chunks` in order.
     pub fn append(&self, chunks: &[EncodedChunk]) -> Result<(), RebuildError> {
         if chunks.is_empty() {

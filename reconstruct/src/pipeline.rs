@@ -29,6 +29,7 @@ use format::{ChunkEncoder, ChunkWalk, EncodedChunk, Event};
 
 use crate::clock::{RankMeta, TimeMap};
 use crate::hb::{self, HbContext, HbReport, MessageMatch, Repair};
+use crate::job::{self, LaneBatch, StepMessage, Transport};
 use crate::lanes::{LaneId, OpenRank};
 use crate::mapping::{LaneMapper, LaneMarks};
 use crate::output::{LaneOut, RankOutput};
@@ -100,6 +101,9 @@ pub(crate) struct PassConfig<'a> {
     pub repair: Repair,
     pub threads: usize,
     pub output: Option<WorkerOutput<'a>>,
+    /// The MPI job this process is part of, if any (see [`crate::job`]): then this process steps
+    /// only the ranks it owns, and `run` (process 0) asks the owners for the others'.
+    pub job: Option<&'a dyn Transport>,
 }
 
 pub(crate) struct PassResult {
@@ -180,6 +184,8 @@ struct Shared<'a> {
     /// Everything goes to the matcher (the repair is on).
     feed_all: bool,
     output: Option<WorkerOutput<'a>>,
+    /// Per rank: another process of the job steps it.
+    remote: Vec<bool>,
     /// Queued batches beyond which workers stop reading ahead.
     budget: usize,
     step_events: usize,
@@ -373,17 +379,39 @@ impl<'a> Shared<'a> {
             if st.error.is_some() {
                 return None;
             }
+            let mut r = self.lane_rank[lane];
             if let Some(batch) = st.queues[lane].pop_front() {
-                st.queued -= 1;
-                self.work_ready.notify_one();
-                drop(st);
+                if self.remote[r] {
+                    drop(st);
+                    if let Err(e) = self.take_arrived(local) {
+                        lock(&self.state).error.get_or_insert(e);
+                    }
+                    let queued = self.queued_steps(&lock(&self.state), r);
+                    if let Some(queued) = queued
+                        && queued < REMOTE_STEPS_AHEAD
+                        && let Err(e) = local.ask_up_to(r, REMOTE_STEPS_AHEAD - queued)
+                    {
+                        lock(&self.state).error.get_or_insert(e);
+                    }
+                } else {
+                    st.queued -= 1;
+                    self.work_ready.notify_one();
+                    drop(st);
+                }
                 (local.progress.borrow_mut())(self.events_done.load(Ordering::Relaxed));
                 return Some(batch);
             }
             if st.lane_finished[lane] {
                 return None;
             }
-            let mut r = self.lane_rank[lane];
+            if self.remote[r] {
+                drop(st);
+                if let Err(e) = self.receive_step(r, local) {
+                    lock(&self.state).error.get_or_insert(e);
+                }
+                st = lock(&self.state);
+                continue;
+            }
             if st.busy[r] {
                 // A worker is on it: read ahead for another lane meanwhile rather than idle.
                 match self.pick(&mut st) {
@@ -399,6 +427,102 @@ impl<'a> Shared<'a> {
             let result = self.step(r, &mut local.encoder.borrow_mut());
             st = lock(&self.state);
             self.finish_step(&mut st, r, result);
+        }
+    }
+}
+
+impl Shared<'_> {
+    /// How many steps of remote rank `r` wait in its lanes' queues (the most of any lane), or
+    /// `None` when the rank has nothing left: steps are asked for ahead of need up to a bound,
+    /// so its owner works while this process matches.
+    fn queued_steps(&self, st: &State, r: usize) -> Option<u32> {
+        let work = lock(&self.work[r]);
+        let open = work.lanes.iter().filter(|l| !st.lane_finished[l.global]);
+        open.map(|l| st.queues[l.global].len() as u32).max()
+    }
+
+    /// Waits for the next step result of any owner (asking for rank `r`'s first, unless already
+    /// asked) and queues its batches.
+    fn receive_step(&self, r: usize, local: &MatcherLocal<'_>) -> Result<(), RebuildError> {
+        let Some(job) = &local.job else {
+            return Err(RebuildError::Job(
+                "a rank of another process without a job".into(),
+            ));
+        };
+        local.ask_up_to(r, 1)?;
+        let (from, tag, bytes) = job.transport.recv(None).map_err(RebuildError::Job)?;
+        self.handle_message(job, from, tag, &bytes)
+    }
+
+    /// Queues every step result that has arrived, without waiting: an owner's send of a large
+    /// result does not complete until it is received here, so results asked for ahead are taken
+    /// as they come, not only when a lane runs dry.
+    fn take_arrived(&self, local: &MatcherLocal<'_>) -> Result<(), RebuildError> {
+        let Some(job) = &local.job else {
+            return Ok(());
+        };
+        while let Some((from, tag, bytes)) = job.transport.try_recv().map_err(RebuildError::Job)? {
+            self.handle_message(job, from, tag, &bytes)?;
+        }
+        Ok(())
+    }
+
+    fn handle_message(
+        &self,
+        job: &JobLocal<'_>,
+        from: usize,
+        tag: u32,
+        bytes: &[u8],
+    ) -> Result<(), RebuildError> {
+        match tag {
+            job::TAG_STEP => {
+                let msg = StepMessage::decode(bytes)
+                    .map_err(|e| RebuildError::Job(format!("process {from}: {e}")))?;
+                if let Some(n) = job.requested.borrow_mut().get_mut(msg.rank_idx as usize) {
+                    *n = n.saturating_sub(1);
+                }
+                self.events_done
+                    .fetch_add(msg.events_read, Ordering::Relaxed);
+                let mut st = lock(&self.state);
+                for lane in msg.lanes {
+                    let LaneBatch {
+                        lane: global,
+                        finished,
+                        indices,
+                        removed,
+                        events,
+                    } = lane;
+                    let global = global as usize;
+                    if global >= st.queues.len() {
+                        return Err(RebuildError::Job(format!(
+                            "process {from} sent lane {global} of a trace with {} lanes",
+                            st.queues.len()
+                        )));
+                    }
+                    if !events.is_empty() {
+                        let batch = indices
+                            .into_iter()
+                            .zip(removed)
+                            .zip(events)
+                            .map(|((index, removed), event)| Item {
+                                index,
+                                removed,
+                                event,
+                            })
+                            .collect();
+                        st.queues[global].push_back(batch);
+                    }
+                    st.lane_finished[global] |= finished;
+                }
+                Ok(())
+            }
+            job::TAG_FAILED => Err(RebuildError::Job(format!(
+                "process {from}: {}",
+                String::from_utf8_lossy(bytes)
+            ))),
+            other => Err(RebuildError::Job(format!(
+                "process {from} sent an unexpected message (tag {other})"
+            ))),
         }
     }
 }
@@ -433,6 +557,37 @@ fn keep(
 struct MatcherLocal<'p> {
     encoder: RefCell<ChunkEncoder>,
     progress: RefCell<&'p mut dyn FnMut(u64)>,
+    /// Only this thread talks to the other processes (MPI is initialised for one thread).
+    job: Option<JobLocal<'p>>,
+}
+
+struct JobLocal<'p> {
+    transport: &'p dyn Transport,
+    /// Per rank: steps asked for that have not come yet.
+    requested: RefCell<Vec<u32>>,
+    /// Per rank: the process that owns it.
+    owners: Vec<usize>,
+}
+
+/// Steps of one remote rank asked for or queued at most: enough that its owner always has the
+/// next one to work on while messages travel both ways.
+const REMOTE_STEPS_AHEAD: u32 = 4;
+
+impl MatcherLocal<'_> {
+    /// Asks the owner of remote rank `r` for steps until `limit` are asked for.
+    fn ask_up_to(&self, r: usize, limit: u32) -> Result<(), RebuildError> {
+        let Some(job) = &self.job else {
+            return Ok(());
+        };
+        let mut requested = job.requested.borrow_mut();
+        while requested[r] < limit {
+            requested[r] += 1;
+            job.transport
+                .send(job.owners[r], job::TAG_NEED, &job::encode_need(r))
+                .map_err(RebuildError::Job)?;
+        }
+        Ok(())
+    }
 }
 
 /// The matcher's view of one lane: the batches the workers queued for it.
@@ -470,9 +625,138 @@ impl hb::LaneSource for QueueSource<'_, '_, '_> {
     }
 }
 
+/// What a pass reads, opened once: the ranks' files, the lanes, their time maps, and the
+/// matcher's context.
+struct Inputs {
+    open: Vec<OpenRank>,
+    ids: Vec<LaneId>,
+    maps: Vec<TimeMap>,
+    ctx: HbContext,
+}
+
+impl Inputs {
+    fn open(trace: &Trace, metas: &[RankMeta], threads: usize) -> Result<Inputs, RebuildError> {
+        let open: Vec<OpenRank> = map_indexed(trace.ranks.len(), threads, |i| {
+            OpenRank::open(&trace.ranks[i])
+        })
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+        let ids = lane_ids(metas);
+        // One map per lane: a suspension pauses only the thread that ran it.
+        let maps: Vec<TimeMap> = ids
+            .iter()
+            .map(|id| TimeMap::for_stream(&metas[rank_slot(metas, id.rank)], id.stream))
+            .collect();
+        Ok(Inputs {
+            open,
+            ids,
+            maps,
+            ctx: HbContext::new(metas, trace.world_size),
+        })
+    }
+
+    /// The pass's shared state; the ranks marked `remote` are stepped by other processes.
+    fn shared<'a>(
+        &'a self,
+        metas: &[RankMeta],
+        cfg: PassConfig<'a>,
+        remote: Vec<bool>,
+        threads: usize,
+    ) -> Shared<'a> {
+        let ids = &self.ids;
+        let remove_dp_prime = cfg.remove.is_some_and(Remove::dp_prime);
+        let remove_dp = cfg.remove.is_some_and(Remove::dp);
+        let writes = cfg.output.is_some();
+        let mut work: Vec<RankWork<'_>> = metas
+            .iter()
+            .enumerate()
+            .map(|(i, m)| RankWork {
+                rank_idx: i,
+                rank: m.rank,
+                lanes: Vec::new(),
+            })
+            .collect();
+        let mut lane_rank = Vec::with_capacity(ids.len());
+        for (global, id) in ids.iter().enumerate() {
+            let r = rank_slot(metas, id.rank);
+            lane_rank.push(r);
+            work[r].lanes.push(LaneWork {
+                global,
+                walk: ChunkWalk::stream(&self.open[r].files, id.stream),
+                current: None,
+                mapper: LaneMapper::new(&self.maps[global], remove_dp_prime, remove_dp),
+                next_index: 0,
+                out: (writes && !remote[r]).then(|| LaneOut::new(id.stream)),
+                last_call_kept: false,
+                after_commdef: false,
+                held_poll: None,
+                done: false,
+            });
+        }
+        // Workers pick neither a rank without lanes (no events at all) nor another process's.
+        let rank_finished: Vec<bool> = work
+            .iter()
+            .zip(&remote)
+            .map(|(w, &far)| far || w.lanes.is_empty())
+            .collect();
+        let remaining_ranks = rank_finished.iter().filter(|f| !**f).count();
+        let mut lane_finished = vec![false; ids.len()];
+        for w in &work {
+            if w.lanes.is_empty() {
+                continue;
+            }
+            // A rank nobody steps has nothing to hand out.
+            if rank_finished[w.rank_idx] && !remote[w.rank_idx] {
+                for l in &w.lanes {
+                    lane_finished[l.global] = true;
+                }
+            }
+        }
+        Shared {
+            ctx: &self.ctx,
+            work: work.into_iter().map(Mutex::new).collect(),
+            lane_rank,
+            state: Mutex::new(State {
+                queues: ids.iter().map(|_| VecDeque::new()).collect(),
+                lane_finished,
+                busy: vec![false; metas.len()],
+                rank_finished,
+                remaining_ranks,
+                queued: 0,
+                cursor: 0,
+                error: None,
+            }),
+            work_ready: Condvar::new(),
+            data_ready: Condvar::new(),
+            feed_all: cfg.repair.enabled,
+            output: cfg.output,
+            remote,
+            // Lanes are read in lockstep (every collective holds them together), so their batches
+            // run out together: the workers must be able to refill every lane while the matcher
+            // works through the current ones.
+            budget: ids.len().max(2 * threads),
+            step_events: (BATCHED_EVENTS / ids.len().max(1)).clamp(MIN_STEP_EVENTS, STEP_EVENTS),
+            events_done: AtomicU64::new(0),
+        }
+    }
+}
+
+fn rank_slot(metas: &[RankMeta], rank: u32) -> usize {
+    metas.iter().position(|m| m.rank == rank).unwrap_or(0)
+}
+
+/// Per rank of `metas`: whether a process other than this one owns it.
+fn remote_ranks(metas: &[RankMeta], job: Option<&dyn Transport>) -> (Vec<bool>, Vec<usize>) {
+    let (me, size) = job.map_or((0, 1), |j| (j.rank(), j.size()));
+    let owners: Vec<usize> = (0..metas.len())
+        .map(|r| job::owner_of(r, metas.len(), size))
+        .collect();
+    (owners.iter().map(|&o| o != me).collect(), owners)
+}
+
 /// Runs the second pass (see the module docs). `on_event` sees what the matcher hands out:
 /// every event with the repair on (its times moved by the repair), otherwise only what matching
-/// needs. `progress` gets the number of events read so far.
+/// needs. `progress` gets the number of events read so far. In a job, this is process 0's part.
 pub(crate) fn run(
     trace: &Trace,
     cfg: PassConfig<'_>,
@@ -482,80 +766,34 @@ pub(crate) fn run(
 ) -> Result<PassResult, RebuildError> {
     let metas = cfg.metas;
     let threads = threads(cfg.threads);
-    let open: Vec<OpenRank> = map_indexed(trace.ranks.len(), threads, |i| {
-        OpenRank::open(&trace.ranks[i])
-    })
-    .into_iter()
-    .collect::<Result<_, _>>()?;
-    let ids = lane_ids(metas);
-    let rank_slot = |rank: u32| metas.iter().position(|m| m.rank == rank).unwrap_or(0);
-    // One map per lane: a suspension pauses only the thread that ran it.
-    let maps: Vec<TimeMap> = ids
-        .iter()
-        .map(|id| TimeMap::for_stream(&metas[rank_slot(id.rank)], id.stream))
-        .collect();
-    let remove_dp_prime = cfg.remove.is_some_and(Remove::dp_prime);
-    let remove_dp = cfg.remove.is_some_and(Remove::dp);
-    let writes = cfg.output.is_some();
-    let mut work: Vec<RankWork<'_>> = metas
-        .iter()
-        .enumerate()
-        .map(|(i, m)| RankWork {
-            rank_idx: i,
-            rank: m.rank,
-            lanes: Vec::new(),
-        })
-        .collect();
-    let mut lane_rank = Vec::with_capacity(ids.len());
-    for (global, id) in ids.iter().enumerate() {
-        let r = rank_slot(id.rank);
-        lane_rank.push(r);
-        work[r].lanes.push(LaneWork {
-            global,
-            walk: ChunkWalk::stream(&open[r].files, id.stream),
-            current: None,
-            mapper: LaneMapper::new(&maps[global], remove_dp_prime, remove_dp),
-            next_index: 0,
-            out: writes.then(|| LaneOut::new(id.stream)),
-            last_call_kept: false,
-            after_commdef: false,
-            held_poll: None,
-            done: false,
-        });
+    let repair = cfg.repair;
+    let job = cfg.job;
+    if let Some(j) = job
+        && j.rank() != 0
+    {
+        return Err(RebuildError::Job(
+            "only process 0 runs the matcher; the others serve steps".into(),
+        ));
     }
-    // A rank without lanes (no events at all) has nothing to read.
-    let rank_finished: Vec<bool> = work.iter().map(|w| w.lanes.is_empty()).collect();
-    let remaining_ranks = rank_finished.iter().filter(|f| !**f).count();
-    let ctx = HbContext::new(metas, trace.world_size);
-    let zstd_level = cfg.output.as_ref().map_or(1, |o| o.zstd_level);
-    let shared = Shared {
-        ctx: &ctx,
-        work: work.into_iter().map(Mutex::new).collect(),
-        lane_rank,
-        state: Mutex::new(State {
-            queues: ids.iter().map(|_| VecDeque::new()).collect(),
-            lane_finished: vec![false; ids.len()],
-            busy: vec![false; metas.len()],
-            rank_finished,
-            remaining_ranks,
-            queued: 0,
-            cursor: 0,
-            error: None,
-        }),
-        work_ready: Condvar::new(),
-        data_ready: Condvar::new(),
-        feed_all: cfg.repair.enabled,
-        output: cfg.output,
-        // Lanes are read in lockstep (every collective holds them together), so their batches
-        // run out together: the workers must be able to refill every lane while the matcher
-        // works through the current ones.
-        budget: ids.len().max(2 * threads),
-        step_events: (BATCHED_EVENTS / ids.len().max(1)).clamp(MIN_STEP_EVENTS, STEP_EVENTS),
-        events_done: AtomicU64::new(0),
+    let inputs = match Inputs::open(trace, metas, threads) {
+        Ok(i) => i,
+        Err(e) => {
+            finish_job(job, &mut Vec::new()).ok();
+            return Err(e);
+        }
     };
+    let ids = &inputs.ids;
+    let (remote, owners) = remote_ranks(metas, job);
+    let shared = inputs.shared(metas, cfg, remote, threads);
+    let zstd_level = shared.output.as_ref().map_or(1, |o| o.zstd_level);
     let local = MatcherLocal {
         encoder: RefCell::new(ChunkEncoder::new(zstd_level)),
         progress: RefCell::new(progress),
+        job: job.map(|transport| JobLocal {
+            transport,
+            requested: RefCell::new(vec![0; metas.len()]),
+            owners,
+        }),
     };
     // The times the matcher handed out for each lane's first InitDone and FinalizeStart: with the
     // repair on, they include its shifts.
@@ -582,9 +820,9 @@ pub(crate) fn run(
             })
             .collect();
         let report = hb::run(
-            &ctx,
+            shared.ctx,
             lanes,
-            cfg.repair,
+            repair,
             |li, e| {
                 if let Event::Marker(m) = e {
                     match *m {
@@ -616,23 +854,225 @@ pub(crate) fn run(
         }
         report
     });
+    let mut remote_marks = Vec::new();
+    let finished = finish_job(job, &mut remote_marks);
     let st = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = st.error {
         return Err(e);
     }
+    finished?;
     let mut marks = vec![LaneMarks::default(); ids.len()];
     for w in shared.work {
         for lane in w.into_inner().unwrap_or_else(|p| p.into_inner()).lanes {
-            let mut m = lane.mapper.marks;
-            let (init, fin) = seen[lane.global];
-            if let (Some(mark), Some(t)) = (m.init.as_mut(), init) {
-                mark.shift_ns = t.saturating_sub(mark.mapped) as f64;
-            }
-            if let (Some(mark), Some(t)) = (m.finalize.as_mut(), fin) {
-                mark.shift_ns = t.saturating_sub(mark.mapped) as f64;
-            }
-            marks[lane.global] = m;
+            marks[lane.global] = lane.mapper.marks;
+        }
+    }
+    for (lane, m) in remote_marks {
+        if let Some(slot) = marks.get_mut(lane as usize) {
+            *slot = m;
+        }
+    }
+    for (m, &(init, fin)) in marks.iter_mut().zip(&seen) {
+        if let (Some(mark), Some(t)) = (m.init.as_mut(), init) {
+            mark.shift_ns = t.saturating_sub(mark.mapped) as f64;
+        }
+        if let (Some(mark), Some(t)) = (m.finalize.as_mut(), fin) {
+            mark.shift_ns = t.saturating_sub(mark.mapped) as f64;
         }
     }
     Ok(PassResult { report, marks })
+}
+
+/// Tells every other process of the job that nothing more will be asked, and collects their
+/// lanes' marks. Step results still on their way (asked for ahead of need) are dropped. Called
+/// on every way out of process 0's pass, so no owner waits forever.
+pub(crate) fn finish_job(
+    job: Option<&dyn Transport>,
+    marks: &mut Vec<(u32, LaneMarks)>,
+) -> Result<(), RebuildError> {
+    let Some(job) = job else {
+        return Ok(());
+    };
+    let mut first_error: Option<RebuildError> = None;
+    let mut waiting = Vec::new();
+    for p in 1..job.size() {
+        match job.send(p, job::TAG_FINISH, &[]) {
+            Ok(()) => waiting.push(p),
+            Err(e) => {
+                first_error.get_or_insert(RebuildError::Job(e));
+            }
+        }
+    }
+    for p in waiting {
+        loop {
+            let (_, tag, bytes) = match job.recv(Some(p)) {
+                Ok(m) => m,
+                Err(e) => {
+                    first_error.get_or_insert(RebuildError::Job(e));
+                    break;
+                }
+            };
+            match tag {
+                job::TAG_MARKS => {
+                    match job::decode_marks(&bytes) {
+                        Ok(m) => marks.extend(m),
+                        Err(e) => {
+                            first_error
+                                .get_or_insert(RebuildError::Job(format!("process {p}: {e}")));
+                        }
+                    }
+                    break;
+                }
+                job::TAG_FAILED => {
+                    first_error.get_or_insert(RebuildError::Job(format!(
+                        "process {p}: {}",
+                        String::from_utf8_lossy(&bytes)
+                    )));
+                }
+                _ => {}
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// The part of a process other than 0 in a job: steps the ranks it owns when process 0 asks,
+/// writing their output (without the repair) and sending what the matcher needs, until told to
+/// finish. A failure here is reported to process 0, which reports it for the job.
+pub(crate) fn serve(
+    trace: &Trace,
+    cfg: PassConfig<'_>,
+    job: &dyn Transport,
+) -> Result<(), RebuildError> {
+    let metas = cfg.metas;
+    let threads = threads(cfg.threads);
+    let zstd_level = cfg.output.as_ref().map_or(1, |o| o.zstd_level);
+    let inputs = Inputs::open(trace, metas, threads);
+    let (remote, _) = remote_ranks(metas, Some(job));
+    let shared = match &inputs {
+        Ok(inputs) => Ok(inputs.shared(metas, cfg, remote.clone(), threads)),
+        Err(e) => Err(e.to_string()),
+    };
+    let mut failed = false;
+    let mut encoder = ChunkEncoder::new(zstd_level);
+    loop {
+        let (_, tag, bytes) = job.recv(Some(0)).map_err(RebuildError::Job)?;
+        match tag {
+            job::TAG_NEED => {
+                if failed {
+                    continue;
+                }
+                let step = match &shared {
+                    Ok(shared) => job::decode_need(&bytes).and_then(|r| {
+                        if remote.get(r) != Some(&false) {
+                            return Err(format!("asked for rank index {r}, which it does not own"));
+                        }
+                        let before = shared.events_done.load(Ordering::Relaxed);
+                        let produced = shared.step(r, &mut encoder).map_err(|e| error_text(&e))?;
+                        let after = shared.events_done.load(Ordering::Relaxed);
+                        Ok(step_message(r, after - before, produced))
+                    }),
+                    Err(e) => Err(e.clone()),
+                };
+                match step {
+                    Ok(msg) => job
+                        .send(0, job::TAG_STEP, &msg.encode())
+                        .map_err(RebuildError::Job)?,
+                    Err(e) => {
+                        failed = true;
+                        job.send(0, job::TAG_FAILED, e.as_bytes())
+                            .map_err(RebuildError::Job)?;
+                    }
+                }
+            }
+            job::TAG_FINISH => {
+                let mut marks = Vec::new();
+                if let Ok(shared) = shared {
+                    for (w, far) in shared.work.into_iter().zip(&remote) {
+                        if *far {
+                            continue;
+                        }
+                        for lane in w.into_inner().unwrap_or_else(|p| p.into_inner()).lanes {
+                            marks.push((lane.global as u32, lane.mapper.marks));
+                        }
+                    }
+                }
+                job.send(0, job::TAG_MARKS, &job::encode_marks(&marks))
+                    .map_err(RebuildError::Job)?;
+                return Ok(());
+            }
+            other => {
+                return Err(RebuildError::Job(format!(
+                    "process 0 sent an unexpected message (tag {other})"
+                )));
+            }
+        }
+    }
+}
+
+/// An owner that cannot take part (it could not read the trace or create its files): answers
+/// the first request with `reason` and the finish with no marks.
+pub(crate) fn serve_failed(job: &dyn Transport, reason: &str) -> Result<(), RebuildError> {
+    let mut told = false;
+    loop {
+        let (_, tag, _) = job.recv(Some(0)).map_err(RebuildError::Job)?;
+        match tag {
+            job::TAG_FINISH => {
+                if !told {
+                    job.send(0, job::TAG_FAILED, reason.as_bytes())
+                        .map_err(RebuildError::Job)?;
+                }
+                return job
+                    .send(0, job::TAG_MARKS, &job::encode_marks(&[]))
+                    .map_err(RebuildError::Job);
+            }
+            _ if !told => {
+                told = true;
+                job.send(0, job::TAG_FAILED, reason.as_bytes())
+                    .map_err(RebuildError::Job)?;
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An error with its causes, for a message to another process.
+pub(crate) fn error_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn step_message(
+    r: usize,
+    events_read: u64,
+    produced: Vec<(usize, Vec<Item>, bool)>,
+) -> StepMessage {
+    StepMessage {
+        rank_idx: r as u32,
+        events_read,
+        lanes: produced
+            .into_iter()
+            .map(|(lane, items, finished)| {
+                let mut batch = LaneBatch {
+                    lane: lane as u32,
+                    finished,
+                    indices: Vec::with_capacity(items.len()),
+                    removed: Vec::with_capacity(items.len()),
+                    events: Vec::with_capacity(items.len()),
+                };
+                for item in items {
+                    batch.indices.push(item.index);
+                    batch.removed.push(item.removed);
+                    batch.events.push(item.event);
+                }
+                batch
+            })
+            .collect(),
+    }
 }

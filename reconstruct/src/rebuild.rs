@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::clock::{RankMeta, align_clocks, scan_rank};
 use crate::hb::{self, HbReport, MessageMatch, Repair};
+use crate::job::{self, Transport};
 use crate::lanes::LaneId;
 use crate::mapping::LaneMarks;
 use crate::output::{LaneOut, RankOutput, prepare_out_dir, write_meta};
@@ -93,6 +94,9 @@ pub enum RebuildError {
     },
     #[error("{}: {what}", path.display())]
     BadOutput { path: PathBuf, what: String },
+    /// Between the processes of an MPI job (`mpirun -np N evenflush reconstruct`).
+    #[error("MPI job: {0}")]
+    Job(String),
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -188,6 +192,10 @@ fn read_error(e: RebuildError) -> TraceError {
             what: source.to_string(),
         },
         RebuildError::BadOutput { path, what } => TraceError::Io { path, what },
+        RebuildError::Job(what) => TraceError::Io {
+            path: PathBuf::new(),
+            what,
+        },
     }
 }
 
@@ -223,6 +231,7 @@ fn match_as_recorded(
             repair: Repair::OFF,
             threads,
             output: None,
+            job: None,
         },
         |_, _| {},
         on_match,
@@ -245,20 +254,150 @@ pub fn reconstruct(
     opts: &Options,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Summary, RebuildError> {
-    let metas = scan_with(trace, opts.threads)?;
-    prepare_out_dir(trace, out)?;
-    let outputs = pipeline::map_indexed(trace.ranks.len(), pipeline::threads(opts.threads), |i| {
-        RankOutput::create(&trace.ranks[i], out, opts)
+    let summary = reconstruct_in_job(trace, out, opts, None, progress)?;
+    summary.ok_or_else(|| RebuildError::Job("process 0 has no summary".into()))
+}
+
+/// [`reconstruct`] as one process of an MPI job ([`crate::job`]); the output is the same as one
+/// process's. Process 0 returns the summary, the others `None` (process 0 reports their errors).
+pub fn reconstruct_in_job(
+    trace: &Trace,
+    out: &Path,
+    opts: &Options,
+    job: Option<&dyn Transport>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Option<Summary>, RebuildError> {
+    if let Some(j) = job
+        && j.rank() != 0
+    {
+        return serve_as_owner(trace, out, opts, j).map(|()| None);
+    }
+    // Whatever fails here, the other processes are told to stop.
+    let stop_others = |e: RebuildError| {
+        if let Some(j) = job {
+            pipeline::finish_job(Some(j), &mut Vec::new()).ok();
+        }
+        e
+    };
+    // Every process reads the metadata of every rank (clock alignment and matching need all of
+    // it); it is the small part of the trace.
+    let metas = scan_with(trace, opts.threads).map_err(|e| stop_others(e.into()))?;
+    prepare_out_dir(trace, out).map_err(stop_others)?;
+    if let Some(j) = job {
+        // Only now may the others create their files: preparing removed earlier ones.
+        for p in 1..j.size() {
+            j.send(p, job::TAG_READY, &[])
+                .map_err(|e| stop_others(RebuildError::Job(e)))?;
+        }
+    }
+    let processes = job.map_or(1, |j| j.size());
+    let outputs = create_outputs(trace, out, opts, 0, processes).map_err(stop_others)?;
+    reconstruct_rank_zero(trace, out, opts, job, &metas, &outputs, progress).map(Some)
+}
+
+/// The output files this process writes (the others' as handles only): those of the ranks it
+/// steps, or with the repair on, every one on process 0, since the output times come out of its
+/// matcher.
+fn create_outputs(
+    trace: &Trace,
+    out: &Path,
+    opts: &Options,
+    me: usize,
+    processes: usize,
+) -> Result<Vec<RankOutput>, RebuildError> {
+    let writes_rank = |i: usize| {
+        if opts.hb {
+            me == 0
+        } else {
+            job::owner_of(i, trace.ranks.len(), processes) == me
+        }
+    };
+    pipeline::map_indexed(trace.ranks.len(), pipeline::threads(opts.threads), |i| {
+        if writes_rank(i) {
+            RankOutput::create(&trace.ranks[i], out, opts)
+        } else {
+            Ok(RankOutput::elsewhere(&trace.ranks[i], out))
+        }
     })
     .into_iter()
-    .collect::<Result<Vec<_>, _>>()?;
+    .collect()
+}
+
+/// A process other than 0: reads the metadata, waits until process 0 prepared the output
+/// directory, then steps its ranks as asked (see [`pipeline::serve`]).
+fn serve_as_owner(
+    trace: &Trace,
+    out: &Path,
+    opts: &Options,
+    job: &dyn Transport,
+) -> Result<(), RebuildError> {
+    let metas = scan_with(trace, opts.threads);
+    let (_, tag, _) = job.recv(Some(0)).map_err(RebuildError::Job)?;
+    match tag {
+        job::TAG_READY => {}
+        job::TAG_FINISH => {
+            // Process 0 failed before the pass began (and says why).
+            return job
+                .send(0, job::TAG_MARKS, &job::encode_marks(&[]))
+                .map_err(RebuildError::Job);
+        }
+        other => {
+            return Err(RebuildError::Job(format!(
+                "process 0 sent an unexpected message (tag {other})"
+            )));
+        }
+    }
+    let prepared = metas.map_err(RebuildError::from).and_then(|metas| {
+        let outputs = create_outputs(trace, out, opts, job.rank(), job.size())?;
+        Ok((metas, outputs))
+    });
+    let (metas, outputs) = match prepared {
+        Ok(p) => p,
+        Err(e) => return pipeline::serve_failed(job, &pipeline::error_text(&e)),
+    };
     let ids = pipeline::lane_ids(&metas);
+    pipeline::serve(
+        trace,
+        PassConfig {
+            metas: &metas,
+            remove: Some(opts.remove),
+            repair: Repair {
+                enabled: opts.hb,
+                min_latency_ns: opts.min_latency_ns,
+            },
+            threads: opts.threads,
+            output: (!opts.hb).then_some(WorkerOutput {
+                ranks: &outputs,
+                chunk_events: output_chunk_events(opts, ids.len()),
+                zstd_level: opts.zstd_level,
+            }),
+            job: Some(job),
+        },
+        job,
+    )
+}
+
+/// Every lane buffers one output chunk: with many lanes, smaller chunks keep that bounded.
+fn output_chunk_events(opts: &Options, lanes: usize) -> usize {
+    opts.chunk_events
+        .min((OUTPUT_EVENTS_BUFFERED / lanes.max(1)).max(MIN_CHUNK_EVENTS))
+        .max(1)
+}
+
+/// Process 0's part (the whole work without a job): the pass, the summary, the check after the
+/// repair.
+fn reconstruct_rank_zero(
+    trace: &Trace,
+    out: &Path,
+    opts: &Options,
+    job: Option<&dyn Transport>,
+    metas: &[RankMeta],
+    outputs: &[RankOutput],
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Summary, RebuildError> {
+    let ids = pipeline::lane_ids(metas);
     let total: u64 = metas.iter().map(|m| m.events).sum();
-    // Every lane buffers one output chunk: with many lanes, smaller chunks keep that bounded.
-    let chunk_events = opts
-        .chunk_events
-        .min((OUTPUT_EVENTS_BUFFERED / ids.len().max(1)).max(MIN_CHUNK_EVENTS))
-        .max(1);
+    let chunk_events = output_chunk_events(opts, ids.len());
     progress(0, total);
     let repair = Repair {
         enabled: opts.hb,
@@ -276,15 +415,16 @@ pub fn reconstruct(
     let pass = pipeline::run(
         trace,
         PassConfig {
-            metas: &metas,
+            metas,
             remove: Some(opts.remove),
             repair,
             threads: opts.threads,
             output: (!opts.hb).then_some(WorkerOutput {
-                ranks: &outputs,
+                ranks: outputs,
                 chunk_events,
                 zstd_level: opts.zstd_level,
             }),
+            job,
         },
         |li, e| {
             if !opts.hb || write_error.is_some() {
@@ -315,7 +455,7 @@ pub fn reconstruct(
     progress(total, total);
     write_meta(trace, out, opts)?;
 
-    let mut summary = summarize(trace, out, opts, &metas, &ids, &pass);
+    let mut summary = summarize(trace, out, opts, metas, &ids, &pass);
     if opts.hb {
         let written = Trace::open(out)?;
         let after = check_happened_before_with(&written, opts.threads)?;

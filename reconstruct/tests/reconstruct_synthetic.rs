@@ -993,6 +993,134 @@ fn the_output_does_not_depend_on_the_number_of_threads() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// Runs `reconstruct_in_job` on `processes` threads standing in for the processes of an MPI job
+/// (the job's messages go over channels); process `p` writes to `outs[p]`. Returns each
+/// process's result, process 0's first.
+fn run_as_job(
+    trace: &Trace,
+    outs: &[std::path::PathBuf],
+    opts: &Options,
+) -> Vec<Result<Option<Summary>, rebuild::RebuildError>> {
+    let transports = reconstruct::job::threads::connected(outs.len());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = transports
+            .into_iter()
+            .zip(outs)
+            .map(|(t, out)| {
+                scope.spawn(move || {
+                    rebuild::reconstruct_in_job(trace, out, opts, Some(&t), &mut |_, _| {})
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn an_mpi_job_writes_what_one_process_writes() {
+    // Ranks of one and of two threads, small chunks so that every lane takes many steps, split
+    // over 2, 3 and 8 processes (8 > ranks: one owns nothing): the files and the summary must
+    // be those of one process, with and without the repair (where process 0 writes every file).
+    let dir = temp_dir("job");
+    let mut program = ring_program(6, 200, 11);
+    let worker: Vec<Event> = (0..150u64)
+        .map(|i| {
+            Event::Call(call(
+                SEND,
+                10_000_000_000 + i * 5_000,
+                10_000_000_000 + i * 5_000 + 40,
+                1,
+                900,
+            ))
+        })
+        .collect();
+    program.measured[2].streams.push((1, worker));
+    write_trace(&dir, program.world, &program.measured, 13);
+    let trace = Trace::open(&dir).unwrap();
+    let read_files = |out: &std::path::Path| -> Vec<Vec<u8>> {
+        (0..program.world)
+            .map(|r| std::fs::read(out.join(format::rank_file_name(r, 0))).unwrap())
+            .collect()
+    };
+    for hb in [false, true] {
+        let opts = Options {
+            remove: Remove::Both,
+            hb,
+            chunk_events: 29,
+            threads: 1,
+            ..Options::default()
+        };
+        let single = dir.with_extension(format!("single-{hb}"));
+        let mut expected = rebuild::reconstruct(&trace, &single, &opts, &mut |_, _| {}).unwrap();
+        expected.out.clear();
+        let expected_files = read_files(&single);
+        for processes in [2usize, 3, 8] {
+            let out = dir.with_extension(format!("job-{hb}-{processes}"));
+            let outs = vec![out.clone(); processes];
+            let mut results = run_as_job(&trace, &outs, &opts).into_iter();
+            let mut summary = results
+                .next()
+                .unwrap()
+                .unwrap()
+                .expect("process 0's summary");
+            for (p, r) in results.enumerate() {
+                assert!(
+                    matches!(r, Ok(None)),
+                    "process {}: {:?}",
+                    p + 1,
+                    r.map(|_| ())
+                );
+            }
+            summary.out.clear();
+            assert!(
+                read_files(&out) == expected_files,
+                "hb {hb}: {processes} processes wrote other bytes"
+            );
+            assert_eq!(
+                serde_json::to_string(&summary).unwrap(),
+                serde_json::to_string(&expected).unwrap(),
+                "hb {hb}: {processes} processes"
+            );
+            std::fs::remove_dir_all(out).unwrap();
+        }
+        std::fs::remove_dir_all(single).unwrap();
+    }
+}
+
+#[test]
+fn a_process_that_cannot_write_fails_the_job_without_a_hang() {
+    // Process 2 of 3 is given an output directory it cannot create (a path under a file): it
+    // must tell process 0, which reports it by number and cause, and every process returns.
+    let dir = temp_dir("job-fail");
+    let program = ring_program(6, 50, 3);
+    write_trace(&dir, program.world, &program.measured, 13);
+    let trace = Trace::open(&dir).unwrap();
+    let good = dir.with_extension("out");
+    let blocker = dir.with_extension("file");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let outs = vec![good.clone(), good.clone(), blocker.join("out")];
+    let opts = Options {
+        threads: 1,
+        ..Options::default()
+    };
+    let results = run_as_job(&trace, &outs, &opts);
+    let Err(err) = &results[0] else {
+        panic!("process 0 reports the failure");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("process 2") && text.contains(&blocker.display().to_string()),
+        "{text}"
+    );
+    assert!(matches!(results[1], Ok(None)), "process 1");
+    assert!(
+        matches!(results[2], Ok(None)),
+        "process 2 reported to process 0"
+    );
+    std::fs::remove_file(&blocker).unwrap();
+    let _ = std::fs::remove_dir_all(&good);
+}
+
 /// Which collective of [`intercomm_program`] has a rank leave too early.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum InterFault {

@@ -1,0 +1,440 @@
+//! `mpirun -np N evenflush reconstruct`: the reconstruction split over the processes of an MPI
+//! job. Each process owns a contiguous block of the trace's ranks ([`owner_of`]) and does their
+//! expensive part, the work a worker thread does in one process (decode every chunk once, map its
+//! times, encode and write the rank's output), on its own cores. Process 0 also runs the matcher
+//! and writes the summary; what matching needs of a rank it does not own (its communication calls,
+//! or every event with the repair on) comes to it as the owner's step results, which process 0
+//! asks for a step ahead of need so that owners work while it matches.
+//!
+//! The protocol, all messages to or from process 0:
+//! - `READY` (0 → owner): the output directory is prepared; owners may create their files;
+//! - `NEED r` (0 → owner): take the next step of rank `r` and send it;
+//! - `STEP` (owner → 0): the batches of one step of one rank, per lane (see [`StepMessage`]);
+//! - `FINISH` (0 → owner): nothing more will be asked; reply with `MARKS` and stop;
+//! - `MARKS` (owner → 0): the first `InitDone`/`FinalizeStart` marks of the owner's lanes;
+//! - `FAILED` (owner → 0): the owner cannot go on, with the reason; it then waits for `FINISH`.
+//!
+//! The output is byte-identical to a one-process run: a rank's file is written by one process,
+//! step by step in lane order, and output chunks are cut by event counts alone; the matcher sees
+//! the same events per lane in the same order. Process 0 always sends `FINISH` before it returns,
+//! even after an error, so no owner waits forever.
+
+use format::{Event, RawBuf};
+
+use crate::mapping::{LaneMarks, Mark};
+
+/// Byte messages between the processes of the job. The binary implements it over MPI (the crate
+/// links no MPI), tests over channels between threads.
+pub trait Transport {
+    /// This process's number, 0..size.
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    fn send(&self, dest: usize, tag: u32, bytes: &[u8]) -> Result<(), String>;
+    /// The next message from `source` (`None`: from anyone), whatever its tag: (sender, tag,
+    /// bytes). Messages from one sender arrive in the order it sent them.
+    fn recv(&self, source: Option<usize>) -> Result<(usize, u32, Vec<u8>), String>;
+    /// The next message from anyone if one has arrived, without waiting.
+    fn try_recv(&self) -> Result<Option<(usize, u32, Vec<u8>)>, String>;
+}
+
+pub(crate) const TAG_NEED: u32 = 1;
+pub(crate) const TAG_STEP: u32 = 2;
+pub(crate) const TAG_FINISH: u32 = 3;
+pub(crate) const TAG_MARKS: u32 = 4;
+pub(crate) const TAG_FAILED: u32 = 5;
+pub(crate) const TAG_READY: u32 = 6;
+
+/// The process that owns the rank at `rank_idx` of `ranks`: contiguous blocks, as even as they
+/// can be, so neighbours (who talk most) share a process and each process's output files are
+/// next to each other. Process 0 owns none when there are others: matching every rank's
+/// communication is already the largest single share of the work.
+pub fn owner_of(rank_idx: usize, ranks: usize, processes: usize) -> usize {
+    if ranks == 0 || processes <= 1 {
+        return 0;
+    }
+    let owners = processes - 1;
+    1 + (rank_idx * owners / ranks).min(owners - 1)
+}
+
+/// One lane's part of a step: the events the matcher needs, each with its index in the lane and
+/// the time the mapping removed before it.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct LaneBatch {
+    pub lane: u32,
+    pub finished: bool,
+    pub indices: Vec<u64>,
+    pub removed: Vec<u64>,
+    pub events: Vec<Event>,
+}
+
+/// A step of one rank as it travels from its owner to process 0.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct StepMessage {
+    pub rank_idx: u32,
+    /// Events the step read (all of them, not only those sent), for the progress bar.
+    pub events_read: u64,
+    pub lanes: Vec<LaneBatch>,
+}
+
+/// A little-endian writer and reader: the messages are between processes of one job, built from
+/// one binary, so nothing beyond checked lengths is needed.
+struct Wire(Vec<u8>);
+
+impl Wire {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| format!("message truncated at byte {}", self.pos))?;
+        let s = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or_default(),
+        ))
+    }
+    fn len(&mut self) -> Result<usize, String> {
+        usize::try_from(self.u64()?).map_err(|_| "length out of range".to_string())
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.len()?;
+        self.take(n)
+    }
+    fn end(&self) -> Result<(), String> {
+        if self.pos == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} bytes left over in a message",
+                self.bytes.len() - self.pos
+            ))
+        }
+    }
+}
+
+impl StepMessage {
+    /// Events travel in the recorder's own buffer encoding ([`RawBuf`]), a few bytes each.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Wire(Vec::new());
+        w.u32(self.rank_idx);
+        w.u64(self.events_read);
+        w.u32(self.lanes.len() as u32);
+        for lane in &self.lanes {
+            w.u32(lane.lane);
+            w.u8(u8::from(lane.finished));
+            w.u64(lane.events.len() as u64);
+            for (&i, &r) in lane.indices.iter().zip(&lane.removed) {
+                w.u64(i);
+                w.u64(r);
+            }
+            let mut raw = RawBuf::new();
+            for e in &lane.events {
+                raw.push_event(e);
+            }
+            let blocks: Vec<&[u8]> = raw.blocks().collect();
+            w.u64(blocks.len() as u64);
+            for b in blocks {
+                w.bytes(b);
+            }
+        }
+        w.0
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<StepMessage, String> {
+        let mut c = Cursor { bytes, pos: 0 };
+        let rank_idx = c.u32()?;
+        let events_read = c.u64()?;
+        let n = c.u32()? as usize;
+        let mut lanes = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            let lane = c.u32()?;
+            let finished = c.u8()? != 0;
+            let count = c.len()?;
+            let mut indices = Vec::with_capacity(count.min(1 << 20));
+            let mut removed = Vec::with_capacity(count.min(1 << 20));
+            for _ in 0..count {
+                indices.push(c.u64()?);
+                removed.push(c.u64()?);
+            }
+            let blocks = c.len()?;
+            let mut events = Vec::with_capacity(count.min(1 << 20));
+            for _ in 0..blocks {
+                let block = c.bytes()?;
+                events.extend(
+                    RawBuf::decode_block(block)
+                        .ok_or_else(|| format!("lane {lane}: events do not decode"))?,
+                );
+            }
+            if events.len() != count {
+                return Err(format!(
+                    "lane {lane}: {} events for {count} indices",
+                    events.len()
+                ));
+            }
+            lanes.push(LaneBatch {
+                lane,
+                finished,
+                indices,
+                removed,
+                events,
+            });
+        }
+        c.end()?;
+        Ok(StepMessage {
+            rank_idx,
+            events_read,
+            lanes,
+        })
+    }
+}
+
+pub(crate) fn encode_need(rank_idx: usize) -> Vec<u8> {
+    (rank_idx as u32).to_le_bytes().to_vec()
+}
+
+pub(crate) fn decode_need(bytes: &[u8]) -> Result<usize, String> {
+    let mut c = Cursor { bytes, pos: 0 };
+    let r = c.u32()? as usize;
+    c.end()?;
+    Ok(r)
+}
+
+fn put_mark(w: &mut Wire, m: &Option<Mark>) {
+    match m {
+        None => w.u8(0),
+        Some(m) => {
+            w.u8(1);
+            w.u64(m.global.to_bits());
+            w.u64(m.collapsed.to_bits());
+            w.u64(m.dp_ns.to_bits());
+            w.u64(m.mapped);
+            w.u64(m.shift_ns.to_bits());
+        }
+    }
+}
+
+fn get_mark(c: &mut Cursor<'_>) -> Result<Option<Mark>, String> {
+    if c.u8()? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Mark {
+        global: f64::from_bits(c.u64()?),
+        collapsed: f64::from_bits(c.u64()?),
+        dp_ns: f64::from_bits(c.u64()?),
+        mapped: c.u64()?,
+        shift_ns: f64::from_bits(c.u64()?),
+    }))
+}
+
+/// The marks of an owner's lanes, by global lane number; floats travel as their bits, so the
+/// summary is the same as one process's.
+pub(crate) fn encode_marks(marks: &[(u32, LaneMarks)]) -> Vec<u8> {
+    let mut w = Wire(Vec::new());
+    w.u64(marks.len() as u64);
+    for (lane, m) in marks {
+        w.u32(*lane);
+        put_mark(&mut w, &m.init);
+        put_mark(&mut w, &m.finalize);
+    }
+    w.0
+}
+
+pub(crate) fn decode_marks(bytes: &[u8]) -> Result<Vec<(u32, LaneMarks)>, String> {
+    let mut c = Cursor { bytes, pos: 0 };
+    let n = c.len()?;
+    let mut out = Vec::with_capacity(n.min(1 << 20));
+    for _ in 0..n {
+        let lane = c.u32()?;
+        let init = get_mark(&mut c)?;
+        let finalize = get_mark(&mut c)?;
+        out.push((lane, LaneMarks { init, finalize }));
+    }
+    c.end()?;
+    Ok(out)
+}
+
+/// A [`Transport`] between threads of one process, one per simulated process: lets tests run the
+/// protocol (and check the output is the same as one process's) without MPI.
+pub mod threads {
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+    use std::sync::mpsc::{Receiver, Sender, channel};
+
+    type Message = (usize, u32, Vec<u8>);
+
+    pub struct ChannelTransport {
+        rank: usize,
+        peers: Vec<Sender<Message>>,
+        inbox: Receiver<Message>,
+        /// Messages taken while looking for one from a given sender.
+        early: RefCell<VecDeque<Message>>,
+    }
+
+    /// `size` connected transports, one per simulated process.
+    pub fn connected(size: usize) -> Vec<ChannelTransport> {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..size).map(|_| channel()).unzip();
+        receivers
+            .into_iter()
+            .enumerate()
+            .map(|(rank, inbox)| ChannelTransport {
+                rank,
+                peers: senders.clone(),
+                inbox,
+                early: RefCell::new(VecDeque::new()),
+            })
+            .collect()
+    }
+
+    impl super::Transport for ChannelTransport {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn size(&self) -> usize {
+            self.peers.len()
+        }
+        fn send(&self, dest: usize, tag: u32, bytes: &[u8]) -> Result<(), String> {
+            self.peers
+                .get(dest)
+                .ok_or_else(|| format!("no process {dest}"))?
+                .send((self.rank, tag, bytes.to_vec()))
+                .map_err(|_| format!("process {dest} has gone"))
+        }
+        fn try_recv(&self) -> Result<Option<Message>, String> {
+            if let Some(m) = self.early.borrow_mut().pop_front() {
+                return Ok(Some(m));
+            }
+            match self.inbox.try_recv() {
+                Ok(m) => Ok(Some(m)),
+                Err(std::sync::mpsc::TryRecvError::Empty) => Ok(None),
+                Err(_) => Err("every other process has gone".into()),
+            }
+        }
+        fn recv(&self, source: Option<usize>) -> Result<Message, String> {
+            let mut early = self.early.borrow_mut();
+            if let Some(pos) = early.iter().position(|m| source.is_none_or(|s| s == m.0)) {
+                return Ok(early.remove(pos).unwrap_or_default());
+            }
+            loop {
+                let m = self
+                    .inbox
+                    .recv()
+                    .map_err(|_| "every other process has gone".to_string())?;
+                if source.is_none_or(|s| s == m.0) {
+                    return Ok(m);
+                }
+                early.push_back(m);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_are_split_in_even_contiguous_blocks() {
+        let owners: Vec<usize> = (0..10).map(|r| owner_of(r, 10, 4)).collect();
+        assert_eq!(owners, [1, 1, 1, 1, 2, 2, 2, 3, 3, 3]);
+        assert!((0..10).all(|r| owner_of(r, 10, 2) == 1));
+        assert!((0..5).all(|r| (1..8).contains(&owner_of(r, 5, 8))));
+        assert_eq!(owner_of(3, 4, 1), 0);
+    }
+
+    #[test]
+    fn a_step_message_round_trips_its_events() {
+        let mut trace = format::synthetic::events(&format::synthetic::HaloConfig {
+            iterations: 50,
+            ..Default::default()
+        });
+        trace.push(Event::CommDef {
+            id: 9,
+            members: (0..5000).collect(),
+        });
+        let n = trace.len() as u64;
+        let msg = StepMessage {
+            rank_idx: 3,
+            events_read: 999,
+            lanes: vec![
+                LaneBatch {
+                    lane: 7,
+                    finished: false,
+                    indices: (0..n).map(|i| i * 3).collect(),
+                    removed: (0..n).map(|i| i * 1000 + 1).collect(),
+                    events: trace,
+                },
+                LaneBatch {
+                    lane: 8,
+                    finished: true,
+                    ..LaneBatch::default()
+                },
+            ],
+        };
+        let bytes = msg.encode();
+        assert_eq!(StepMessage::decode(&bytes).unwrap(), msg);
+        // A cut message is refused, not half read.
+        assert!(StepMessage::decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn marks_keep_every_bit() {
+        let m = Mark {
+            global: 0.1 + 0.2,
+            collapsed: f64::MIN_POSITIVE,
+            dp_ns: 1e300,
+            mapped: u64::MAX,
+            shift_ns: -0.0,
+        };
+        let marks = vec![
+            (
+                2,
+                LaneMarks {
+                    init: Some(m),
+                    finalize: None,
+                },
+            ),
+            (5, LaneMarks::default()),
+        ];
+        let back = decode_marks(&encode_marks(&marks)).unwrap();
+        assert_eq!(back.len(), 2);
+        let (lane, got) = &back[0];
+        assert_eq!(*lane, 2);
+        let g = got.init.unwrap();
+        assert_eq!(g.global.to_bits(), m.global.to_bits());
+        assert_eq!(g.shift_ns.to_bits(), m.shift_ns.to_bits());
+        assert_eq!(g.mapped, m.mapped);
+        assert!(got.finalize.is_none() && back[1].1.init.is_none());
+    }
+}

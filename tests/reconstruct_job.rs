@@ -1,0 +1,134 @@
+//! `mpirun -np N evenflush reconstruct`: the reconstruction as an MPI job, under each MPI's own
+//! launcher, writes the same bytes and prints the same summary as one process, with and without
+//! the repair; and a trace that cannot be read fails the job with an error, never a hang.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn reconstruct(
+    mpi: Mpi,
+    processes: Option<u32>,
+    trace: &Path,
+    out: &Path,
+    extra: &[&str],
+) -> Output {
+    let mut argv: Vec<String> = match processes {
+        Some(n) => mpi.launch(n),
+        None => Vec::new(),
+    };
+    argv.push(evenflush_bin().display().to_string());
+    argv.extend(["reconstruct".into(), trace.display().to_string()]);
+    argv.extend(["--out".into(), out.display().to_string()]);
+    argv.extend(["--remove", "both", "--json", "--threads", "1"].map(String::from));
+    argv.extend(extra.iter().map(|s| s.to_string()));
+    output_with_timeout(
+        mpi_env(Command::new(&argv[0]).args(&argv[1..])),
+        LIMIT,
+        &argv.join(" "),
+    )
+}
+
+/// The output's rank files, by name.
+fn rank_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "evf"))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// The summary without the one field that differs by design (the output's path).
+fn summary(out: &Output, what: &str) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    v.as_object_mut().unwrap().remove("out");
+    v
+}
+
+fn same_as_one_process(mpi: Mpi) {
+    let _lock = mpi_lock();
+    let dir = scratch(&format!("reconstruct-job-{}", mpi.name()));
+    // Several suspensions (a small S) and a program whose messages take every matching path the
+    // bundled programs have (wildcards, persistent, probes, large counts), on 5 ranks.
+    for (program, ranks, args) in [("halo", 5u32, vec![]), ("matching", 4, vec![])] {
+        let trace = dir.join(program);
+        run_traced(
+            mpi,
+            ranks,
+            program,
+            &args,
+            &trace,
+            &["--threshold", "64KiB"],
+        );
+        for hb in [false, true] {
+            let extra: &[&str] = if hb { &["--hb"] } else { &[] };
+            let one = dir.join(format!("{program}-one-{hb}"));
+            let single = check(
+                reconstruct(mpi, None, &trace, &one, extra),
+                "one-process reconstruct",
+            );
+            let expected = summary(&single, "one process");
+            assert!(
+                expected["events"].as_u64().unwrap() > 500,
+                "{program}: {expected}"
+            );
+            // 3 processes for 5 (4) ranks: uneven blocks; 7: some processes own nothing.
+            for processes in [3u32, 7] {
+                let job_out = dir.join(format!("{program}-job{processes}-{hb}"));
+                let what = format!("{program} on {processes} processes, hb {hb}");
+                let job = check(
+                    reconstruct(mpi, Some(processes), &trace, &job_out, extra),
+                    &what,
+                );
+                assert!(
+                    rank_files(&job_out) == rank_files(&one),
+                    "{what}: other bytes than one process"
+                );
+                assert_eq!(rank_files(&job_out).len(), ranks as usize, "{what}");
+                assert_eq!(summary(&job, &what), expected, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn open_mpi_job_writes_what_one_process_writes() {
+    same_as_one_process(Mpi::OpenMpi);
+}
+
+#[test]
+fn mpich_job_writes_what_one_process_writes() {
+    same_as_one_process(Mpi::Mpich);
+}
+
+#[test]
+fn a_missing_trace_fails_the_job_with_its_name() {
+    let _lock = mpi_lock();
+    let dir = scratch("reconstruct-job-missing");
+    for mpi in [Mpi::OpenMpi, Mpi::Mpich] {
+        let missing = dir.join("no-such-trace");
+        let out = reconstruct(mpi, Some(3), &missing, &dir.join("out"), &[]);
+        assert!(!out.status.success(), "{}: succeeded", mpi.name());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("no-such-trace"), "{}: {stderr}", mpi.name());
+    }
+}
