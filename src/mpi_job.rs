@@ -30,6 +30,8 @@ pub fn launched_by() -> Option<Mpi> {
 type InitFn = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
 type SendFn = unsafe extern "C" fn(c_int, c_int, *const c_void, u64) -> c_int;
 type ProbeFn = unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut u64) -> c_int;
+type IsendFn = unsafe extern "C" fn(c_int, c_int, *const c_void, u64, *mut u64) -> c_int;
+type TestFn = unsafe extern "C" fn(u64, c_int, *mut c_int) -> c_int;
 type IprobeFn = unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut c_int, *mut u64) -> c_int;
 type RecvFn = unsafe extern "C" fn(c_int, c_int, *mut c_void, u64) -> c_int;
 type ErrorStringFn = unsafe extern "C" fn(c_int, *mut c_char, c_int);
@@ -41,11 +43,18 @@ pub struct MpiJob {
     rank: usize,
     size: usize,
     fns: Fns,
+    /// Sends begun and not known complete: their request handle and the bytes MPI still reads.
+    pending: std::cell::RefCell<std::collections::VecDeque<(u64, Vec<u8>)>>,
 }
+
+/// Sends in flight at most; past it, the oldest is waited for (bounds the memory they hold).
+const MAX_PENDING_SENDS: usize = 16;
 
 #[derive(Clone, Copy)]
 struct Fns {
     send: SendFn,
+    isend: IsendFn,
+    test: TestFn,
     probe: ProbeFn,
     iprobe: IprobeFn,
     recv: RecvFn,
@@ -102,6 +111,8 @@ impl MpiJob {
                 function::<InitFn>(handle, "evenflush_job_init")?,
                 Fns {
                     send: function(handle, "evenflush_job_send")?,
+                    isend: function(handle, "evenflush_job_isend")?,
+                    test: function(handle, "evenflush_job_test")?,
                     probe: function(handle, "evenflush_job_probe")?,
                     iprobe: function(handle, "evenflush_job_iprobe")?,
                     recv: function(handle, "evenflush_job_recv")?,
@@ -121,6 +132,7 @@ impl MpiJob {
             rank: usize::try_from(rank).context("negative MPI rank")?,
             size: usize::try_from(size).context("negative MPI size")?,
             fns,
+            pending: Default::default(),
         })
     }
 
@@ -148,8 +160,40 @@ impl Fns {
     }
 }
 
+impl MpiJob {
+    /// Forgets the sends that completed, oldest first; with `wait`, waits for the oldest.
+    fn retire_sends(&self, wait: bool) -> Result<(), String> {
+        let mut pending = self.pending.borrow_mut();
+        while let Some(&(request, _)) = pending.front() {
+            let mut done = 0 as c_int;
+            // SAFETY: `request` came from evenflush_job_isend and was not completed yet (a
+            // completed one is removed below, and its handle is never used again).
+            let rc = unsafe { (self.fns.test)(request, c_int::from(wait), &mut done) };
+            if rc != 0 {
+                return Err(format!("completing a send: {}", self.describe(rc)));
+            }
+            if done == 0 {
+                break;
+            }
+            pending.pop_front();
+            if wait {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Drop for MpiJob {
     fn drop(&mut self) {
+        // MPI must not be finalised while it still reads a buffer of ours.
+        while !self.pending.borrow().is_empty() {
+            if self.retire_sends(true).is_err() {
+                // The buffers are leaked rather than freed under MPI.
+                std::mem::forget(std::mem::take(&mut *self.pending.borrow_mut()));
+                break;
+            }
+        }
         // SAFETY: MPI was initialised by `start` and is finalised once, here.
         unsafe { (self.fns.finalize)() };
     }
@@ -176,6 +220,43 @@ impl Transport for MpiJob {
         }
         Ok(())
     }
+    fn send_later(&self, dest: usize, tag: u32, bytes: Vec<u8>) -> Result<(), String> {
+        self.retire_sends(false)?;
+        if self.pending.borrow().len() >= MAX_PENDING_SENDS {
+            self.retire_sends(true)?;
+        }
+        let dest_c = c_int::try_from(dest).map_err(|_| format!("no process {dest}"))?;
+        let tag = c_int::try_from(tag).map_err(|_| format!("tag {tag} out of range"))?;
+        let mut request = 0u64;
+        // SAFETY: the bytes are moved into `pending` below and stay there, unmoved on the heap,
+        // until the send completed.
+        let rc = unsafe {
+            (self.fns.isend)(
+                dest_c,
+                tag,
+                bytes.as_ptr().cast(),
+                bytes.len() as u64,
+                &mut request,
+            )
+        };
+        if rc != 0 {
+            return Err(format!(
+                "sending {} bytes to process {dest}: {}",
+                bytes.len(),
+                self.describe(rc)
+            ));
+        }
+        self.pending.borrow_mut().push_back((request, bytes));
+        Ok(())
+    }
+
+    fn complete_sends(&self) -> Result<(), String> {
+        while !self.pending.borrow().is_empty() {
+            self.retire_sends(true)?;
+        }
+        Ok(())
+    }
+
     fn recv(&self, source: Option<usize>) -> Result<(usize, u32, Vec<u8>), String> {
         let want = match source {
             Some(s) => c_int::try_from(s).map_err(|_| format!("no process {s}"))?,

@@ -23,8 +23,9 @@ pub enum RemoveArg {
     "Example:\n  evenflush reconstruct trace --out trace.reconstructed --remove both --hb --json\n\n",
     "As an MPI job (Open MPI or MPICH; every process must see the trace and the output directory):\n",
     "  mpirun -np 4 evenflush reconstruct trace --out trace.reconstructed --threads 1\n",
-    "Processes 1-3 each read, map and write a block of the ranks; process 0 matches communication (and with --hb ",
-    "writes every file) and prints the summary. The output is byte-identical to one process's.\n\n",
+    "Each process reads, maps and writes a block of the ranks (process 0 a smaller one); process 0 also matches ",
+    "communication (and with --hb writes every file) and prints the summary. The output is byte-identical to one ",
+    "process's.\n\n",
     "Exit codes: 0 success; 1 error; 2 bad usage; 3 damaged or missing trace (unreadable rank file, missing rank, ",
     "wrong format version, empty directory). Damage that still leaves complete chunks is not fatal: the command ",
     "goes on and warns, naming the file and byte offset of what it skipped."

@@ -579,6 +579,66 @@ fn two_nodes(mpi: Mpi) {
     check_tools(&dir, &what);
 }
 
+/// `mpirun -np 3 evenflush reconstruct` across the two emulated nodes (two processes on nodeA,
+/// one on nodeB, talking over loopback TCP): the same bytes and summary as one process, with and
+/// without the repair, on the trace whose nodes' clocks are 137 s apart.
+fn reconstruct_across_nodes(mpi: Mpi) {
+    let dir = shared_dir_run(mpi);
+    let _guard = mpi_lock();
+    let work = scratch(&format!("multinode-reconstruct-{}", mpi.name()));
+    let files = |d: &Path| -> Vec<(String, Vec<u8>)> { common::rank_files(d) };
+    let summary = |o: &Output, what: &str| -> Value {
+        let mut v: Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{what}: not JSON: {e}"));
+        v.as_object_mut().unwrap().remove("out");
+        v
+    };
+    for hb in [false, true] {
+        let mut args: Vec<String> = [
+            "reconstruct",
+            "--remove",
+            "both",
+            "--json",
+            "--threads",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(dir.display().to_string());
+        if hb {
+            args.push("--hb".into());
+        }
+        let one_out = work.join(format!("one-{hb}"));
+        let what = format!("one-process reconstruct ({}, hb {hb})", mpi.name());
+        let one = run_with_timeout(
+            Command::new(evenflush_bin())
+                .args(&args)
+                .arg("--out")
+                .arg(&one_out),
+            &what,
+            JOB_TIMEOUT,
+        );
+        let expected = summary(&check(one, &what), &what);
+        let mut argv = launch_two_nodes(mpi);
+        *argv.last_mut().unwrap() = "3".into();
+        argv.push(evenflush_bin().display().to_string());
+        argv.extend(args.iter().cloned());
+        let job_out = work.join(format!("job-{hb}"));
+        argv.extend(["--out".to_string(), job_out.display().to_string()]);
+        let what = format!(
+            "reconstruct on 3 processes of 2 nodes ({}, hb {hb})",
+            mpi.name()
+        );
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
+        let job = run_with_timeout(mpi_env(&mut cmd), &what, JOB_TIMEOUT);
+        let got = summary(&check(job, &what), &what);
+        assert_eq!(files(&job_out).len(), RANKS as usize, "{what}");
+        assert!(files(&job_out) == files(&one_out), "{what}: other bytes");
+        assert_eq!(got, expected, "{what}");
+    }
+}
+
 /// `--out DIR/%h`: each node writes its own directory, the launcher's host gets meta.json, and
 /// `collect` (and `info` on several directories) put the run back together, reading a directory
 /// given twice or a copied one only once.
@@ -795,6 +855,7 @@ fn a_job_past_its_timeout_is_killed_whole() {
 for_both_mpis!(
     node_layout,
     two_nodes,
+    reconstruct_across_nodes,
     node_local_output,
     collect_names_missing_ranks,
     collect_refuses_bad_input

@@ -35,23 +35,6 @@ fn reconstruct(
     )
 }
 
-/// The output's rank files, by name.
-fn rank_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "evf"))
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect();
-    files.sort();
-    files
-}
-
 /// The summary without the one field that differs by design (the output's path).
 fn summary(out: &Output, what: &str) -> serde_json::Value {
     let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

@@ -10,6 +10,7 @@ mod traces;
 use std::path::Path;
 use std::process::Command;
 
+use common::rank_files;
 use traces::{RankTrace, shifted_program, temp_dir, write_trace};
 
 fn reconstruct(trace: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
@@ -22,22 +23,6 @@ fn reconstruct(trace: &Path, out: &Path, extra: &[&str]) -> std::process::Output
         .args(extra)
         .output()
         .unwrap()
-}
-
-fn rank_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "evf"))
-        .map(|p| {
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect();
-    files.sort();
-    files
 }
 
 #[test]

@@ -90,7 +90,10 @@ impl RankMeta {
     /// samples, suspensions, the first `InitDone` and `FinalizeStart` (the span, `crate::span`),
     /// definitions and identity. Every pass that builds a `RankMeta` goes through here, so they
     /// agree on which marker counts.
-    pub fn see(&mut self, stream: u32, event: &Event) {
+    ///
+    /// Returns whether the event said anything the metadata keeps (an MPI job's processes send
+    /// each other exactly those, [`crate::job`], and rebuild the metadata through here).
+    pub fn see(&mut self, stream: u32, event: &Event) -> bool {
         match event {
             Event::Clock(s) => self.samples.push(*s),
             Event::Suspension(s) => {
@@ -119,14 +122,23 @@ impl RankMeta {
                     self.mpi_library = Some(info.mpi_library.clone());
                 }
             }
-            _ => {}
+            _ => return false,
         }
+        true
     }
 }
 
 /// The first pass over one rank: reads every chunk once, keeps only the metadata (so it decodes
 /// only the misc events).
 pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
+    scan_rank_keeping(files, |_, _| {})
+}
+
+/// [`scan_rank`], showing `kept` each event the metadata took, with its stream, in order.
+pub fn scan_rank_keeping(
+    files: &RankFiles,
+    mut kept: impl FnMut(u32, &Event),
+) -> Result<RankMeta, TraceError> {
     let mut meta = RankMeta {
         rank: files.rank,
         ..Default::default()
@@ -139,7 +151,11 @@ pub fn scan_rank(files: &RankFiles) -> Result<RankMeta, TraceError> {
             streams.insert(chunk.stream);
             events += chunk.events;
         },
-        |stream, event| meta.see(stream, event),
+        |stream, event| {
+            if meta.see(stream, event) {
+                kept(stream, event);
+            }
+        },
     )?;
     meta.clock = clock;
     meta.skipped = skipped;

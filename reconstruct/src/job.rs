@@ -1,13 +1,16 @@
 //! `mpirun -np N evenflush reconstruct`: the reconstruction split over the processes of an MPI
-//! job. Each process owns a contiguous block of the trace's ranks ([`owner_of`]) and does their
-//! expensive part, the work a worker thread does in one process (decode every chunk once, map its
-//! times, encode and write the rank's output), on its own cores. Process 0 also runs the matcher
-//! and writes the summary; what matching needs of a rank it does not own (its communication calls,
-//! or every event with the repair on) comes to it as the owner's step results, which process 0
-//! asks for a step ahead of need so that owners work while it matches.
+//! job. Each process owns a contiguous block of the trace's ranks ([`owner_of`]), reads their
+//! metadata, and does for them what a worker thread does in one process (decode every chunk once,
+//! map its times, encode and write the rank's output). Process 0 also runs the matcher and writes
+//! the summary; what matching needs of a rank it does not own (its communication calls, or every
+//! event with the repair on) comes to it as the owner's step results, asked for a few steps ahead
+//! of need so that owners work while it matches, and sent without waiting for it to receive them.
 //!
 //! The protocol, all messages to or from process 0:
-//! - `READY` (0 → owner): the output directory is prepared; owners may create their files;
+//! - `METAS` (owner → 0): the metadata of the ranks it owns ([`encode_metas`]), read by the
+//!   owner alone, so no process reads more of the trace than its own ranks;
+//! - `ALL_METAS` (0 → owner): every rank's, in trace order; it also says the output directory is
+//!   prepared, so owners may create their files;
 //! - `NEED r` (0 → owner): take the next step of rank `r` and send it;
 //! - `STEP` (owner → 0): the batches of one step of one rank, per lane (see [`StepMessage`]);
 //! - `FINISH` (0 → owner): nothing more will be asked; reply with `MARKS` and stop;
@@ -19,9 +22,13 @@
 //! the same events per lane in the same order. Process 0 always sends `FINISH` before it returns,
 //! even after an error, so no owner waits forever.
 
-use format::{Event, RawBuf};
+use std::path::PathBuf;
 
+use format::{ClockCalibration, ClockSource, Event, RawBuf};
+
+use crate::clock::RankMeta;
 use crate::mapping::{LaneMarks, Mark};
+use crate::trace::Skipped;
 
 /// Byte messages between the processes of the job. The binary implements it over MPI (the crate
 /// links no MPI), tests over channels between threads.
@@ -30,6 +37,15 @@ pub trait Transport {
     fn rank(&self) -> usize;
     fn size(&self) -> usize;
     fn send(&self, dest: usize, tag: u32, bytes: &[u8]) -> Result<(), String>;
+    /// A send that may complete later, so the sender goes on working while the receiver is
+    /// busy; it keeps `bytes` until then. Ordered with every other send to `dest`.
+    fn send_later(&self, dest: usize, tag: u32, bytes: Vec<u8>) -> Result<(), String> {
+        self.send(dest, tag, &bytes)
+    }
+    /// Waits until every [`Transport::send_later`] completed.
+    fn complete_sends(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// The next message from `source` (`None`: from anyone), whatever its tag: (sender, tag,
     /// bytes). Messages from one sender arrive in the order it sent them.
     fn recv(&self, source: Option<usize>) -> Result<(usize, u32, Vec<u8>), String>;
@@ -42,18 +58,25 @@ pub(crate) const TAG_STEP: u32 = 2;
 pub(crate) const TAG_FINISH: u32 = 3;
 pub(crate) const TAG_MARKS: u32 = 4;
 pub(crate) const TAG_FAILED: u32 = 5;
-pub(crate) const TAG_READY: u32 = 6;
+pub(crate) const TAG_METAS: u32 = 6;
+pub(crate) const TAG_ALL_METAS: u32 = 7;
 
-/// The process that owns the rank at `rank_idx` of `ranks`: contiguous blocks, as even as they
-/// can be, so neighbours (who talk most) share a process and each process's output files are
-/// next to each other. Process 0 owns none when there are others: matching every rank's
-/// communication is already the largest single share of the work.
+/// The process that owns the rank at `rank_idx` of `ranks`: contiguous blocks, so neighbours (who
+/// talk most) share a process and each process's output files are next to each other. Process 0
+/// also runs the matcher, which takes about a third of the work of a rank's events in one
+/// process, so its block is a third of the others' (with 2 processes, a quarter of the ranks).
 pub fn owner_of(rank_idx: usize, ranks: usize, processes: usize) -> usize {
     if ranks == 0 || processes <= 1 {
         return 0;
     }
-    let owners = processes - 1;
-    1 + (rank_idx * owners / ranks).min(owners - 1)
+    // Weights: 1 for process 0, 3 for each other; the rank's place on the weighted line.
+    let total = 1 + 3 * (processes - 1);
+    let at = rank_idx * total / ranks;
+    if at < 1 {
+        0
+    } else {
+        (1 + (at - 1) / 3).min(processes - 1)
+    }
 }
 
 /// One lane's part of a step: the events the matcher needs, each with its index in the lane and
@@ -220,6 +243,138 @@ impl StepMessage {
     }
 }
 
+/// One rank's metadata as it travels: what the first pass read from the rank's files (header
+/// clock, chunk counts, damage) and the events [`RankMeta::see`] took, which the receiver feeds
+/// through the same function, so every process builds the same metadata as a one-process scan.
+pub(crate) struct MetaRecord<'a> {
+    pub rank_idx: usize,
+    pub meta: &'a RankMeta,
+    /// (stream, event), in the order the scan saw them.
+    pub kept: &'a [(u32, Event)],
+}
+
+fn put_events(w: &mut Wire, events: impl Iterator<Item = Event>) {
+    let mut raw = RawBuf::new();
+    for e in events {
+        raw.push_event(&e);
+    }
+    let blocks: Vec<&[u8]> = raw.blocks().collect();
+    w.u64(raw.events());
+    w.u64(blocks.len() as u64);
+    for b in blocks {
+        w.bytes(b);
+    }
+}
+
+fn get_events(c: &mut Cursor<'_>) -> Result<Vec<Event>, String> {
+    let count = c.len()?;
+    let blocks = c.len()?;
+    let mut events = Vec::with_capacity(count.min(1 << 20));
+    for _ in 0..blocks {
+        events.extend(RawBuf::decode_block(c.bytes()?).ok_or("events do not decode")?);
+    }
+    if events.len() != count {
+        return Err(format!("{} events where {count} were sent", events.len()));
+    }
+    Ok(events)
+}
+
+/// The body of a `METAS` or `ALL_METAS` message.
+pub(crate) fn encode_metas(records: &[MetaRecord<'_>]) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut w = Wire(Vec::new());
+    w.u64(records.len() as u64);
+    for r in records {
+        let m = r.meta;
+        w.u64(r.rank_idx as u64);
+        w.u32(m.rank);
+        w.u64(m.clock.ticks_per_sec.to_bits());
+        w.u64(m.clock.tick_at_epoch);
+        w.u64(m.clock.realtime_ns);
+        w.u8(m.clock.source as u8);
+        w.u64(m.events);
+        w.u64(m.streams.len() as u64);
+        for &s in &m.streams {
+            w.u32(s);
+        }
+        w.u64(m.skipped.len() as u64);
+        for k in &m.skipped {
+            w.bytes(k.file.as_os_str().as_bytes());
+            w.u64(k.offset);
+            w.bytes(k.what.as_bytes());
+        }
+        w.u64(r.kept.len() as u64);
+        for (stream, _) in r.kept {
+            w.u32(*stream);
+        }
+        put_events(&mut w, r.kept.iter().map(|(_, e)| e.clone()));
+    }
+    w.0
+}
+
+/// The events a rank's metadata was built from, each with its stream.
+pub(crate) type KeptEvents = Vec<(u32, Event)>;
+
+/// A rank's metadata as received: (rank index, metadata, the events it was built from, which
+/// process 0 passes on).
+pub(crate) type DecodedMeta = (usize, RankMeta, KeptEvents);
+
+/// Rebuilds the metadata of [`encode_metas`].
+pub(crate) fn decode_metas(bytes: &[u8]) -> Result<Vec<DecodedMeta>, String> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut c = Cursor { bytes, pos: 0 };
+    let n = c.len()?;
+    let mut out = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        let rank_idx = c.len()?;
+        let mut meta = RankMeta {
+            rank: c.u32()?,
+            ..RankMeta::default()
+        };
+        meta.clock = ClockCalibration {
+            ticks_per_sec: f64::from_bits(c.u64()?),
+            tick_at_epoch: c.u64()?,
+            realtime_ns: c.u64()?,
+            source: match c.u8()? {
+                0 => ClockSource::Tsc,
+                1 => ClockSource::Monotonic,
+                2 => ClockSource::Virtual,
+                other => return Err(format!("clock source {other}")),
+            },
+        };
+        meta.events = c.u64()?;
+        for _ in 0..c.len()? {
+            meta.streams.insert(c.u32()?);
+        }
+        for _ in 0..c.len()? {
+            let file = PathBuf::from(std::ffi::OsString::from_vec(c.bytes()?.to_vec()));
+            let offset = c.u64()?;
+            let what = String::from_utf8_lossy(c.bytes()?).into_owned();
+            meta.skipped.push(Skipped { file, offset, what });
+        }
+        let kept_count = c.len()?;
+        let mut streams = Vec::with_capacity(kept_count.min(1 << 20));
+        for _ in 0..kept_count {
+            streams.push(c.u32()?);
+        }
+        let events = get_events(&mut c)?;
+        if events.len() != kept_count {
+            return Err(format!(
+                "rank {}: {} events for {kept_count} streams",
+                meta.rank,
+                events.len()
+            ));
+        }
+        let kept: Vec<(u32, Event)> = streams.into_iter().zip(events).collect();
+        for (stream, e) in &kept {
+            meta.see(*stream, e);
+        }
+        out.push((rank_idx, meta, kept));
+    }
+    c.end()?;
+    Ok(out)
+}
+
 pub(crate) fn encode_need(rank_idx: usize) -> Vec<u8> {
     (rank_idx as u32).to_le_bytes().to_vec()
 }
@@ -365,11 +520,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranks_are_split_in_even_contiguous_blocks() {
-        let owners: Vec<usize> = (0..10).map(|r| owner_of(r, 10, 4)).collect();
-        assert_eq!(owners, [1, 1, 1, 1, 2, 2, 2, 3, 3, 3]);
-        assert!((0..10).all(|r| owner_of(r, 10, 2) == 1));
-        assert!((0..5).all(|r| (1..8).contains(&owner_of(r, 5, 8))));
+    fn ranks_are_split_in_contiguous_blocks_process_zero_s_a_third() {
+        let owners: Vec<usize> = (0..8).map(|r| owner_of(r, 8, 2)).collect();
+        assert_eq!(owners, [0, 0, 1, 1, 1, 1, 1, 1]);
+        let owners: Vec<usize> = (0..10).map(|r| owner_of(r, 10, 3)).collect();
+        assert_eq!(owners, [0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
+        for (ranks, processes) in [(5, 8), (4096, 7), (3, 2), (1, 4)] {
+            let owners: Vec<usize> = (0..ranks).map(|r| owner_of(r, ranks, processes)).collect();
+            assert!(owners.windows(2).all(|w| w[0] <= w[1]), "{owners:?}");
+            assert!(owners.iter().all(|&p| p < processes));
+        }
         assert_eq!(owner_of(3, 4, 1), 0);
     }
 

@@ -976,7 +976,7 @@ pub(crate) fn serve(
                 };
                 match step {
                     Ok(msg) => job
-                        .send(0, job::TAG_STEP, &msg.encode())
+                        .send_later(0, job::TAG_STEP, msg.encode())
                         .map_err(RebuildError::Job)?,
                     Err(e) => {
                         failed = true;
@@ -997,6 +997,7 @@ pub(crate) fn serve(
                         }
                     }
                 }
+                job.complete_sends().map_err(RebuildError::Job)?;
                 job.send(0, job::TAG_MARKS, &job::encode_marks(&marks))
                     .map_err(RebuildError::Job)?;
                 return Ok(());
@@ -1011,9 +1012,13 @@ pub(crate) fn serve(
 }
 
 /// An owner that cannot take part (it could not read the trace or create its files): answers
-/// the first request with `reason` and the finish with no marks.
-pub(crate) fn serve_failed(job: &dyn Transport, reason: &str) -> Result<(), RebuildError> {
-    let mut told = false;
+/// the first request with `reason` (unless process 0 was `told` already) and the finish with no
+/// marks.
+pub(crate) fn serve_failed(
+    job: &dyn Transport,
+    reason: &str,
+    mut told: bool,
+) -> Result<(), RebuildError> {
     loop {
         let (_, tag, _) = job.recv(Some(0)).map_err(RebuildError::Job)?;
         match tag {

@@ -279,19 +279,23 @@ pub fn reconstruct_in_job(
         }
         e
     };
-    // Every process reads the metadata of every rank (clock alignment and matching need all of
-    // it); it is the small part of the trace.
-    let metas = scan_with(trace, opts.threads).map_err(|e| stop_others(e.into()))?;
+    let Some(j) = job.filter(|j| j.size() > 1) else {
+        let metas = scan_with(trace, opts.threads)?;
+        prepare_out_dir(trace, out)?;
+        let outputs = create_outputs(trace, out, opts, 0, 1)?;
+        return reconstruct_rank_zero(trace, out, opts, None, &metas, &outputs, progress).map(Some);
+    };
+    // Each owner reads its own ranks' metadata; process 0 gathers it and passes every rank's to
+    // everyone (clock alignment and matching need all of it).
+    let (mut metas, all) = gather_metas(trace, opts, j).map_err(stop_others)?;
+    align_clocks(&mut metas);
     prepare_out_dir(trace, out).map_err(stop_others)?;
-    if let Some(j) = job {
-        // Only now may the others create their files: preparing removed earlier ones.
-        for p in 1..j.size() {
-            j.send(p, job::TAG_READY, &[])
-                .map_err(|e| stop_others(RebuildError::Job(e)))?;
-        }
+    // Only now may the others create their files: preparing removed earlier ones.
+    for p in 1..j.size() {
+        j.send(p, job::TAG_ALL_METAS, &all)
+            .map_err(|e| stop_others(RebuildError::Job(e)))?;
     }
-    let processes = job.map_or(1, |j| j.size());
-    let outputs = create_outputs(trace, out, opts, 0, processes).map_err(stop_others)?;
+    let outputs = create_outputs(trace, out, opts, 0, j.size()).map_err(stop_others)?;
     reconstruct_rank_zero(trace, out, opts, job, &metas, &outputs, progress).map(Some)
 }
 
@@ -323,18 +327,146 @@ fn create_outputs(
     .collect()
 }
 
-/// A process other than 0: reads the metadata, waits until process 0 prepared the output
-/// directory, then steps its ranks as asked (see [`pipeline::serve`]).
+/// Process 0's side of the metadata exchange: every rank's metadata in trace order, and the
+/// `ALL_METAS` message that carries it. An owner's failure is reported by its number.
+fn gather_metas(
+    trace: &Trace,
+    opts: &Options,
+    job: &dyn Transport,
+) -> Result<(Vec<RankMeta>, Vec<u8>), RebuildError> {
+    let ranks = trace.ranks.len();
+    let mut slots: Vec<Option<(RankMeta, job::KeptEvents)>> = vec![None; ranks];
+    let mut failure = None;
+    match scan_own(trace, opts, job) {
+        Ok(scanned) => {
+            for (idx, meta, kept) in scanned {
+                slots[idx] = Some((meta, kept));
+            }
+        }
+        Err(e) => failure = Some(RebuildError::Job(format!("process 0: {e}"))),
+    }
+    for p in 1..job.size() {
+        let (_, tag, bytes) = job.recv(Some(p)).map_err(RebuildError::Job)?;
+        match tag {
+            job::TAG_METAS => {
+                let decoded = job::decode_metas(&bytes)
+                    .map_err(|e| RebuildError::Job(format!("process {p}: {e}")))?;
+                for (idx, meta, kept) in decoded {
+                    match slots.get_mut(idx) {
+                        Some(slot) if job::owner_of(idx, ranks, job.size()) == p => {
+                            *slot = Some((meta, kept));
+                        }
+                        _ => {
+                            return Err(RebuildError::Job(format!(
+                                "process {p} sent rank index {idx}, which it does not own"
+                            )));
+                        }
+                    }
+                }
+            }
+            job::TAG_FAILED => {
+                failure.get_or_insert(RebuildError::Job(format!(
+                    "process {p}: {}",
+                    String::from_utf8_lossy(&bytes)
+                )));
+            }
+            other => {
+                return Err(RebuildError::Job(format!(
+                    "process {p} sent an unexpected message (tag {other})"
+                )));
+            }
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let mut metas = Vec::with_capacity(ranks);
+    let mut kept = Vec::with_capacity(ranks);
+    for (idx, slot) in slots.into_iter().enumerate() {
+        let (meta, events) = slot.ok_or_else(|| {
+            RebuildError::Job(format!("nobody sent the metadata of rank index {idx}"))
+        })?;
+        metas.push(meta);
+        kept.push(events);
+    }
+    let records: Vec<job::MetaRecord<'_>> = metas
+        .iter()
+        .zip(&kept)
+        .enumerate()
+        .map(|(rank_idx, (meta, kept))| job::MetaRecord {
+            rank_idx,
+            meta,
+            kept,
+        })
+        .collect();
+    let all = job::encode_metas(&records);
+    Ok((metas, all))
+}
+
+/// The metadata of the ranks this process owns, by rank index, with the events it was built
+/// from (what travels to the others).
+fn scan_own(
+    trace: &Trace,
+    opts: &Options,
+    job: &dyn Transport,
+) -> Result<Vec<(usize, RankMeta, job::KeptEvents)>, String> {
+    let ranks = trace.ranks.len();
+    let own: Vec<usize> = (0..ranks)
+        .filter(|&i| job::owner_of(i, ranks, job.size()) == job.rank())
+        .collect();
+    pipeline::map_indexed(own.len(), pipeline::threads(opts.threads), |k| {
+        let mut kept = Vec::new();
+        crate::clock::scan_rank_keeping(&trace.ranks[own[k]], |stream, e| {
+            kept.push((stream, e.clone()));
+        })
+        .map(|meta| (own[k], meta, kept))
+        .map_err(|e| pipeline::error_text(&e))
+    })
+    .into_iter()
+    .collect()
+}
+
+fn meta_records(scanned: &[(usize, RankMeta, job::KeptEvents)]) -> Vec<job::MetaRecord<'_>> {
+    scanned
+        .iter()
+        .map(|(rank_idx, meta, kept)| job::MetaRecord {
+            rank_idx: *rank_idx,
+            meta,
+            kept,
+        })
+        .collect()
+}
+
+/// An owner's side: reads the metadata of its own ranks and sends it to process 0.
+fn send_own_metas(trace: &Trace, opts: &Options, job: &dyn Transport) -> Result<(), String> {
+    let scanned = scan_own(trace, opts, job)?;
+    job.send(
+        0,
+        job::TAG_METAS,
+        &job::encode_metas(&meta_records(&scanned)),
+    )
+}
+
+/// A process other than 0: reads its ranks' metadata, waits for everyone's (which also says the
+/// output directory is prepared), then steps its ranks as asked (see [`pipeline::serve`]).
 fn serve_as_owner(
     trace: &Trace,
     out: &Path,
     opts: &Options,
     job: &dyn Transport,
 ) -> Result<(), RebuildError> {
-    let metas = scan_with(trace, opts.threads);
-    let (_, tag, _) = job.recv(Some(0)).map_err(RebuildError::Job)?;
-    match tag {
-        job::TAG_READY => {}
+    if let Err(reason) = send_own_metas(trace, opts, job) {
+        job.send(0, job::TAG_FAILED, reason.as_bytes())
+            .map_err(RebuildError::Job)?;
+        return pipeline::serve_failed(job, &reason, true);
+    }
+    let (_, tag, bytes) = job.recv(Some(0)).map_err(RebuildError::Job)?;
+    let metas = match tag {
+        job::TAG_ALL_METAS => job::decode_metas(&bytes).map(|all| {
+            let mut metas: Vec<RankMeta> = all.into_iter().map(|(_, m, _)| m).collect();
+            align_clocks(&mut metas);
+            metas
+        }),
         job::TAG_FINISH => {
             // Process 0 failed before the pass began (and says why).
             return job
@@ -346,14 +478,14 @@ fn serve_as_owner(
                 "process 0 sent an unexpected message (tag {other})"
             )));
         }
-    }
-    let prepared = metas.map_err(RebuildError::from).and_then(|metas| {
+    };
+    let prepared = metas.map_err(RebuildError::Job).and_then(|metas| {
         let outputs = create_outputs(trace, out, opts, job.rank(), job.size())?;
         Ok((metas, outputs))
     });
     let (metas, outputs) = match prepared {
         Ok(p) => p,
-        Err(e) => return pipeline::serve_failed(job, &pipeline::error_text(&e)),
+        Err(e) => return pipeline::serve_failed(job, &pipeline::error_text(&e), false),
     };
     let ids = pipeline::lane_ids(&metas);
     pipeline::serve(

@@ -941,12 +941,9 @@ fn across_hosts_a_violation_must_exceed_the_offsets_uncertainty() {
     assert_eq!(same_host.message_violations, 2, "{same_host:?}");
 }
 
-#[test]
-fn the_output_does_not_depend_on_the_number_of_threads() {
-    // Ranks of one and of two threads, small input and output chunks so that every lane takes
-    // many steps: any thread count must write the same bytes and report the same summary, with
-    // and without the repair (whose output comes from the matcher instead of the workers).
-    let dir = temp_dir("threads");
+/// A 6-rank ring of 200 rounds, rank 2 with a second thread that sends, written in chunks of 13
+/// events; returns the world size.
+fn ring_with_a_worker_thread(dir: &std::path::Path) -> u32 {
     let mut program = ring_program(6, 200, 11);
     let worker: Vec<Event> = (0..150u64)
         .map(|i| {
@@ -960,7 +957,17 @@ fn the_output_does_not_depend_on_the_number_of_threads() {
         })
         .collect();
     program.measured[2].streams.push((1, worker));
-    write_trace(&dir, program.world, &program.measured, 13);
+    write_trace(dir, program.world, &program.measured, 13);
+    program.world
+}
+
+#[test]
+fn the_output_does_not_depend_on_the_number_of_threads() {
+    // Ranks of one and of two threads, small input and output chunks so that every lane takes
+    // many steps: any thread count must write the same bytes and report the same summary, with
+    // and without the repair (whose output comes from the matcher instead of the workers).
+    let dir = temp_dir("threads");
+    let world = ring_with_a_worker_thread(&dir);
     let trace = Trace::open(&dir).unwrap();
     for hb in [false, true] {
         let mut first: Option<(Vec<Vec<u8>>, String)> = None;
@@ -975,7 +982,7 @@ fn the_output_does_not_depend_on_the_number_of_threads() {
             };
             let mut summary = rebuild::reconstruct(&trace, &out, &opts, &mut |_, _| {}).unwrap();
             summary.out.clear();
-            let files: Vec<Vec<u8>> = (0..program.world)
+            let files: Vec<Vec<u8>> = (0..world)
                 .map(|r| std::fs::read(out.join(format::rank_file_name(r, 0))).unwrap())
                 .collect();
             let json = serde_json::to_string(&summary).unwrap();
@@ -1022,23 +1029,10 @@ fn an_mpi_job_writes_what_one_process_writes() {
     // over 2, 3 and 8 processes (8 > ranks: one owns nothing): the files and the summary must
     // be those of one process, with and without the repair (where process 0 writes every file).
     let dir = temp_dir("job");
-    let mut program = ring_program(6, 200, 11);
-    let worker: Vec<Event> = (0..150u64)
-        .map(|i| {
-            Event::Call(call(
-                SEND,
-                10_000_000_000 + i * 5_000,
-                10_000_000_000 + i * 5_000 + 40,
-                1,
-                900,
-            ))
-        })
-        .collect();
-    program.measured[2].streams.push((1, worker));
-    write_trace(&dir, program.world, &program.measured, 13);
+    let world = ring_with_a_worker_thread(&dir);
     let trace = Trace::open(&dir).unwrap();
     let read_files = |out: &std::path::Path| -> Vec<Vec<u8>> {
-        (0..program.world)
+        (0..world)
             .map(|r| std::fs::read(out.join(format::rank_file_name(r, 0))).unwrap())
             .collect()
     };
@@ -1084,6 +1078,48 @@ fn an_mpi_job_writes_what_one_process_writes() {
             std::fs::remove_dir_all(out).unwrap();
         }
         std::fs::remove_dir_all(single).unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_trace_reads_the_same_in_a_job_as_in_one_process() {
+    // A flipped byte in rank 4's file: the owner that reads it must report the same skipped range
+    // and write the same output as one process (the skipped list travels with the metadata).
+    let dir = temp_dir("job-damage");
+    let world = ring_with_a_worker_thread(&dir);
+    let victim = dir.join(format::rank_file_name(4, 0));
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&victim, bytes).unwrap();
+    let trace = Trace::open(&dir).unwrap();
+    let opts = Options {
+        remove: Remove::Both,
+        chunk_events: 29,
+        threads: 1,
+        ..Options::default()
+    };
+    let single = dir.with_extension("single");
+    let mut expected = rebuild::reconstruct(&trace, &single, &opts, &mut |_, _| {}).unwrap();
+    expected.out.clear();
+    assert!(
+        !expected.skipped.is_empty(),
+        "the flipped byte was not noticed"
+    );
+    let job = dir.with_extension("job");
+    let mut results = run_as_job(&trace, &vec![job.clone(); 3], &opts).into_iter();
+    let mut summary = results.next().unwrap().unwrap().unwrap();
+    summary.out.clear();
+    assert_eq!(
+        serde_json::to_string(&summary).unwrap(),
+        serde_json::to_string(&expected).unwrap()
+    );
+    for r in 0..world {
+        let name = format::rank_file_name(r, 0);
+        assert!(
+            std::fs::read(job.join(&name)).unwrap() == std::fs::read(single.join(&name)).unwrap(),
+            "{name}"
+        );
     }
 }
 

@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define EVF_JOB_EXPORT __attribute__((visibility("default")))
 
@@ -27,6 +28,31 @@ EVF_JOB_EXPORT int evenflush_job_init(int *rank, int *size) {
 EVF_JOB_EXPORT int evenflush_job_send(int dest, int tag, const void *buf, uint64_t len) {
     if (len > (uint64_t)INT_MAX) return MPI_ERR_COUNT;
     return PMPI_Send(buf, (int)len, MPI_BYTE, dest, tag, MPI_COMM_WORLD);
+}
+
+/* Starts a send that completes later: *request receives a handle for evenflush_job_test, which
+ * owns it until the send completed. `buf` must stay untouched until then. */
+EVF_JOB_EXPORT int evenflush_job_isend(int dest, int tag, const void *buf, uint64_t len,
+                                       uint64_t *request) {
+    if (len > (uint64_t)INT_MAX) return MPI_ERR_COUNT;
+    MPI_Request *r = malloc(sizeof *r);
+    if (r == NULL) return MPI_ERR_NO_MEM;
+    int rc = PMPI_Isend(buf, (int)len, MPI_BYTE, dest, tag, MPI_COMM_WORLD, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return rc;
+    }
+    *request = (uint64_t)(uintptr_t)r;
+    return MPI_SUCCESS;
+}
+
+/* Whether the send of `request` completed (then the handle is released); with `wait`, waits. */
+EVF_JOB_EXPORT int evenflush_job_test(uint64_t request, int wait, int *done) {
+    MPI_Request *r = (MPI_Request *)(uintptr_t)request;
+    int rc = wait ? PMPI_Wait(r, MPI_STATUS_IGNORE) : PMPI_Test(r, done, MPI_STATUS_IGNORE);
+    if (wait && rc == MPI_SUCCESS) *done = 1;
+    if (rc == MPI_SUCCESS && *done) free(r);
+    return rc;
 }
 
 /* Waits for the next message from `source` (-1: any) with any tag, and says who sent it, its

@@ -486,3 +486,20 @@ pub fn mount_small_tmpfs(dir: &Path, test: &str) -> bool {
     );
     false
 }
+
+/// The rank files (`*.evf`) of a trace directory, by name, with their bytes.
+pub fn rank_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "evf"))
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
