@@ -4,7 +4,8 @@
  * each receive took (tests/reconstruct.rs: every message matched, no causality violation):
  *
  *   - persistent requests: Send_init/Recv_init, then MPI_Start and MPI_Startall (ring);
- *   - matched probes: MPI_Mprobe + MPI_Mrecv (ANY_SOURCE), MPI_Improbe + MPI_Imrecv + Wait;
+ *   - matched probes: MPI_Mprobe + MPI_Mrecv (ANY_SOURCE), MPI_Improbe + MPI_Imrecv + Wait, and
+ *     both of MPI_PROC_NULL (MPI_MESSAGE_NO_PROC: no message);
  *   - large-count variants (MPI 4: MPI_Irecv_c + MPI_Send_c, MPI_Isend_c + MPI_Recv_c), where
  *     mpi.h declares them;
  *   - synchronous, buffered and ready sends (Ssend, Bsend, Rsend after a barrier);
@@ -96,6 +97,14 @@ int main(int argc, char **argv)
         MPI_Imrecv(rbuf, 3, MPI_INT, &msg, &r[1]);
         MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
         sum += rbuf[0];
+        /* A probe of MPI_PROC_NULL matches at once MPI_MESSAGE_NO_PROC, whose receive carries no
+         * message: nothing to pair. */
+        MPI_Mprobe(MPI_PROC_NULL, 12, MPI_COMM_WORLD, &msg, &st);
+        MPI_Mrecv(rbuf, 2, MPI_INT, &msg, &st);
+        flag = 0;
+        MPI_Improbe(MPI_PROC_NULL, 13, MPI_COMM_WORLD, &flag, &msg, &st);
+        MPI_Imrecv(rbuf, 3, MPI_INT, &msg, &r[1]);
+        MPI_Wait(&r[1], MPI_STATUS_IGNORE);
 
 #if LARGE_COUNT
         /* Large-count: to the right with a blocking send, to the left with a nonblocking one. */

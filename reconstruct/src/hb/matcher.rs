@@ -748,8 +748,11 @@ impl Shared<'_> {
                 Action::Emit
             }
             Class::Deferred(Deferred::Imrecv) => {
+                let probe = self.ranks[lane.rank_idx].probes.take(None, None);
+                // MPI_MESSAGE_NO_PROC (a probe of MPI_PROC_NULL) receives no message.
                 if c.request != NO_REQUEST
-                    && let Some(p) = self.ranks[lane.rank_idx].probes.take(None, None)
+                    && c.peer != PROC_NULL
+                    && let Some(p) = probe
                 {
                     self.post_receive(
                         lane,
@@ -983,9 +986,12 @@ impl Shared<'_> {
                         seq,
                         post: here,
                     });
-                } else if !(class == Class::Recv && call.peer == PROC_NULL)
-                    && blocking_status.is_some()
+                } else if blocking_status.is_some_and(|s| s.source != PROC_NULL)
+                    && !(class != Class::SendRecv && call.peer == PROC_NULL)
                 {
+                    // A receive from MPI_PROC_NULL (a Recv naming it, an Mrecv of
+                    // MPI_MESSAGE_NO_PROC, a Sendrecv whose status says so) takes no message;
+                    // any other went unmatched.
                     self.report.unmatched_receives += 1;
                 }
             }
