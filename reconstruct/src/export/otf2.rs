@@ -431,7 +431,12 @@ mod imp {
                     if let Some(p) = self.probes.take(None, None) {
                         let call = MpiCall {
                             comm: p.comm,
-                            peer: p.source.unwrap_or(ANY_SOURCE),
+                            // MPI_MESSAGE_NO_PROC (a probe of MPI_PROC_NULL): no message.
+                            peer: if c.peer == PROC_NULL {
+                                PROC_NULL
+                            } else {
+                                p.source.unwrap_or(ANY_SOURCE)
+                            },
                             tag: p.tag.unwrap_or(ANY_TAG),
                             ..*c
                         };
