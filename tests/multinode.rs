@@ -586,13 +586,6 @@ fn reconstruct_across_nodes(mpi: Mpi) {
     let dir = shared_dir_run(mpi);
     let _guard = mpi_lock();
     let work = scratch(&format!("multinode-reconstruct-{}", mpi.name()));
-    let files = |d: &Path| -> Vec<(String, Vec<u8>)> { common::rank_files(d) };
-    let summary = |o: &Output, what: &str| -> Value {
-        let mut v: Value =
-            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{what}: not JSON: {e}"));
-        v.as_object_mut().unwrap().remove("out");
-        v
-    };
     for hb in [false, true] {
         let mut args: Vec<String> = [
             "reconstruct",
@@ -618,7 +611,7 @@ fn reconstruct_across_nodes(mpi: Mpi) {
             &what,
             JOB_TIMEOUT,
         );
-        let expected = summary(&check(one, &what), &what);
+        let expected = common::reconstruct_summary(&check(one, &what), &what);
         let mut argv = launch_two_nodes(mpi);
         *argv.last_mut().unwrap() = "3".into();
         argv.push(evenflush_bin().display().to_string());
@@ -632,9 +625,13 @@ fn reconstruct_across_nodes(mpi: Mpi) {
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
         let job = run_with_timeout(mpi_env(&mut cmd), &what, JOB_TIMEOUT);
-        let got = summary(&check(job, &what), &what);
-        assert_eq!(files(&job_out).len(), RANKS as usize, "{what}");
-        assert!(files(&job_out) == files(&one_out), "{what}: other bytes");
+        let got = common::reconstruct_summary(&check(job, &what), &what);
+        let written = common::rank_files(&job_out);
+        assert_eq!(written.len(), RANKS as usize, "{what}");
+        assert!(
+            written == common::rank_files(&one_out),
+            "{what}: other bytes"
+        );
         assert_eq!(got, expected, "{what}");
     }
 }

@@ -2,6 +2,7 @@
 //! launcher, writes the same bytes and prints the same summary as one process, with and without
 //! the repair; and a trace that cannot be read fails the job with an error, never a hang.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -35,19 +36,7 @@ fn reconstruct(
     )
 }
 
-/// The summary without the one field that differs by design (the output's path).
-fn summary(out: &Output, what: &str) -> serde_json::Value {
-    let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{what}: not JSON ({e}):\n{}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
-    v.as_object_mut().unwrap().remove("out");
-    v
-}
-
-fn same_as_one_process(mpi: Mpi) {
+fn job_writes_what_one_process_writes(mpi: Mpi) {
     let _lock = mpi_lock();
     let dir = scratch(&format!("reconstruct-job-{}", mpi.name()));
     // Several suspensions (a small S) and a program whose messages take every matching path the
@@ -69,7 +58,7 @@ fn same_as_one_process(mpi: Mpi) {
                 reconstruct(mpi, None, &trace, &one, extra),
                 "one-process reconstruct",
             );
-            let expected = summary(&single, "one process");
+            let expected = reconstruct_summary(&single, "one process");
             assert!(
                 expected["events"].as_u64().unwrap() > 500,
                 "{program}: {expected}"
@@ -87,21 +76,13 @@ fn same_as_one_process(mpi: Mpi) {
                     "{what}: other bytes than one process"
                 );
                 assert_eq!(rank_files(&job_out).len(), ranks as usize, "{what}");
-                assert_eq!(summary(&job, &what), expected, "{what}");
+                assert_eq!(reconstruct_summary(&job, &what), expected, "{what}");
             }
         }
     }
 }
 
-#[test]
-fn open_mpi_job_writes_what_one_process_writes() {
-    same_as_one_process(Mpi::OpenMpi);
-}
-
-#[test]
-fn mpich_job_writes_what_one_process_writes() {
-    same_as_one_process(Mpi::Mpich);
-}
+for_both_mpis!(job_writes_what_one_process_writes);
 
 #[test]
 fn a_missing_trace_fails_the_job_with_its_name() {

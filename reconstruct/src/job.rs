@@ -182,15 +182,7 @@ impl StepMessage {
                 w.u64(i);
                 w.u64(r);
             }
-            let mut raw = RawBuf::new();
-            for e in &lane.events {
-                raw.push_event(e);
-            }
-            let blocks: Vec<&[u8]> = raw.blocks().collect();
-            w.u64(blocks.len() as u64);
-            for b in blocks {
-                w.bytes(b);
-            }
+            put_events(&mut w, &lane.events);
         }
         w.0
     }
@@ -211,15 +203,7 @@ impl StepMessage {
                 indices.push(c.u64()?);
                 removed.push(c.u64()?);
             }
-            let blocks = c.len()?;
-            let mut events = Vec::with_capacity(count.min(1 << 20));
-            for _ in 0..blocks {
-                let block = c.bytes()?;
-                events.extend(
-                    RawBuf::decode_block(block)
-                        .ok_or_else(|| format!("lane {lane}: events do not decode"))?,
-                );
-            }
+            let events = get_events(&mut c).map_err(|e| format!("lane {lane}: {e}"))?;
             if events.len() != count {
                 return Err(format!(
                     "lane {lane}: {} events for {count} indices",
@@ -253,10 +237,11 @@ pub(crate) struct MetaRecord<'a> {
     pub kept: &'a [(u32, Event)],
 }
 
-fn put_events(w: &mut Wire, events: impl Iterator<Item = Event>) {
+/// Events in the recorder's own buffer encoding ([`RawBuf`]), a few bytes each.
+fn put_events<'e>(w: &mut Wire, events: impl IntoIterator<Item = &'e Event>) {
     let mut raw = RawBuf::new();
     for e in events {
-        raw.push_event(&e);
+        raw.push_event(e);
     }
     let blocks: Vec<&[u8]> = raw.blocks().collect();
     w.u64(raw.events());
@@ -307,7 +292,7 @@ pub(crate) fn encode_metas(records: &[MetaRecord<'_>]) -> Vec<u8> {
         for (stream, _) in r.kept {
             w.u32(*stream);
         }
-        put_events(&mut w, r.kept.iter().map(|(_, e)| e.clone()));
+        put_events(&mut w, r.kept.iter().map(|(_, e)| e));
     }
     w.0
 }

@@ -700,25 +700,13 @@ impl Inputs {
             .map(|(w, &far)| far || w.lanes.is_empty())
             .collect();
         let remaining_ranks = rank_finished.iter().filter(|f| !**f).count();
-        let mut lane_finished = vec![false; ids.len()];
-        for w in &work {
-            if w.lanes.is_empty() {
-                continue;
-            }
-            // A rank nobody steps has nothing to hand out.
-            if rank_finished[w.rank_idx] && !remote[w.rank_idx] {
-                for l in &w.lanes {
-                    lane_finished[l.global] = true;
-                }
-            }
-        }
         Shared {
             ctx: &self.ctx,
             work: work.into_iter().map(Mutex::new).collect(),
             lane_rank,
             state: Mutex::new(State {
                 queues: ids.iter().map(|_| VecDeque::new()).collect(),
-                lane_finished,
+                lane_finished: vec![false; ids.len()],
                 busy: vec![false; metas.len()],
                 rank_finished,
                 remaining_ranks,

@@ -503,3 +503,18 @@ pub fn rank_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files.sort();
     files
 }
+
+/// `reconstruct --json`'s summary from a run's stdout, without the one field that differs between
+/// two outputs of the same trace by design (the output's path).
+pub fn reconstruct_summary(out: &Output, what: &str) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: not JSON ({e}):\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    if let Some(map) = v.as_object_mut() {
+        map.remove("out");
+    }
+    v
+}
