@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 use reconstruct::Trace;
 use reconstruct::progress::Bar;
-use reconstruct::rebuild::{self, Options, RebuildError, Remove};
+use reconstruct::rebuild::{self, Model, Options, RebuildError, Remove};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RemoveArg {
@@ -16,6 +16,15 @@ pub enum RemoveArg {
     Dp,
     /// Both: recovers the untraced run, T(G).
     Both,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModelArg {
+    /// The paper's: DP' and DP subtracted rank by rank; waits stay as recorded.
+    Subtract,
+    /// Waits recomputed from the partners (matched send, last entrant of a collective), with
+    /// intrinsic costs and transfer times learned from the run itself; removes DP' and DP.
+    Replay,
 }
 
 #[derive(Args, Debug)]
@@ -36,9 +45,12 @@ pub struct ReconstructArgs {
     /// Where to write the reconstructed trace [default: DIR.reconstructed].
     #[arg(long, value_name = "DIR2")]
     pub out: Option<PathBuf>,
-    /// What to remove.
-    #[arg(long, value_enum, default_value = "dpprime")]
-    pub remove: RemoveArg,
+    /// What to remove [default: dpprime; with --model replay: both, the only choice].
+    #[arg(long, value_enum)]
+    pub remove: Option<RemoveArg>,
+    /// How waits are reconstructed.
+    #[arg(long, value_enum, default_value = "subtract")]
+    pub model: ModelArg,
     /// Repair happened-before violations (receives ending before their send started, ranks leaving
     /// a collective before another entered) by shifting later events forward: a receive then ends
     /// at least 100 ns after its send started, and a shift is given back at the lane's next wait
@@ -69,6 +81,7 @@ pub fn run(args: &ReconstructArgs) -> Result<()> {
         &args.dir,
         args.out.as_deref(),
         args.remove,
+        args.model,
         args.hb,
         args.json,
         args.threads,
@@ -78,11 +91,23 @@ pub fn run(args: &ReconstructArgs) -> Result<()> {
 pub fn reconstruct(
     dir: &Path,
     out: Option<&Path>,
-    remove: RemoveArg,
+    remove: Option<RemoveArg>,
+    model: ModelArg,
     hb: bool,
     json: bool,
     threads: usize,
 ) -> Result<()> {
+    let (remove, model) = match (model, remove) {
+        (ModelArg::Subtract, r) => (r.unwrap_or(RemoveArg::Dpprime), Model::Subtract),
+        (ModelArg::Replay, None | Some(RemoveArg::Both)) => (RemoveArg::Both, Model::Replay),
+        (ModelArg::Replay, Some(other)) => anyhow::bail!(
+            "--model replay removes both DP' and DP (its bursts are measured without either); \
+             --remove {} is for --model subtract",
+            other
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_string())
+        ),
+    };
     let trace = Trace::open(dir)?;
     let out = out.map_or_else(|| default_out(dir), Path::to_path_buf);
     let opts = Options {
@@ -91,6 +116,7 @@ pub fn reconstruct(
             RemoveArg::Dp => Remove::Dp,
             RemoveArg::Both => Remove::Both,
         },
+        model,
         hb,
         threads,
         ..Options::default()

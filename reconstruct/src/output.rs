@@ -153,6 +153,7 @@ pub(crate) fn write_meta(trace: &Trace, out: &Path, opts: &Options) -> Result<()
                 "from": trace.dir.display().to_string(),
                 "remove": opts.remove.name(),
                 "hb_repaired": opts.hb,
+                "model": opts.model.name(),
                 "clock": "global, ns",
             }),
         );

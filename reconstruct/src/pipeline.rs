@@ -104,10 +104,14 @@ pub(crate) struct PassConfig<'a> {
     /// The MPI job this process is part of, if any (see [`crate::job`]): then this process steps
     /// only the ranks it owns, and `run` (process 0) asks the owners for the others'.
     pub job: Option<&'a dyn Transport>,
+    /// For the replay ([`Repair::replay`]).
+    pub estimates: Option<&'a hb::Estimates>,
 }
 
 pub(crate) struct PassResult {
     pub report: HbReport,
+    /// What the pass learned with [`Repair::learn`].
+    pub estimates: hb::Estimates,
     /// Per lane, in [`lane_ids`] order.
     pub marks: Vec<LaneMarks>,
 }
@@ -764,7 +768,10 @@ pub(crate) fn run(
         ));
     }
     let inputs = match Inputs::open(trace, metas, threads) {
-        Ok(i) => i,
+        Ok(mut i) => {
+            i.ctx.set_estimates(cfg.estimates.cloned());
+            i
+        }
         Err(e) => {
             finish_job(job, &mut Vec::new()).ok();
             return Err(e);
@@ -807,7 +814,7 @@ pub(crate) fn run(
                 )
             })
             .collect();
-        let report = hb::run(
+        let (report, estimates) = hb::run_learning(
             shared.ctx,
             lanes,
             repair,
@@ -840,8 +847,9 @@ pub(crate) fn run(
                 std::panic::resume_unwind(panic);
             }
         }
-        report
+        (report, estimates)
     });
+    let (report, estimates) = report;
     let mut remote_marks = Vec::new();
     let finished = finish_job(job, &mut remote_marks);
     let st = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -861,14 +869,19 @@ pub(crate) fn run(
         }
     }
     for (m, &(init, fin)) in marks.iter_mut().zip(&seen) {
+        // The replay moves a lane either way.
         if let (Some(mark), Some(t)) = (m.init.as_mut(), init) {
-            mark.shift_ns = t.saturating_sub(mark.mapped) as f64;
+            mark.shift_ns = t as f64 - mark.mapped as f64;
         }
         if let (Some(mark), Some(t)) = (m.finalize.as_mut(), fin) {
-            mark.shift_ns = t.saturating_sub(mark.mapped) as f64;
+            mark.shift_ns = t as f64 - mark.mapped as f64;
         }
     }
-    Ok(PassResult { report, marks })
+    Ok(PassResult {
+        report,
+        estimates,
+        marks,
+    })
 }
 
 /// Tells every other process of the job that nothing more will be asked, and collects their

@@ -19,7 +19,7 @@ use format::ChunkEncoder;
 use serde::Serialize;
 
 use crate::clock::{RankMeta, align_clocks, scan_rank};
-use crate::hb::{self, HbReport, MessageMatch, Repair};
+use crate::hb::{self, Estimates, HbReport, MessageMatch, Repair};
 use crate::job::{self, Transport};
 use crate::lanes::LaneId;
 use crate::mapping::LaneMarks;
@@ -55,9 +55,32 @@ impl Remove {
     }
 }
 
+/// How waits are reconstructed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Model {
+    /// The paper's: DP' and DP are subtracted rank by rank, waits kept as recorded (and with
+    /// `hb`, lengthened where they would end before what they wait for).
+    #[default]
+    Subtract,
+    /// Every wait recomputed from its partners in the reconstructed run (`hb::repair`), with
+    /// intrinsic costs and transfer times learned from the run itself. Removes DP' and DP.
+    Replay,
+}
+
+impl Model {
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::Subtract => "subtract",
+            Model::Replay => "replay",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Options {
     pub remove: Remove,
+    pub model: Model,
     /// Repair happened-before violations (otherwise they are only counted).
     pub hb: bool,
     /// Events per output chunk and stream.
@@ -69,10 +92,27 @@ pub struct Options {
     pub threads: usize,
 }
 
+impl Options {
+    /// Whether the output times come out of the matcher (every event passes through it).
+    pub fn moves_waits(&self) -> bool {
+        self.hb || self.model == Model::Replay
+    }
+
+    fn repair(&self) -> Repair {
+        Repair {
+            enabled: self.moves_waits(),
+            min_latency_ns: self.min_latency_ns,
+            replay: self.model == Model::Replay,
+            learn: false,
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
             remove: Remove::DpPrime,
+            model: Model::Subtract,
             hb: false,
             chunk_events: 1 << 16,
             zstd_level: 1,
@@ -148,6 +188,9 @@ pub struct Summary {
     pub trace: String,
     pub out: String,
     pub remove: String,
+    pub model: Model,
+    /// What the replay learned (empty with `subtract`).
+    pub estimates: EstimateSummary,
     pub ranks: u32,
     pub events: u64,
     /// T(G'): as measured, global clock.
@@ -165,6 +208,55 @@ pub struct Summary {
     pub hb: HbSummary,
     pub warnings: Vec<String>,
     pub skipped: Vec<Skipped>,
+}
+
+/// How much the replay's estimates rest on: classes learned and instances seen, per table.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EstimateSummary {
+    pub intrinsic_classes: usize,
+    pub transfer_classes: usize,
+    pub exit_classes: usize,
+    pub calls_seen: u64,
+    pub messages_seen: u64,
+    pub exits_seen: u64,
+}
+
+impl EstimateSummary {
+    fn of(e: &Estimates) -> EstimateSummary {
+        EstimateSummary {
+            intrinsic_classes: e.intrinsic.len(),
+            transfer_classes: e.transfer.len(),
+            exit_classes: e.exit.len(),
+            calls_seen: e.samples[0],
+            messages_seen: e.samples[1],
+            exits_seen: e.samples[2],
+        }
+    }
+}
+
+/// The replay's [`Estimates`], learned from the trace as recorded: a matching pass over every
+/// rank that moves nothing and writes nothing.
+pub fn learn_estimates(
+    trace: &Trace,
+    metas: &[RankMeta],
+    threads: usize,
+) -> Result<Estimates, RebuildError> {
+    let pass = pipeline::run(
+        trace,
+        PassConfig {
+            metas,
+            remove: Some(Remove::Both),
+            repair: Repair::learning(),
+            threads,
+            output: None,
+            job: None,
+            estimates: None,
+        },
+        |_, _| {},
+        |_| {},
+        &mut |_| {},
+    )?;
+    Ok(pass.estimates)
 }
 
 /// The first pass over every rank, on every core.
@@ -232,6 +324,7 @@ fn match_as_recorded(
             threads,
             output: None,
             job: None,
+            estimates: None,
         },
         |_, _| {},
         on_match,
@@ -310,7 +403,7 @@ fn create_outputs(
     processes: usize,
 ) -> Result<Vec<RankOutput>, RebuildError> {
     let writes_rank = |i: usize| {
-        if opts.hb {
+        if opts.moves_waits() {
             me == 0
         } else {
             job::owner_of(i, trace.ranks.len(), processes) == me
@@ -493,17 +586,16 @@ fn serve_as_owner(
         PassConfig {
             metas: &metas,
             remove: Some(opts.remove),
-            repair: Repair {
-                enabled: opts.hb,
-                min_latency_ns: opts.min_latency_ns,
-            },
+            repair: opts.repair(),
             threads: opts.threads,
-            output: (!opts.hb).then_some(WorkerOutput {
+            output: (!opts.moves_waits()).then_some(WorkerOutput {
                 ranks: &outputs,
                 chunk_events: output_chunk_events(opts, ids.len()),
                 zstd_level: opts.zstd_level,
             }),
             job: Some(job),
+            // Owners only step their ranks; process 0's matcher replays.
+            estimates: None,
         },
         job,
     )
@@ -531,9 +623,13 @@ fn reconstruct_rank_zero(
     let total: u64 = metas.iter().map(|m| m.events).sum();
     let chunk_events = output_chunk_events(opts, ids.len());
     progress(0, total);
-    let repair = Repair {
-        enabled: opts.hb,
-        min_latency_ns: opts.min_latency_ns,
+    let repair = opts.repair();
+    // The replay learns from the whole trace first (process 0 reads every rank for it: the
+    // estimates are a few classes, but their instances are everywhere).
+    let estimates = if repair.replay {
+        Some(learn_estimates(trace, metas, opts.threads)?)
+    } else {
+        None
     };
     // With the repair on, the output times come from the matcher, so this thread writes them;
     // otherwise the workers do.
@@ -551,15 +647,16 @@ fn reconstruct_rank_zero(
             remove: Some(opts.remove),
             repair,
             threads: opts.threads,
-            output: (!opts.hb).then_some(WorkerOutput {
+            output: (!opts.moves_waits()).then_some(WorkerOutput {
                 ranks: outputs,
                 chunk_events,
                 zstd_level: opts.zstd_level,
             }),
             job,
+            estimates: estimates.as_ref(),
         },
         |li, e| {
-            if !opts.hb || write_error.is_some() {
+            if !opts.moves_waits() || write_error.is_some() {
                 return;
             }
             let lane = &mut lanes[li];
@@ -588,7 +685,10 @@ fn reconstruct_rank_zero(
     write_meta(trace, out, opts)?;
 
     let mut summary = summarize(trace, out, opts, metas, &ids, &pass);
-    if opts.hb {
+    if let Some(e) = &estimates {
+        summary.estimates = EstimateSummary::of(e);
+    }
+    if opts.moves_waits() {
         let written = Trace::open(out)?;
         let after = check_happened_before_with(&written, opts.threads)?;
         summary.hb.violations_after = after.violations();
@@ -609,6 +709,7 @@ fn summarize(
         trace: trace.dir.display().to_string(),
         out: out.display().to_string(),
         remove: opts.remove.name().into(),
+        model: opts.model,
         ranks: trace.world_size,
         events: metas.iter().map(|m| m.events).sum(),
         ..Default::default()
@@ -640,7 +741,12 @@ fn summarize(
             r.measured_s = Some(measured);
             r.reconstructed_plus_s = Some(plus);
             r.reconstructed_s = Some(plus - dp);
-            r.dp_prime_s = measured - plus;
+            // The replay's shifts are its waits, not suspensions.
+            r.dp_prime_s = if opts.model == Model::Replay {
+                measured - (f.collapsed - i.collapsed) / 1e9
+            } else {
+                measured - plus
+            };
             r.dp_s = dp;
             s.reconstructed_plus_s = s.reconstructed_plus_s.max(plus);
             s.reconstructed_s = s.reconstructed_s.max(plus - dp);
@@ -679,7 +785,7 @@ fn summarize(
         overshoot_total_s: overshoot_ns as f64 / 1e9,
     };
     s.hb = HbSummary {
-        repaired: opts.hb,
+        repaired: opts.moves_waits(),
         violations_recorded: pass.report.recorded_violations(),
         violations_before: pass.report.violations(),
         violations_after: pass.report.violations(),
@@ -702,7 +808,27 @@ pub fn render_table(s: &Summary) -> String {
         }
     };
     let _ = writeln!(o, "trace          {}", s.trace);
-    let _ = writeln!(o, "written to     {} (removed: {})", s.out, s.remove);
+    let _ = writeln!(
+        o,
+        "written to     {} (removed: {}; model: {})",
+        s.out,
+        s.remove,
+        s.model.name()
+    );
+    if s.model == Model::Replay {
+        let e = &s.estimates;
+        let _ = writeln!(
+            o,
+            "replay learned {} call, {} transfer and {} exit classes from {} calls, {} messages, \
+             {} collective exits",
+            e.intrinsic_classes,
+            e.transfer_classes,
+            e.exit_classes,
+            e.calls_seen,
+            e.messages_seen,
+            e.exits_seen
+        );
+    }
     let _ = writeln!(o, "ranks          {}   events {}", s.ranks, s.events);
     let _ = writeln!(o, "\n{:<34} {:>14}", "span (max over ranks)", "seconds");
     let _ = writeln!(
@@ -733,7 +859,12 @@ pub fn render_table(s: &Summary) -> String {
     let _ = writeln!(
         o,
         "{:<34} {:>14.6}",
-        "without DP' and DP  T(G)", s.reconstructed_s
+        if s.model == Model::Replay {
+            "replayed            T(G)"
+        } else {
+            "without DP' and DP  T(G)"
+        },
+        s.reconstructed_s
     );
     let sus = &s.suspensions;
     let _ = writeln!(

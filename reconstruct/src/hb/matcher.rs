@@ -519,7 +519,7 @@ impl Shared<'_> {
         let rec = SendRec {
             raw_start: c.start,
             recorded_start: c.start.saturating_add(removed),
-            start: c.start.saturating_add(lane.shift),
+            start: c.start.saturating_add_signed(lane.shift),
             at: Self::at(lane, index),
             bytes: c.bytes,
         };
@@ -620,7 +620,7 @@ impl Shared<'_> {
             let new = usize::from(slot.is_none());
             inst.entered += new;
             inst.entered_first += new * usize::from((me as usize) < inst.first_len);
-            *slot = Some(c.start.saturating_add(lane.shift));
+            *slot = Some(c.start.saturating_add_signed(lane.shift));
             inst.raw_starts[me as usize] = Some(c.start);
             inst.recorded_starts[me as usize] = Some(c.start.saturating_add(removed));
         }

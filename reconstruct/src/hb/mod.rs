@@ -19,9 +19,12 @@ use crate::clock::RankMeta;
 use crate::lanes::LaneId;
 use crate::members::Members;
 
+mod estimates;
 mod matcher;
 mod repair;
 mod violations;
+
+pub use estimates::Estimates;
 
 use matcher::{Class, CollRef, Comm, Key, Need, RankState, SendRec};
 
@@ -147,6 +150,11 @@ pub struct Repair {
     /// No message arrives sooner than this after its send started, nor does anybody leave a
     /// collective sooner than this after the last rank it waits for entered.
     pub min_latency_ns: u64,
+    /// With `enabled`: recompute every wait from its partners (see [`repair`]) with the
+    /// context's [`Estimates`], instead of only lengthening the waits that ended too early.
+    pub replay: bool,
+    /// Learn the [`Estimates`] from the times as recorded (returned by [`run_learning`]).
+    pub learn: bool,
 }
 
 /// A lower bound of one-way latency between two ranks of one node with shared memory (a few
@@ -157,11 +165,30 @@ impl Repair {
     pub const OFF: Repair = Repair {
         enabled: false,
         min_latency_ns: 0,
+        replay: false,
+        learn: false,
     };
     pub fn on() -> Repair {
         Repair {
             enabled: true,
             min_latency_ns: DEFAULT_MIN_LATENCY_NS,
+            replay: false,
+            learn: false,
+        }
+    }
+    /// The replay (the context must carry [`Estimates`]).
+    pub fn replay() -> Repair {
+        Repair {
+            replay: true,
+            ..Repair::on()
+        }
+    }
+    /// Nothing moved; the estimates learned.
+    pub fn learning() -> Repair {
+        Repair {
+            learn: true,
+            min_latency_ns: DEFAULT_MIN_LATENCY_NS,
+            ..Repair::OFF
         }
     }
 }
@@ -198,6 +225,8 @@ pub struct HbContext {
     ranks: Vec<RankCtx>,
     /// World rank → index into `ranks`.
     by_world: Vec<Option<usize>>,
+    /// What the replay knows of the machine (see [`Repair::replay`]).
+    estimates: Option<Estimates>,
 }
 
 struct RankCtx {
@@ -207,6 +236,8 @@ struct RankCtx {
     /// Indexed by function id: synchronisations that move no data (barriers, fences), which
     /// wait for the others even with 0 bytes.
     pure_syncs: Vec<bool>,
+    /// Indexed by function id: the function's id over every rank (function ids are per rank).
+    global_funcs: Vec<u32>,
     comms: FastMap<format::CommId, Comm>,
     /// Ranks with the same clock group read one clock.
     clock_group: u32,
@@ -222,6 +253,7 @@ impl HbContext {
         let world = crate::members::identity(world_size);
         let mut lists = crate::members::ListIds::default();
         let mut interned: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut func_names: HashMap<String, u32> = HashMap::new();
         let mut ranks = Vec::with_capacity(metas.len());
         for meta in metas {
             let mut seen: HashMap<u32, u32> = HashMap::new();
@@ -279,11 +311,17 @@ impl HbContext {
                 let name = name.to_ascii_lowercase();
                 pure_syncs[usize::from(*id)] = name.contains("barrier") || name.contains("fence");
             }
+            let mut global_funcs = vec![u32::MAX; len];
+            for (id, name) in &meta.functions {
+                let n = func_names.len() as u32;
+                global_funcs[usize::from(*id)] = *func_names.entry(name.clone()).or_insert(n);
+            }
             let aligned = meta.aligned.as_ref();
             ranks.push(RankCtx {
                 world_rank: meta.rank,
                 classes,
                 pure_syncs,
+                global_funcs,
                 comms,
                 clock_group: aligned.map_or(u32::MAX - meta.rank, |a| a.group),
                 clock_uncertainty_ns: aligned.map_or(0, |a| a.uncertainty_ns.ceil() as u64),
@@ -297,7 +335,29 @@ impl HbContext {
             }
             by_world[w] = Some(i);
         }
-        HbContext { ranks, by_world }
+        HbContext {
+            ranks,
+            by_world,
+            estimates: None,
+        }
+    }
+
+    /// What the replay uses (learned by [`run_learning`], over this trace or merged from the
+    /// processes of a job).
+    pub fn set_estimates(&mut self, estimates: Option<Estimates>) {
+        self.estimates = estimates;
+    }
+
+    /// The function's id over every rank, for the estimates' classes.
+    fn global_func(&self, rank_idx: usize, func: format::FunctionId) -> u32 {
+        self.ranks
+            .get(rank_idx)
+            .and_then(|r| r.global_funcs.get(usize::from(func)).copied())
+            .unwrap_or(u32::MAX)
+    }
+
+    fn clock_group(&self, rank_idx: usize) -> u32 {
+        self.ranks.get(rank_idx).map_or(u32::MAX, |r| r.clock_group)
     }
 
     /// Whether calls of `func` on the rank at `rank_idx` (an index into the `metas` given to
@@ -345,7 +405,9 @@ struct Lane<I> {
     next_index: u64,
     /// An event read but not processed yet, with its index and removed time.
     peeked: Option<(u64, Event, u64)>,
-    shift: u64,
+    /// How far the lane's times move: only forward with the repair, either way with the replay
+    /// (a wait that the recorder's cost had lengthened gets shorter).
+    shift: i64,
     /// The largest `shift` had (the repair gives shifts back at later waits).
     max_shift: u64,
     /// A call whose end depends on others, with the completions that follow it.
@@ -395,6 +457,10 @@ struct Shared<'c> {
     /// Pairings of intercommunicators known by their two groups: (lower group, higher group,
     /// occurrence) → key.
     group_pairings: FastMap<GroupPairing, u32>,
+    /// With [`Repair::learn`].
+    learned: Option<Estimates>,
+    /// Matches of the call being resolved, handed out once its end is known.
+    pending_matches: Vec<MessageMatch>,
 }
 
 /// Two groups of an intercommunicator (the lower-sorting one first) and the occurrence.
@@ -411,9 +477,20 @@ pub fn run<I: LaneSource>(
     ctx: &HbContext,
     lanes: Vec<(LaneId, I)>,
     repair: Repair,
+    on_event: impl FnMut(usize, &Event),
+    on_match: impl FnMut(&MessageMatch),
+) -> HbReport {
+    run_learning(ctx, lanes, repair, on_event, on_match).0
+}
+
+/// [`run`], also returning what it learned with [`Repair::learn`] (empty otherwise).
+pub fn run_learning<I: LaneSource>(
+    ctx: &HbContext,
+    lanes: Vec<(LaneId, I)>,
+    repair: Repair,
     mut on_event: impl FnMut(usize, &Event),
     mut on_match: impl FnMut(&MessageMatch),
-) -> HbReport {
+) -> (HbReport, Estimates) {
     let rank_of = |id: &LaneId| ctx.index_of(id.rank).unwrap_or(0);
     let mut live_lanes = vec![0usize; ctx.ranks.len()];
     for (id, _) in &lanes {
@@ -437,6 +514,8 @@ pub fn run<I: LaneSource>(
         inter_groups: FastMap::default(),
         inter_globals: FastMap::default(),
         group_pairings: FastMap::default(),
+        learned: repair.learn.then(Estimates::default),
+        pending_matches: Vec::new(),
     };
     let mut lanes: Vec<Lane<I>> = lanes
         .into_iter()
@@ -483,7 +562,7 @@ pub fn run<I: LaneSource>(
     shared.report.unmatched_sends += shared.sends.len() as u64;
     shared.report.lanes_shifted = lanes.iter().filter(|l| l.max_shift > 0).count() as u64;
     shared.report.max_shift = lanes.iter().map(|l| l.max_shift).max().unwrap_or(0);
-    shared.report
+    (shared.report, shared.learned.unwrap_or_default())
 }
 
 /// Per lane, the other lanes of its rank: grouped once, so 10^4 single-threaded ranks cost
@@ -503,11 +582,11 @@ fn siblings<I>(lanes: &[(LaneId, I)]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-fn shift_times(e: &mut Event, by: u64) {
+fn shift_times(e: &mut Event, by: i64) {
     if by == 0 {
         return;
     }
-    crate::times::for_each_time(e, |t| *t = t.saturating_add(by));
+    crate::times::for_each_time(e, |t| *t = t.saturating_add_signed(by));
 }
 
 impl Shared<'_> {

@@ -6,12 +6,38 @@
 //! dependencies allow, but never before its recorded end, so a lane that had slack (it waited
 //! anyway) gives the correction back there instead of carrying it to the end of the run. Local
 //! order and every dependency are kept; only waits change length.
+//!
+//! The replay ([`super::Repair::replay`]) goes further: every wait is recomputed from its
+//! partners, so a wait may also get shorter. A call that waits ends at the later of its own start
+//! plus its intrinsic cost and the moment what it waits for is there in the replayed run (the
+//! matched send's replayed start plus the transfer time, or the last awaited entry of the
+//! collective plus its exit time), with the [`super::Estimates`] learned from the run as
+//! recorded. Whether the call waited is judged as recorded: one that did keeps only its
+//! intrinsic cost and what it spent after its dependency was there; one that did not keeps its
+//! whole duration. Everything between two waits (the program's own bursts, with DP' and DP
+//! removed by the mapping) keeps its length.
 
 use format::Event;
 
-use super::matcher::Need;
+use super::estimates::size_class;
+use super::matcher::{Class, Need};
 use super::violations::{EntrySummary, entries_known, waited_for};
 use super::{Lane, MessageMatch, Shared};
+
+/// What a held call depends on, in the replay: the latest moment over its dependencies at which
+/// what it waits for is there, in the replayed times and as recorded.
+#[derive(Default)]
+struct Dependency {
+    replayed: Option<i64>,
+    recorded: Option<i64>,
+}
+
+impl Dependency {
+    fn offer(&mut self, replayed: i64, recorded: i64) {
+        self.replayed = Some(self.replayed.map_or(replayed, |r| r.max(replayed)));
+        self.recorded = Some(self.recorded.map_or(recorded, |r| r.max(recorded)));
+    }
+}
 
 impl Shared<'_> {
     /// Tries to settle the held call's end. Without `force`, waits until everything it depends
@@ -48,6 +74,9 @@ impl Shared<'_> {
         let latency = self.repair.min_latency_ns;
         let mut required = 0u64;
         let mut depends = false;
+        let replay = self.repair.enabled && self.repair.replay;
+        let mut dependency = Dependency::default();
+        let my_group = self.ctx.clock_group(lane.rank_idx);
         for need in &needs {
             match need {
                 Need::Msg { key, seq, post } => {
@@ -60,6 +89,29 @@ impl Shared<'_> {
                     };
                     let epoch = key.3 == super::matcher::EPOCH_TAG;
                     let sender = self.ctx.index_of(key.1).unwrap_or(lane.rank_idx);
+                    // An epoch edge moves no bytes of its own: a class apart from messages.
+                    let class = (
+                        self.ctx.clock_group(sender),
+                        my_group,
+                        if epoch {
+                            u8::MAX
+                        } else {
+                            size_class(send.bytes)
+                        },
+                    );
+                    if let Some(learned) = self.learned.as_mut() {
+                        learned.learn_transfer(
+                            class,
+                            recorded_end as i64 - send.recorded_start as i64,
+                        );
+                    }
+                    if replay && let Some(est) = self.ctx.estimates.as_ref() {
+                        let transfer = est.transfer(class, latency);
+                        dependency.offer(
+                            send.start as i64 + transfer,
+                            send.recorded_start as i64 + transfer,
+                        );
+                    }
                     self.count_message(
                         epoch,
                         sender,
@@ -71,19 +123,20 @@ impl Shared<'_> {
                     );
                     required = required.max(send.start.saturating_add(latency));
                     depends = true;
-                    let recv_end = raw_end
-                        .saturating_add(lane.shift)
-                        .max(if self.repair.enabled {
-                            send.start.saturating_add(latency)
-                        } else {
-                            0
-                        });
+                    let recv_end =
+                        raw_end
+                            .saturating_add_signed(lane.shift)
+                            .max(if self.repair.enabled {
+                                send.start.saturating_add(latency)
+                            } else {
+                                0
+                            });
                     // An epoch edge moves no message of the program: the views of messages
                     // (partners, exports) do not show it.
                     if epoch {
                         continue;
                     }
-                    on_match(&MessageMatch {
+                    self.pending_matches.push(MessageMatch {
                         send: send.at,
                         recv_post: *post,
                         recv_done: done,
@@ -114,6 +167,38 @@ impl Shared<'_> {
                     if !range.is_empty() {
                         depends = true;
                     }
+                    if self.learned.is_some() || replay {
+                        let me = r.me as usize;
+                        let (latest, latest_recorded) =
+                            match slot.and_then(|slot| inst.summaries[slot].as_deref()) {
+                                Some(summary) => summary.latest_others(me),
+                                None => latest_others_in(&inst, range.clone(), me),
+                            };
+                        let members = size_class(inst.members.len() as u64);
+                        let func = self.ctx.global_func(lane.rank_idx, call.func);
+                        let bytes = size_class(call.bytes.max(call.recv_bytes));
+                        let class_of = |k: usize| {
+                            let group = self
+                                .ctx
+                                .index_of(inst.members[k])
+                                .map_or(u32::MAX, |i| self.ctx.clock_group(i));
+                            (func, bytes, members, my_group, group)
+                        };
+                        if let (Some(learned), Some((s, k))) =
+                            (self.learned.as_mut(), latest_recorded)
+                        {
+                            learned.learn_exit(class_of(k), recorded_end as i64 - s as i64);
+                        }
+                        if replay
+                            && let Some(est) = self.ctx.estimates.as_ref()
+                            && let (Some((s, k)), Some((s_rec, k_rec))) = (latest, latest_recorded)
+                        {
+                            dependency.offer(
+                                s as i64 + est.exit(class_of(k), latency),
+                                s_rec as i64 + est.exit(class_of(k_rec), latency),
+                            );
+                        }
+                    }
                     match slot.and_then(|slot| inst.summaries[slot].as_deref()) {
                         Some(summary) => {
                             required = required.max(summary.required(r.me as usize, latency));
@@ -137,9 +222,20 @@ impl Shared<'_> {
                 }
             }
         }
-        let start = call.start.saturating_add(lane.shift);
-        let mut end = raw_end.saturating_add(lane.shift);
-        if self.repair.enabled {
+        let duration = raw_end.saturating_sub(call.start);
+        if self.learned.is_some() {
+            let class = self.intrinsic_class(lane, &call);
+            if let Some(learned) = self.learned.as_mut() {
+                learned.learn_intrinsic(class, duration);
+            }
+        }
+        let start = call.start.saturating_add_signed(lane.shift);
+        let mut end = raw_end.saturating_add_signed(lane.shift);
+        if replay {
+            end = self.replayed_end(lane, &call, start, dependency);
+            lane.shift = end as i64 - raw_end as i64;
+            lane.max_shift = lane.max_shift.max(lane.shift.max(0) as u64);
+        } else if self.repair.enabled {
             if end < required {
                 end = required;
             } else if depends {
@@ -147,14 +243,84 @@ impl Shared<'_> {
                 // shifted end, and not before it started or before it ended as recorded.
                 end = required.max(start).max(raw_end).min(end);
             }
-            lane.shift = end - raw_end;
-            lane.max_shift = lane.max_shift.max(lane.shift);
+            lane.shift = end as i64 - raw_end as i64;
+            lane.max_shift = lane.max_shift.max(lane.shift.max(0) as u64);
         }
         if let Some(Event::Call(c)) = lane.held.first_mut() {
             c.start = start;
             c.end = end;
         }
+        for mut m in self.pending_matches.drain(..) {
+            if replay {
+                m.recv_end = end;
+            }
+            on_match(&m);
+        }
         lane.spare_needs = needs;
         true
     }
+
+    /// The class of a held call's intrinsic cost: its function and size (bytes, or for a call
+    /// that completes requests, how many it completed).
+    fn intrinsic_class<I>(&self, lane: &Lane<I>, call: &format::MpiCall) -> (u32, u8) {
+        let func = self.ctx.global_func(lane.rank_idx, call.func);
+        let size = if self.class(lane.rank_idx, call.func) == Class::Completion {
+            lane.held
+                .iter()
+                .filter(|e| matches!(e, Event::Completion(_)))
+                .count() as u64
+        } else {
+            call.bytes.max(call.recv_bytes)
+        };
+        (func, size_class(size))
+    }
+
+    /// The replayed end of the held call that starts at `start` (replayed times).
+    fn replayed_end<I>(
+        &self,
+        lane: &Lane<I>,
+        call: &format::MpiCall,
+        start: u64,
+        dependency: Dependency,
+    ) -> u64 {
+        let duration = call.end.saturating_sub(call.start);
+        let own_end = start.saturating_add(duration);
+        let (Some(est), Some(replayed), Some(recorded)) = (
+            self.ctx.estimates.as_ref(),
+            dependency.replayed,
+            dependency.recorded,
+        ) else {
+            return own_end;
+        };
+        let intrinsic = est.intrinsic(self.intrinsic_class(lane, call), duration);
+        let recorded_start = call.start.saturating_add(lane.held_removed) as i64;
+        let recorded_end = call.end.saturating_add(lane.held_removed) as i64;
+        let replayed = replayed.max(0) as u64;
+        if recorded > recorded_start + intrinsic as i64 {
+            // It waited: what it spent after its dependency was there stays, the wait does not.
+            let after = (recorded_end - recorded).max(0) as u64;
+            start
+                .saturating_add(intrinsic)
+                .max(replayed.saturating_add(after))
+        } else {
+            own_end.max(replayed)
+        }
+    }
+}
+
+/// The latest entry of another member than `me` among `range`, replayed and as recorded, each
+/// with its position (for exits that no summary serves: a few members each).
+fn latest_others_in(
+    inst: &super::matcher::CollInst,
+    range: std::ops::Range<usize>,
+    me: usize,
+) -> super::violations::LatestOthers {
+    let latest = |starts: &[Option<u64>]| {
+        range
+            .clone()
+            .filter(|&k| k != me)
+            .filter_map(|k| starts[k].map(|s| (s, k)))
+            .max()
+    };
+    (latest(&inst.starts), latest(&inst.recorded_starts))
 }

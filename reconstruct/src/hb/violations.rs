@@ -97,6 +97,29 @@ pub(super) struct EntrySummary {
     /// The two latest repaired entries with their positions: an exit waits for the others'
     /// (plus the latency), its own only as itself.
     top: [(u64, usize); 2],
+    /// The same as recorded (the replay's estimates are learned there).
+    top_recorded: [(u64, usize); 2],
+}
+
+/// Keeps the two largest values with their positions.
+fn offer_top(top: &mut [(u64, usize); 2], value: u64, k: usize) {
+    if value > top[0].0 || top[0].1 == usize::MAX {
+        top[1] = top[0];
+        top[0] = (value, k);
+    } else if value > top[1].0 || top[1].1 == usize::MAX {
+        top[1] = (value, k);
+    }
+}
+
+/// An entry and the member's position; the latest of the others, replayed and as recorded.
+pub(super) type Entry = (u64, usize);
+pub(super) type LatestOthers = (Option<Entry>, Option<Entry>);
+
+/// Of `top`, the latest entry not at `me`, with its position.
+fn latest_other(top: &[(u64, usize); 2], me: usize) -> Option<(u64, usize)> {
+    top.iter()
+        .copied()
+        .find(|&(_, k)| k != usize::MAX && k != me)
 }
 
 /// The two largest values of distinct groups.
@@ -134,15 +157,14 @@ impl EntrySummary {
     ) -> EntrySummary {
         let mut groups: Vec<(u32, u64, u64, u64)> = Vec::with_capacity(range.len());
         let mut top = [(0u64, usize::MAX); 2];
+        let mut top_recorded = [(0u64, usize::MAX); 2];
         for k in range {
             let m = inst.members[k];
             if let Some(s) = inst.starts[k] {
-                if s > top[0].0 || top[0].1 == usize::MAX {
-                    top[1] = top[0];
-                    top[0] = (s, k);
-                } else if s > top[1].0 || top[1].1 == usize::MAX {
-                    top[1] = (s, k);
-                }
+                offer_top(&mut top, s, k);
+            }
+            if let Some(s) = inst.recorded_starts[k] {
+                offer_top(&mut top_recorded, s, k);
             }
             let Some(r) = ctx.index_of(m).and_then(|i| ctx.ranks.get(i)) else {
                 continue;
@@ -174,7 +196,17 @@ impl EntrySummary {
             given,
             recorded,
             top,
+            top_recorded,
         }
+    }
+
+    /// The latest entry of another member than `me`, repaired (or replayed) and as recorded,
+    /// each with its position.
+    pub(super) fn latest_others(&self, me: usize) -> LatestOthers {
+        (
+            latest_other(&self.top, me),
+            latest_other(&self.top_recorded, me),
+        )
     }
 
     /// Whether exits at `end` (given) and `recorded_end` of a rank of `group`, whose offset is

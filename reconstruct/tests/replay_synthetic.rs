@@ -1,0 +1,430 @@
+//! The replay model on synthetic programs whose untraced timing is known exactly.
+//!
+//! A small simulator runs each program twice with the same rules of the machine: untraced, and
+//! traced, where the recorder spends a cost after every call (DP) that delays the rank's next
+//! step. A call that waits ends at the later of its own start plus its intrinsic cost and the
+//! moment its dependency is there (a matched send's start plus the transfer time, the last other
+//! entrant of a barrier plus the exit time). The traced run's waits are therefore what the
+//! partners' costs made them, as in a real run. `reconstruct --model replay` must give back the
+//! untraced run to the nanosecond; `--model subtract` cannot where a wait's end is set by
+//! another rank.
+
+mod common;
+
+use std::collections::{HashMap, VecDeque};
+
+use common::*;
+use format::{Completion, Event, Marker, MpiCall, NO_RANK, NO_REQUEST, NO_TAG};
+use reconstruct::Trace;
+use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
+
+/// What the machine does, the same untraced and traced.
+const SEND_NS: u64 = 150;
+const RECV_NS: u64 = 120;
+const ISEND_NS: u64 = 80;
+const IRECV_NS: u64 = 70;
+const WAIT_NS: u64 = 90;
+const BARRIER_NS: u64 = 300;
+/// From a send's start to the end of the receive that waited for it.
+const TRANSFER_NS: u64 = 1_000;
+/// From the last other entrant's start to an exit that waited for it (below `BARRIER_NS`, so
+/// the last entrant itself leaves after its own cost).
+const BARRIER_EXIT_NS: u64 = 200;
+
+const INIT_NS: u64 = 1_000_000;
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Compute(u64),
+    Send(u32),
+    Recv(u32),
+    Isend(u32, u64),
+    Irecv(u32, u64),
+    /// Waits for one request posted by `Isend`/`Irecv` with this id.
+    Wait(u64),
+    Barrier,
+}
+
+/// One rank's recorded (or untraced) run.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Run {
+    events: Vec<Event>,
+    calls: Vec<MpiCall>,
+    finalize: u64,
+}
+
+/// Runs every rank's `ops`; `cost(rank, call index)` is the recorder's cost after that call.
+fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
+    let n = ops.len();
+    let mut clock = vec![INIT_NS; n];
+    let mut pc = vec![0usize; n];
+    let mut runs: Vec<Run> = vec![Run::default(); n];
+    let mut calls_made = vec![0usize; n];
+    // (from, to) → starts of sends not yet received, in order.
+    let mut in_flight: HashMap<(u32, u32), VecDeque<u64>> = HashMap::new();
+    // Per rank: request id → (peer, is_receive).
+    let mut requests: Vec<HashMap<u64, (u32, bool)>> = vec![HashMap::new(); n];
+    // Barrier instance → entries.
+    let mut barriers: HashMap<usize, Vec<Option<u64>>> = HashMap::new();
+    let mut barrier_count = vec![0usize; n];
+    loop {
+        let mut progressed = false;
+        for r in 0..n {
+            while pc[r] < ops[r].len() {
+                let t = clock[r];
+                let rank = r as u32;
+                let mut record = |func, start, end, peer: i32, request, runs: &mut Vec<Run>| {
+                    let mut c = call(func, start, end, peer, if peer >= 0 { 0 } else { NO_TAG });
+                    c.request = request;
+                    let k = calls_made[r];
+                    calls_made[r] += 1;
+                    let spent = cost(rank, k);
+                    c.cost = spent as u32;
+                    runs[r].events.push(Event::Call(c));
+                    runs[r].calls.push(c);
+                    end + spent
+                };
+                let next = match ops[r][pc[r]] {
+                    Op::Compute(d) => Some(t + d),
+                    Op::Send(to) => {
+                        in_flight.entry((rank, to)).or_default().push_back(t);
+                        Some(record(
+                            SEND,
+                            t,
+                            t + SEND_NS,
+                            to as i32,
+                            NO_REQUEST,
+                            &mut runs,
+                        ))
+                    }
+                    Op::Isend(to, req) => {
+                        in_flight.entry((rank, to)).or_default().push_back(t);
+                        requests[r].insert(req, (to, false));
+                        Some(record(ISEND, t, t + ISEND_NS, to as i32, req, &mut runs))
+                    }
+                    Op::Irecv(from, req) => {
+                        requests[r].insert(req, (from, true));
+                        Some(record(IRECV, t, t + IRECV_NS, from as i32, req, &mut runs))
+                    }
+                    Op::Recv(from) => {
+                        match in_flight.get_mut(&(from, rank)).and_then(|q| q.pop_front()) {
+                            Some(sent) => {
+                                let end = (t + RECV_NS).max(sent + TRANSFER_NS);
+                                let after =
+                                    record(RECV, t, end, from as i32, NO_REQUEST, &mut runs);
+                                runs[r].events.push(done(NO_REQUEST, from as i32));
+                                Some(after)
+                            }
+                            None => None,
+                        }
+                    }
+                    Op::Wait(req) => {
+                        let (peer, receive) = requests[r][&req];
+                        let arrival = if receive {
+                            in_flight
+                                .get_mut(&(peer, rank))
+                                .and_then(|q| q.pop_front())
+                                .map(|s| s + TRANSFER_NS)
+                        } else {
+                            Some(0)
+                        };
+                        arrival.map(|arrival| {
+                            let end = (t + WAIT_NS).max(arrival);
+                            let after = record(WAIT, t, end, NO_RANK, NO_REQUEST, &mut runs);
+                            let source = if receive { peer as i32 } else { NO_RANK };
+                            runs[r].events.push(if receive {
+                                done(req, source)
+                            } else {
+                                Event::Completion(Completion {
+                                    request: req,
+                                    source: NO_RANK,
+                                    tag: NO_TAG,
+                                    bytes: 0,
+                                    cancelled: false,
+                                })
+                            });
+                            after
+                        })
+                    }
+                    Op::Barrier => {
+                        let instance = barrier_count[r];
+                        let entries = barriers.entry(instance).or_insert_with(|| vec![None; n]);
+                        entries[r].get_or_insert(t);
+                        if entries.iter().all(Option::is_some) {
+                            let last_other = entries
+                                .iter()
+                                .enumerate()
+                                .filter(|&(k, _)| k != r)
+                                .filter_map(|(_, s)| *s)
+                                .max()
+                                .unwrap_or(0);
+                            let end = (t + BARRIER_NS).max(last_other + BARRIER_EXIT_NS);
+                            barrier_count[r] += 1;
+                            Some(record(BARRIER, t, end, NO_RANK, NO_REQUEST, &mut runs))
+                        } else {
+                            None
+                        }
+                    }
+                };
+                match next {
+                    Some(t) => {
+                        clock[r] = t;
+                        pc[r] += 1;
+                        progressed = true;
+                    }
+                    None => break,
+                }
+            }
+        }
+        if pc.iter().zip(ops).all(|(&p, o)| p == o.len()) {
+            break;
+        }
+        assert!(progressed, "the synthetic program deadlocks");
+    }
+    for (r, run) in runs.iter_mut().enumerate() {
+        run.finalize = clock[r];
+    }
+    runs
+}
+
+fn done(request: u64, source: i32) -> Event {
+    Event::Completion(Completion {
+        request,
+        source,
+        tag: 0,
+        bytes: 8,
+        cancelled: false,
+    })
+}
+
+/// A recorder cost that differs by rank and call, as a real one does (20–83 ns).
+fn recorder_cost(rank: u32, k: usize) -> u64 {
+    20 + (u64::from(rank) * 37 + k as u64 * 13) % 64
+}
+
+fn write(dir: &std::path::Path, runs: &[Run]) {
+    let ranks: Vec<RankTrace> = runs
+        .iter()
+        .enumerate()
+        .map(|(r, run)| {
+            let mut events = function_defs();
+            // One host: the ranks read one clock.
+            events.push(Event::RankInfo(format::RankInfo {
+                rank: r as u32,
+                world_size: runs.len() as u32,
+                pid: 100 + r as u32,
+                host: "node".into(),
+                mpi_library: "synthetic".into(),
+                run_id: "replay".into(),
+            }));
+            events.push(Event::Marker(Marker::InitDone { time: INIT_NS }));
+            events.extend(run.events.iter().cloned());
+            events.push(Event::Marker(Marker::FinalizeStart { time: run.finalize }));
+            RankTrace {
+                rank: r as u32,
+                ticks_per_sec: 1e9,
+                streams: vec![(0, events)],
+            }
+        })
+        .collect();
+    write_trace(dir, runs.len() as u32, &ranks, 7);
+}
+
+fn reconstruct(dir: &std::path::Path, out: &std::path::Path, model: Model) -> Summary {
+    let opts = Options {
+        remove: Remove::Both,
+        model,
+        ..Options::default()
+    };
+    rebuild::reconstruct(&Trace::open(dir).unwrap(), out, &opts, &mut |_, _| {}).unwrap()
+}
+
+/// Output calls of every rank, as (start, end) relative to the rank's `MPI_Init` end.
+fn replayed_calls(out: &std::path::Path, ranks: usize) -> Vec<Vec<(u64, u64)>> {
+    (0..ranks as u32)
+        .map(|r| {
+            let events = read_lane(out, r, 0);
+            let init = events
+                .iter()
+                .find_map(|e| match e {
+                    Event::Marker(Marker::InitDone { time }) => Some(*time),
+                    _ => None,
+                })
+                .expect("InitDone");
+            calls(&events)
+                .iter()
+                .map(|c| (c.start - init, c.end - init))
+                .collect()
+        })
+        .collect()
+}
+
+fn untraced_calls(runs: &[Run]) -> Vec<Vec<(u64, u64)>> {
+    runs.iter()
+        .map(|run| {
+            run.calls
+                .iter()
+                .map(|c| (c.start - INIT_NS, c.end - INIT_NS))
+                .collect()
+        })
+        .collect()
+}
+
+fn untraced_span(runs: &[Run]) -> u64 {
+    runs.iter().map(|r| r.finalize - INIT_NS).max().unwrap()
+}
+
+/// Simulates `ops` untraced and traced, reconstructs the traced trace with both models, and
+/// checks that the replay gives back every call of the untraced run and its span exactly.
+/// Returns (subtract's span error, ns) so that a case can also say what subtract gets wrong.
+fn check_exact(name: &str, ops: &[Vec<Op>]) -> i64 {
+    let untraced = simulate(ops, |_, _| 0);
+    let traced = simulate(ops, recorder_cost);
+    assert_ne!(
+        untraced, traced,
+        "{name}: the recorder's cost changed nothing"
+    );
+    let dir = temp_dir(&format!("replay-{name}"));
+    let replay_out = temp_dir(&format!("replay-{name}-out"));
+    let subtract_out = temp_dir(&format!("replay-{name}-sub"));
+    write(&dir, &traced);
+    let replay = reconstruct(&dir, &replay_out, Model::Replay);
+    let subtract = reconstruct(&dir, &subtract_out, Model::Subtract);
+    let want = untraced_calls(&untraced);
+    let got = replayed_calls(&replay_out, ops.len());
+    for (r, (w, g)) in want.iter().zip(&got).enumerate() {
+        assert_eq!(w.len(), g.len(), "{name}: rank {r} call count");
+        for (k, (wc, gc)) in w.iter().zip(g).enumerate() {
+            assert_eq!(
+                wc, gc,
+                "{name}: rank {r} call {k} (start, end) untraced vs replayed"
+            );
+        }
+    }
+    let span = untraced_span(&untraced) as f64 / 1e9;
+    assert!(
+        (replay.reconstructed_s - span).abs() < 0.5e-9,
+        "{name}: replayed span {} s, untraced {} s",
+        replay.reconstructed_s,
+        span
+    );
+    assert_eq!(replay.hb.violations_after, 0, "{name}: {:?}", replay.hb);
+    ((subtract.reconstructed_s - span) * 1e9).round() as i64
+}
+
+/// Each case mixes waits of both kinds, so that the estimates have instances where the
+/// dependency came late and where it did not (as a real run does).
+fn alternating_p2p(iterations: usize, late: u64) -> Vec<Vec<Op>> {
+    let mut r0 = Vec::new();
+    let mut r1 = Vec::new();
+    for i in 0..iterations {
+        if i % 2 == 0 {
+            // Late sender: rank 1 waits in its receive.
+            r0.extend([Op::Compute(late), Op::Send(1)]);
+            r1.extend([Op::Recv(0)]);
+        } else {
+            // Late receiver: the message is there when rank 1 asks.
+            r0.extend([Op::Send(1)]);
+            r1.extend([Op::Compute(late), Op::Recv(0)]);
+        }
+        // Both meet, so that the case is repeatable.
+        r0.push(Op::Barrier);
+        r1.push(Op::Barrier);
+    }
+    vec![r0, r1]
+}
+
+#[test]
+fn a_late_sender_and_a_late_receiver_come_back_exactly() {
+    let error = check_exact("p2p", &alternating_p2p(20, 5_000));
+    // Subtract removes each rank's own cost; the receiver's waits stay as long as the sender's
+    // cost made them, so its span is off.
+    assert_ne!(error, 0, "subtract was exact: the case tests nothing");
+}
+
+#[test]
+fn a_collective_with_one_late_entrant_comes_back_exactly() {
+    let n = 3;
+    let mut ops = vec![Vec::new(); n];
+    for i in 0..15 {
+        for (r, rank_ops) in ops.iter_mut().enumerate() {
+            // A different rank is late each time, by a different amount.
+            let work = if r == i % n {
+                4_000 + 100 * i as u64
+            } else {
+                500
+            };
+            rank_ops.extend([Op::Compute(work), Op::Barrier]);
+        }
+    }
+    let error = check_exact("barrier", &ops);
+    assert_ne!(error, 0, "subtract was exact: the case tests nothing");
+}
+
+#[test]
+fn a_chain_of_waits_across_three_ranks_comes_back_exactly() {
+    // Rank 0 feeds rank 1, which forwards to rank 2: rank 2's wait is set by rank 0's costs
+    // through rank 1.
+    let mut ops = vec![Vec::new(); 3];
+    for i in 0..12 {
+        let late = 2_000 + 300 * (i % 3) as u64;
+        if i % 2 == 0 {
+            ops[0].extend([Op::Compute(late), Op::Send(1)]);
+            ops[1].extend([Op::Recv(0), Op::Send(2)]);
+            ops[2].extend([Op::Recv(1)]);
+        } else {
+            ops[0].extend([Op::Send(1)]);
+            ops[1].extend([Op::Compute(late), Op::Recv(0), Op::Send(2)]);
+            ops[2].extend([Op::Compute(2 * late), Op::Recv(1)]);
+        }
+        for rank_ops in &mut ops {
+            rank_ops.push(Op::Barrier);
+        }
+    }
+    let error = check_exact("chain", &ops);
+    assert_ne!(error, 0, "subtract was exact: the case tests nothing");
+}
+
+#[test]
+fn nonblocking_receives_complete_at_their_wait() {
+    let mut r0 = Vec::new();
+    let mut r1 = Vec::new();
+    for i in 0..16u64 {
+        let late = 3_000 + 200 * (i % 4);
+        if i % 2 == 0 {
+            r0.extend([Op::Compute(late), Op::Isend(1, 1), Op::Wait(1)]);
+            r1.extend([Op::Irecv(0, 2), Op::Compute(100), Op::Wait(2)]);
+        } else {
+            r0.extend([Op::Isend(1, 1), Op::Wait(1)]);
+            r1.extend([Op::Irecv(0, 2), Op::Compute(late), Op::Wait(2)]);
+        }
+        r0.push(Op::Barrier);
+        r1.push(Op::Barrier);
+    }
+    let error = check_exact("nonblocking", &[r0, r1]);
+    assert_ne!(error, 0, "subtract was exact: the case tests nothing");
+}
+
+#[test]
+fn without_waits_the_replay_equals_subtract() {
+    // Every receive finds its message there and nobody waits in a collective: the rank-by-rank
+    // subtraction is then right, and the replay must not move anything further.
+    let mut r0 = Vec::new();
+    let mut r1 = Vec::new();
+    for _ in 0..10 {
+        r0.extend([Op::Send(1), Op::Compute(3_000)]);
+        r1.extend([Op::Compute(6_000), Op::Recv(0)]);
+    }
+    let ops = vec![r0, r1];
+    let error = check_exact("no-waits", &ops);
+    assert_eq!(error, 0, "subtract must be exact here too");
+    // The written calls agree one by one.
+    let traced = simulate(&ops, recorder_cost);
+    let dir = temp_dir("replay-equal");
+    let a = temp_dir("replay-equal-replay");
+    let b = temp_dir("replay-equal-subtract");
+    write(&dir, &traced);
+    reconstruct(&dir, &a, Model::Replay);
+    reconstruct(&dir, &b, Model::Subtract);
+    assert_eq!(replayed_calls(&a, 2), replayed_calls(&b, 2));
+}
