@@ -98,6 +98,17 @@ impl<'a> LaneMapper<'a> {
                 // progress), not when it has polled enough: the recorder's cost inside the run
                 // (`inner_cost`) did not delay its end, so both ends move by the cost spent
                 // before the run, and only the last poll's cost delays what follows.
+                if collapse || self.remove_dp {
+                    // As for a call, at the run's end: the replay needs the recorder's cost spent
+                    // after the last poll (up to the call that ends the loop).
+                    let g = map.global_ns(p.end, cur);
+                    let out = if collapse {
+                        map.collapsed_ns(p.end, cur)
+                    } else {
+                        g
+                    };
+                    self.removed = (g - out + removed_dp).max(0.0).round() as u64;
+                }
                 p.start = to_out(p.start, cur);
                 p.end = to_out(p.end, cur).max(p.start);
                 self.dp_ticks = self.dp_ticks.saturating_add(u64::from(p.cost));

@@ -31,7 +31,12 @@ const TRANSFER_NS: u64 = 1_000;
 /// the last entrant itself leaves after its own cost).
 const BARRIER_EXIT_NS: u64 = 200;
 
+const TEST_NS: u64 = 40;
+/// Polls folded into each run that found nothing.
+const POLLS_PER_RUN: u64 = 25;
+
 const INIT_NS: u64 = 1_000_000;
+const TEST: format::FunctionId = 8;
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -42,6 +47,11 @@ enum Op {
     Irecv(u32, u64),
     /// Waits for one request posted by `Isend`/`Irecv` with this id.
     Wait(u64),
+    /// Polls the receive request with this id (`MPI_Test`) until its message is there. The
+    /// polls are back to back and fine enough that the one that succeeds starts when the message
+    /// arrives; the recorder folds those that failed into one run and spends its cost after
+    /// each of them.
+    PollWait(u64),
     Barrier,
 }
 
@@ -59,7 +69,7 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
     let mut clock = vec![INIT_NS; n];
     let mut pc = vec![0usize; n];
     let mut runs: Vec<Run> = vec![Run::default(); n];
-    let mut calls_made = vec![0usize; n];
+    let calls_made: Vec<std::cell::Cell<usize>> = vec![std::cell::Cell::new(0); n];
     // (from, to) → starts of sends not yet received, in order.
     let mut in_flight: HashMap<(u32, u32), VecDeque<u64>> = HashMap::new();
     // Per rank: request id → (peer, is_receive).
@@ -76,8 +86,8 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                 let mut record = |func, start, end, peer: i32, request, runs: &mut Vec<Run>| {
                     let mut c = call(func, start, end, peer, if peer >= 0 { 0 } else { NO_TAG });
                     c.request = request;
-                    let k = calls_made[r];
-                    calls_made[r] += 1;
+                    let k = calls_made[r].get();
+                    calls_made[r].set(k + 1);
                     let spent = cost(rank, k);
                     c.cost = spent as u32;
                     runs[r].events.push(Event::Call(c));
@@ -146,6 +156,37 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                             after
                         })
                     }
+                    Op::PollWait(req) => {
+                        let (peer, _) = requests[r][&req];
+                        in_flight.get_mut(&(peer, rank)).and_then(|q| q.pop_front()).map(|sent| {
+                            let arrival = sent + TRANSFER_NS;
+                            let mut t = t;
+                            if arrival > t {
+                                let k = calls_made[r].get();
+                                calls_made[r].set(k + POLLS_PER_RUN as usize);
+                                let costs: Vec<u64> =
+                                    (0..POLLS_PER_RUN as usize).map(|i| cost(rank, k + i)).collect();
+                                let inner: u64 = costs[..costs.len() - 1].iter().sum();
+                                let last = costs[costs.len() - 1];
+                                runs[r].events.push(Event::Polls(format::PollRun {
+                                    func: TEST,
+                                    comm: 0,
+                                    peer: NO_RANK,
+                                    tag: NO_TAG,
+                                    start: t,
+                                    end: arrival,
+                                    count: POLLS_PER_RUN,
+                                    busy: (arrival - t).saturating_sub(inner),
+                                    inner_cost: inner,
+                                    cost: last as u32,
+                                }));
+                                t = arrival + last;
+                            }
+                            let after = record(TEST, t, t + TEST_NS, NO_RANK, NO_REQUEST, &mut runs);
+                            runs[r].events.push(done(req, peer as i32));
+                            after
+                        })
+                    }
                     Op::Barrier => {
                         let instance = barrier_count[r];
                         let entries = barriers.entry(instance).or_insert_with(|| vec![None; n]);
@@ -208,6 +249,10 @@ fn write(dir: &std::path::Path, runs: &[Run]) {
         .enumerate()
         .map(|(r, run)| {
             let mut events = function_defs();
+            events.push(Event::FunctionDef {
+                id: TEST,
+                name: "MPI_Test".into(),
+            });
             // One host: the ranks read one clock.
             events.push(Event::RankInfo(format::RankInfo {
                 rank: r as u32,
@@ -402,6 +447,34 @@ fn nonblocking_receives_complete_at_their_wait() {
         r1.push(Op::Barrier);
     }
     let error = check_exact("nonblocking", &[r0, r1]);
+    assert_ne!(error, 0, "subtract was exact: the case tests nothing");
+}
+
+#[test]
+fn a_polling_loop_is_one_wait_that_ends_when_its_message_arrives() {
+    // Rank 1 polls for its message with MPI_Test; half the time the sender is late (the loop
+    // runs, and its length is set by the sender's recorder cost), half the time the message is
+    // already there (one test). Every poll of the loop costs the recorder, which must not
+    // lengthen the loop: it ends when the message arrives.
+    let mut r0 = Vec::new();
+    let mut r1 = Vec::new();
+    for i in 0..16u64 {
+        let late = 3_000 + 150 * (i % 5);
+        if i % 2 == 0 {
+            r0.extend([Op::Compute(late), Op::Send(1)]);
+            r1.extend([Op::Irecv(0, 9), Op::PollWait(9)]);
+        } else {
+            r0.extend([Op::Send(1)]);
+            r1.extend([Op::Irecv(0, 9), Op::Compute(late), Op::PollWait(9)]);
+        }
+        r0.push(Op::Barrier);
+        r1.push(Op::Barrier);
+    }
+    // Receives that waited in a plain Recv as well, so that the transfer time is learned where
+    // nothing polled.
+    r0.extend([Op::Compute(4_000), Op::Send(1), Op::Barrier]);
+    r1.extend([Op::Recv(0), Op::Barrier]);
+    let error = check_exact("polling", &[r0, r1]);
     assert_ne!(error, 0, "subtract was exact: the case tests nothing");
 }
 

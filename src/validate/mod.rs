@@ -38,6 +38,8 @@ pub struct Pair {
     /// recorder cost was absorbed by a wait for another rank, removing it must not shorten the
     /// wait below what the other rank allows, and the repair puts that wait back.
     pub reconstructed_causal_s: f64,
+    /// T(G) by replay (`reconstruct --model replay`): every wait recomputed from its partners.
+    pub reconstructed_replay_s: f64,
     pub dp_prime_s: f64,
     pub dp_s: f64,
     pub flushes: u64,
@@ -69,6 +71,7 @@ pub struct Validation {
     pub reconstructed_plus: Error,
     pub reconstructed: Error,
     pub reconstructed_causal: Error,
+    pub reconstructed_replay: Error,
     pub dp_prime_median_s: f64,
     pub dp_median_s: f64,
     pub flushes_median: u64,
@@ -232,6 +235,16 @@ fn traced_once(req: &Request, mpi: Mpi, rep: usize) -> Result<Pair> {
         },
         &mut |_, _| {},
     )?;
+    let replay = rebuild::reconstruct(
+        &t,
+        &rebuilt,
+        &Options {
+            remove: rebuild::Remove::Both,
+            model: rebuild::Model::Replay,
+            ..Options::default()
+        },
+        &mut |_, _| {},
+    )?;
     let flushes = info::summarize(&t)?.suspension.flushes;
     if !req.keep {
         let _ = std::fs::remove_dir_all(&trace);
@@ -243,6 +256,7 @@ fn traced_once(req: &Request, mpi: Mpi, rep: usize) -> Result<Pair> {
         reconstructed_plus_s: summary.reconstructed_plus_s,
         reconstructed_s: summary.reconstructed_s,
         reconstructed_causal_s: causal.reconstructed_s,
+        reconstructed_replay_s: replay.reconstructed_s,
         dp_prime_s: summary.dp_prime_s,
         dp_s: summary.dp_s,
         flushes,
@@ -292,6 +306,7 @@ pub fn validate(req: &Request) -> Result<Validation> {
         reconstructed_plus: error_of(&u, &col(|p| p.reconstructed_plus_s)),
         reconstructed: error_of(&u, &col(|p| p.reconstructed_s)),
         reconstructed_causal: error_of(&u, &col(|p| p.reconstructed_causal_s)),
+        reconstructed_replay: error_of(&u, &col(|p| p.reconstructed_replay_s)),
         dp_prime_median_s: median(&col(|p| p.dp_prime_s)),
         dp_median_s: median(&col(|p| p.dp_s)),
         flushes_median: flushes[flushes.len() / 2],
@@ -319,6 +334,7 @@ pub fn render(v: &Validation) -> String {
         ("T(G+) DP' out", &v.reconstructed_plus),
         ("T(G) DP', DP out", &v.reconstructed),
         ("T(G) + hb repair", &v.reconstructed_causal),
+        ("T(G) by replay", &v.reconstructed_replay),
     ] {
         let _ = writeln!(
             o,

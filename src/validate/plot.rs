@@ -20,30 +20,36 @@ struct Kind {
     value: fn(&super::Pair) -> f64,
 }
 
-const KINDS: [Kind; 4] = [
+const KINDS: [Kind; 5] = [
     Kind {
         label: "untraced",
-        offset: -0.18,
+        offset: -0.24,
         colour: RGBColor(0, 0, 0),
         value: |p| p.untraced_s,
     },
     Kind {
         label: "traced T(G')",
-        offset: -0.06,
+        offset: -0.12,
         colour: RGBColor(214, 39, 40),
         value: |p| p.traced_s,
     },
     Kind {
         label: "T(G+): DP' removed",
-        offset: 0.06,
+        offset: 0.0,
         colour: RGBColor(255, 127, 14),
         value: |p| p.reconstructed_plus_s,
     },
     Kind {
-        label: "T(G): DP' and DP removed",
-        offset: 0.18,
+        label: "T(G): DP' and DP subtracted",
+        offset: 0.12,
         colour: RGBColor(31, 119, 180),
         value: |p| p.reconstructed_s,
+    },
+    Kind {
+        label: "T(G): replayed",
+        offset: 0.24,
+        colour: RGBColor(44, 160, 44),
+        value: |p| p.reconstructed_replay_s,
     },
 ];
 
@@ -172,6 +178,7 @@ mod tests {
             reconstructed_plus_s: t - 0.02,
             reconstructed_s: t - 0.03,
             reconstructed_causal_s: t - 0.025,
+            reconstructed_replay_s: t - 0.028,
             dp_prime_s: 0.02,
             dp_s: 0.01,
             flushes: 4,
@@ -194,6 +201,7 @@ mod tests {
             reconstructed_plus: e(1.01),
             reconstructed: e(1.0),
             reconstructed_causal: e(1.0),
+            reconstructed_replay: e(1.0),
             dp_prime_median_s: 0.02,
             dp_median_s: 0.01,
             flushes_median: 4,

@@ -422,7 +422,17 @@ struct Lane<I> {
     /// The communicator defined by the event just before, if that was a definition: an
     /// `Intercomm_create` right after it created it.
     last_commdef: Option<format::CommId>,
+    /// With the replay: a run of polls that found nothing and what followed it, not handed out
+    /// yet (unshifted). If a call that waits comes next, the run is part of its wait (see
+    /// `repair`); otherwise they go out as they are.
+    pending: Vec<Event>,
+    /// Time the mapping removed at the run of polls that begins `pending`.
+    pending_removed: u64,
 }
+
+/// Events that may follow a run of polls before the call that waits (the successful poll, its
+/// completions, a probe's receive): beyond this the run is taken as not waiting for anything.
+const POLL_TAIL: usize = 8;
 
 /// What to do with an event that is not part of a held call.
 enum Action {
@@ -535,6 +545,8 @@ pub fn run_learning<I: LaneSource>(
             spare_needs: Vec::new(),
             done: false,
             last_commdef: None,
+            pending: Vec::new(),
+            pending_removed: 0,
         })
         .collect();
     loop {
@@ -610,6 +622,10 @@ impl Shared<'_> {
                 }
                 force = false;
                 moved = true;
+                // A run of polls before the call was placed by resolve with it.
+                for e in lane.pending.drain(..) {
+                    on_event(li, &e);
+                }
                 let shift = lane.shift;
                 for mut e in lane.held.drain(..) {
                     // The call's times were set by resolve; what follows it moves with the lane.
@@ -638,6 +654,7 @@ impl Shared<'_> {
                     lane.needs = Some(self.needs_of(lane));
                     continue;
                 }
+                Self::flush_pending(li, lane, on_event);
                 lane.done = true;
                 self.frontier[li] = u64::MAX;
                 if let Some(n) = self.live_lanes.get_mut(lane.rank_idx) {
@@ -698,7 +715,18 @@ impl Shared<'_> {
             }
             budget -= 1;
             moved = true;
+            let polls = matches!(event, Event::Polls(_));
+            if polls || lane.pending.len() >= POLL_TAIL {
+                Self::flush_pending(li, lane, on_event);
+            }
             match self.process(lane, index, removed, &event) {
+                Action::Emit if polls && self.repair.enabled && self.repair.replay => {
+                    lane.pending.push(event);
+                    lane.pending_removed = removed;
+                }
+                Action::Emit if !lane.pending.is_empty() => {
+                    lane.pending.push(event);
+                }
                 Action::Emit => {
                     shift_times(&mut event, lane.shift);
                     on_event(li, &event);
@@ -713,6 +741,14 @@ impl Shared<'_> {
                     lane.held_coll = coll;
                 }
             }
+        }
+    }
+
+    /// Hands out a run of polls that no wait took, moved as the lane is.
+    fn flush_pending<I>(li: usize, lane: &mut Lane<I>, on_event: &mut impl FnMut(usize, &Event)) {
+        for mut e in lane.pending.drain(..) {
+            shift_times(&mut e, lane.shift);
+            on_event(li, &e);
         }
     }
 

@@ -231,10 +231,34 @@ impl Shared<'_> {
         }
         let start = call.start.saturating_add_signed(lane.shift);
         let mut end = raw_end.saturating_add_signed(lane.shift);
+        let mut start = start;
         if replay {
-            end = self.replayed_end(lane, &call, start, dependency);
+            // Only a call that waits for something takes the run into its wait.
+            let poll_run = dependency
+                .replayed
+                .and_then(|_| poll_run_before(lane, &call));
+            // A loop of polls and the call that ends it are one wait, begun where the loop began
+            // after the program's own work inside the loop.
+            let (base, base_recorded, dp_after) = match &poll_run {
+                Some(l) => (
+                    l.base.saturating_add_signed(lane.shift),
+                    l.base.saturating_add(lane.held_removed),
+                    lane.held_removed.saturating_sub(lane.pending_removed),
+                ),
+                None => (start, call.start.saturating_add(lane.held_removed), 0),
+            };
+            end = self.replayed_end(lane, &call, base, base_recorded, dp_after, dependency);
+            let old_shift = lane.shift;
             lane.shift = end as i64 - raw_end as i64;
             lane.max_shift = lane.max_shift.max(lane.shift.max(0) as u64);
+            if poll_run.is_some() {
+                start = place_poll_run(lane, old_shift, &call);
+            } else {
+                // A run no wait took goes out as it was (the shift did not change before it).
+                for e in &mut lane.pending {
+                    super::shift_times(e, old_shift);
+                }
+            }
         } else if self.repair.enabled {
             if end < required {
                 end = required;
@@ -275,12 +299,16 @@ impl Shared<'_> {
         (func, size_class(size))
     }
 
-    /// The replayed end of the held call that starts at `start` (replayed times).
+    /// The replayed end of the held call whose wait begins at `start` (replayed times) and
+    /// `recorded_start` (as recorded); `dp_after` is the recorder's cost spent between the last
+    /// poll of a loop before the call and the call (none is spent inside a blocking call).
     fn replayed_end<I>(
         &self,
         lane: &Lane<I>,
         call: &format::MpiCall,
         start: u64,
+        recorded_start: u64,
+        dp_after: u64,
         dependency: Dependency,
     ) -> u64 {
         let duration = call.end.saturating_sub(call.start);
@@ -293,12 +321,13 @@ impl Shared<'_> {
             return own_end;
         };
         let intrinsic = est.intrinsic(self.intrinsic_class(lane, call), duration);
-        let recorded_start = call.start.saturating_add(lane.held_removed) as i64;
+        let recorded_start = recorded_start as i64;
         let recorded_end = call.end.saturating_add(lane.held_removed) as i64;
         let replayed = replayed.max(0) as u64;
         if recorded > recorded_start + intrinsic as i64 {
-            // It waited: what it spent after its dependency was there stays, the wait does not.
-            let after = (recorded_end - recorded).max(0) as u64;
+            // It waited: what it spent after its dependency was there stays (less the recorder's
+            // cost in it), the wait does not.
+            let after = (recorded_end - recorded - dp_after as i64).max(0) as u64;
             start
                 .saturating_add(intrinsic)
                 .max(replayed.saturating_add(after))
@@ -306,6 +335,46 @@ impl Shared<'_> {
             own_end.max(replayed)
         }
     }
+}
+
+/// A run of polls right before a call that waits (pending on its lane, unshifted).
+struct PollRun {
+    /// Where the wait would begin if the first poll had found what it waited for: the run's
+    /// start plus the program's own work between the polls (neither the polls nor the
+    /// recorder's cost inside the run), plus what came between the run and the call.
+    base: u64,
+}
+
+fn poll_run_before<I>(lane: &Lane<I>, call: &format::MpiCall) -> Option<PollRun> {
+    let Some(Event::Polls(p)) = lane.pending.first() else {
+        return None;
+    };
+    let work = (p.end.saturating_sub(p.start)).saturating_sub(p.busy.saturating_add(p.inner_cost));
+    let between = call.start.saturating_sub(p.end);
+    Some(PollRun {
+        base: p.start.saturating_add(work).saturating_add(between),
+    })
+}
+
+/// Places the pending run of polls and what follows it before the held call, now that the
+/// call's end (and the lane's new shift) are known: the run starts where it did (the lane's
+/// shift before it), everything after it moves with the call, and nothing goes back before the
+/// run's start. Returns the call's start.
+fn place_poll_run<I>(lane: &mut Lane<I>, old_shift: i64, call: &format::MpiCall) -> u64 {
+    let new_shift = lane.shift;
+    let mut floor = 0u64;
+    for (k, e) in lane.pending.iter_mut().enumerate() {
+        if k == 0
+            && let Event::Polls(p) = e
+        {
+            p.start = p.start.saturating_add_signed(old_shift);
+            p.end = p.end.saturating_add_signed(new_shift).max(p.start);
+            floor = p.end;
+            continue;
+        }
+        crate::times::for_each_time(e, |t| *t = t.saturating_add_signed(new_shift).max(floor));
+    }
+    call.start.saturating_add_signed(new_shift).max(floor)
 }
 
 /// The latest entry of another member than `me` among `range`, replayed and as recorded, each
