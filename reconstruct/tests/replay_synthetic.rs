@@ -35,8 +35,21 @@ const TEST_NS: u64 = 40;
 /// Polls folded into each run that found nothing.
 const POLLS_PER_RUN: u64 = 25;
 
+/// General active target synchronisation (PSCW) on one window over ranks 0 and 1.
+const WIN_POST_NS: u64 = 60;
+const WIN_START_NS: u64 = 60;
+const WIN_COMPLETE_NS: u64 = 110;
+const WIN_WAIT_NS: u64 = 70;
+/// From an origin's `Win_complete` start to the end of the target's `Win_wait` that waited.
+const EPOCH_NS: u64 = 700;
+
 const INIT_NS: u64 = 1_000_000;
 const TEST: format::FunctionId = 8;
+const WIN_POST: format::FunctionId = 40;
+const WIN_START: format::FunctionId = 41;
+const WIN_COMPLETE: format::FunctionId = 42;
+const WIN_WAIT: format::FunctionId = 43;
+const WIN: format::CommId = 5;
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -52,6 +65,13 @@ enum Op {
     /// arrives; the recorder folds those that failed into one run and spends its cost after
     /// each of them.
     PollWait(u64),
+    /// Exposes the window to this origin (`Win_post`), and waits for its epoch to end
+    /// (`Win_wait`).
+    Post(u32),
+    WinWait(u32),
+    /// Accesses this target's window (`Win_start`) and ends the epoch (`Win_complete`).
+    Start(u32),
+    Complete(u32),
     Barrier,
 }
 
@@ -76,6 +96,8 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
     let mut requests: Vec<HashMap<u64, (u32, bool)>> = vec![HashMap::new(); n];
     // Barrier instance → entries.
     let mut barriers: HashMap<usize, Vec<Option<u64>>> = HashMap::new();
+    // (origin, target) → starts of `Win_complete` not yet waited for.
+    let mut completes: HashMap<(u32, u32), VecDeque<u64>> = HashMap::new();
     let mut barrier_count = vec![0usize; n];
     loop {
         let mut progressed = false;
@@ -83,9 +105,13 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
             while pc[r] < ops[r].len() {
                 let t = clock[r];
                 let rank = r as u32;
-                let mut record = |func, start, end, peer: i32, request, runs: &mut Vec<Run>| {
+                let record = |func, start, end, peer: i32, request, runs: &mut Vec<Run>| {
                     let mut c = call(func, start, end, peer, if peer >= 0 { 0 } else { NO_TAG });
                     c.request = request;
+                    if [WIN_POST, WIN_START, WIN_COMPLETE, WIN_WAIT].contains(&func) {
+                        c.comm = WIN;
+                        c.bytes = 0;
+                    }
                     let k = calls_made[r].get();
                     calls_made[r].set(k + 1);
                     let spent = cost(rank, k);
@@ -158,35 +184,69 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                     }
                     Op::PollWait(req) => {
                         let (peer, _) = requests[r][&req];
-                        in_flight.get_mut(&(peer, rank)).and_then(|q| q.pop_front()).map(|sent| {
-                            let arrival = sent + TRANSFER_NS;
-                            let mut t = t;
-                            if arrival > t {
-                                let k = calls_made[r].get();
-                                calls_made[r].set(k + POLLS_PER_RUN as usize);
-                                let costs: Vec<u64> =
-                                    (0..POLLS_PER_RUN as usize).map(|i| cost(rank, k + i)).collect();
-                                let inner: u64 = costs[..costs.len() - 1].iter().sum();
-                                let last = costs[costs.len() - 1];
-                                runs[r].events.push(Event::Polls(format::PollRun {
-                                    func: TEST,
-                                    comm: 0,
-                                    peer: NO_RANK,
-                                    tag: NO_TAG,
-                                    start: t,
-                                    end: arrival,
-                                    count: POLLS_PER_RUN,
-                                    busy: (arrival - t).saturating_sub(inner),
-                                    inner_cost: inner,
-                                    cost: last as u32,
-                                }));
-                                t = arrival + last;
-                            }
-                            let after = record(TEST, t, t + TEST_NS, NO_RANK, NO_REQUEST, &mut runs);
-                            runs[r].events.push(done(req, peer as i32));
-                            after
-                        })
+                        in_flight
+                            .get_mut(&(peer, rank))
+                            .and_then(|q| q.pop_front())
+                            .map(|sent| {
+                                let arrival = sent + TRANSFER_NS;
+                                let mut t = t;
+                                if arrival > t {
+                                    let k = calls_made[r].get();
+                                    calls_made[r].set(k + POLLS_PER_RUN as usize);
+                                    let costs: Vec<u64> = (0..POLLS_PER_RUN as usize)
+                                        .map(|i| cost(rank, k + i))
+                                        .collect();
+                                    let inner: u64 = costs[..costs.len() - 1].iter().sum();
+                                    let last = costs[costs.len() - 1];
+                                    runs[r].events.push(Event::Polls(format::PollRun {
+                                        func: TEST,
+                                        comm: 0,
+                                        peer: NO_RANK,
+                                        tag: NO_TAG,
+                                        start: t,
+                                        end: arrival,
+                                        count: POLLS_PER_RUN,
+                                        busy: (arrival - t).saturating_sub(inner),
+                                        inner_cost: inner,
+                                        cost: last as u32,
+                                    }));
+                                    t = arrival + last;
+                                }
+                                let after =
+                                    record(TEST, t, t + TEST_NS, NO_RANK, NO_REQUEST, &mut runs);
+                                runs[r].events.push(done(req, peer as i32));
+                                after
+                            })
                     }
+                    Op::Post(origin) | Op::Start(origin) => {
+                        runs[r].events.push(Event::EpochGroup {
+                            win: WIN,
+                            members: vec![origin],
+                        });
+                        let (func, ns) = match ops[r][pc[r]] {
+                            Op::Post(_) => (WIN_POST, WIN_POST_NS),
+                            _ => (WIN_START, WIN_START_NS),
+                        };
+                        Some(record(func, t, t + ns, NO_RANK, NO_REQUEST, &mut runs))
+                    }
+                    Op::Complete(target) => {
+                        completes.entry((rank, target)).or_default().push_back(t);
+                        Some(record(
+                            WIN_COMPLETE,
+                            t,
+                            t + WIN_COMPLETE_NS,
+                            NO_RANK,
+                            NO_REQUEST,
+                            &mut runs,
+                        ))
+                    }
+                    Op::WinWait(origin) => completes
+                        .get_mut(&(origin, rank))
+                        .and_then(|q| q.pop_front())
+                        .map(|c| {
+                            let end = (t + WIN_WAIT_NS).max(c + EPOCH_NS);
+                            record(WIN_WAIT, t, end, NO_RANK, NO_REQUEST, &mut runs)
+                        }),
                     Op::Barrier => {
                         let instance = barrier_count[r];
                         let entries = barriers.entry(instance).or_insert_with(|| vec![None; n]);
@@ -249,10 +309,18 @@ fn write(dir: &std::path::Path, runs: &[Run]) {
         .enumerate()
         .map(|(r, run)| {
             let mut events = function_defs();
-            events.push(Event::FunctionDef {
-                id: TEST,
-                name: "MPI_Test".into(),
-            });
+            for (id, name) in [
+                (TEST, "MPI_Test"),
+                (WIN_POST, "MPI_Win_post"),
+                (WIN_START, "MPI_Win_start"),
+                (WIN_COMPLETE, "MPI_Win_complete"),
+                (WIN_WAIT, "MPI_Win_wait"),
+            ] {
+                events.push(Event::FunctionDef {
+                    id,
+                    name: name.into(),
+                });
+            }
             // One host: the ranks read one clock.
             events.push(Event::RankInfo(format::RankInfo {
                 rank: r as u32,
@@ -263,6 +331,13 @@ fn write(dir: &std::path::Path, runs: &[Run]) {
                 run_id: "replay".into(),
             }));
             events.push(Event::Marker(Marker::InitDone { time: INIT_NS }));
+            if runs.len() >= 2 && r < 2 {
+                events.push(Event::CommDef {
+                    id: WIN,
+                    members: vec![0, 1],
+                });
+                events.push(Event::WinDef { id: WIN, comm: 0 });
+            }
             events.extend(run.events.iter().cloned());
             events.push(Event::Marker(Marker::FinalizeStart { time: run.finalize }));
             RankTrace {
@@ -321,8 +396,9 @@ fn untraced_span(runs: &[Run]) -> u64 {
 
 /// Simulates `ops` untraced and traced, reconstructs the traced trace with both models, and
 /// checks that the replay gives back every call of the untraced run and its span exactly.
-/// Returns (subtract's span error, ns) so that a case can also say what subtract gets wrong.
-fn check_exact(name: &str, ops: &[Vec<Op>]) -> i64 {
+/// Returns subtract's span error (ns), so that a case can also say what subtract gets wrong, and
+/// the replay's summary.
+fn check_exact(name: &str, ops: &[Vec<Op>]) -> (i64, Summary) {
     let untraced = simulate(ops, |_, _| 0);
     let traced = simulate(ops, recorder_cost);
     assert_ne!(
@@ -354,7 +430,16 @@ fn check_exact(name: &str, ops: &[Vec<Op>]) -> i64 {
         span
     );
     assert_eq!(replay.hb.violations_after, 0, "{name}: {:?}", replay.hb);
-    ((subtract.reconstructed_s - span) * 1e9).round() as i64
+    let report = &replay.hb.before;
+    assert_eq!(
+        report.unmatched_sends + report.unmatched_receives,
+        0,
+        "{name}: {report:?}"
+    );
+    (
+        ((subtract.reconstructed_s - span) * 1e9).round() as i64,
+        replay,
+    )
 }
 
 /// Each case mixes waits of both kinds, so that the estimates have instances where the
@@ -381,7 +466,7 @@ fn alternating_p2p(iterations: usize, late: u64) -> Vec<Vec<Op>> {
 
 #[test]
 fn a_late_sender_and_a_late_receiver_come_back_exactly() {
-    let error = check_exact("p2p", &alternating_p2p(20, 5_000));
+    let (error, _) = check_exact("p2p", &alternating_p2p(20, 5_000));
     // Subtract removes each rank's own cost; the receiver's waits stay as long as the sender's
     // cost made them, so its span is off.
     assert_ne!(error, 0, "subtract was exact: the case tests nothing");
@@ -402,7 +487,7 @@ fn a_collective_with_one_late_entrant_comes_back_exactly() {
             rank_ops.extend([Op::Compute(work), Op::Barrier]);
         }
     }
-    let error = check_exact("barrier", &ops);
+    let (error, _) = check_exact("barrier", &ops);
     assert_ne!(error, 0, "subtract was exact: the case tests nothing");
 }
 
@@ -426,7 +511,7 @@ fn a_chain_of_waits_across_three_ranks_comes_back_exactly() {
             rank_ops.push(Op::Barrier);
         }
     }
-    let error = check_exact("chain", &ops);
+    let (error, _) = check_exact("chain", &ops);
     assert_ne!(error, 0, "subtract was exact: the case tests nothing");
 }
 
@@ -446,7 +531,7 @@ fn nonblocking_receives_complete_at_their_wait() {
         r0.push(Op::Barrier);
         r1.push(Op::Barrier);
     }
-    let error = check_exact("nonblocking", &[r0, r1]);
+    let (error, _) = check_exact("nonblocking", &[r0, r1]);
     assert_ne!(error, 0, "subtract was exact: the case tests nothing");
 }
 
@@ -474,7 +559,33 @@ fn a_polling_loop_is_one_wait_that_ends_when_its_message_arrives() {
     // nothing polled.
     r0.extend([Op::Compute(4_000), Op::Send(1), Op::Barrier]);
     r1.extend([Op::Recv(0), Op::Barrier]);
-    let error = check_exact("polling", &[r0, r1]);
+    let (error, replay) = check_exact("polling", &[r0, r1]);
+    assert_eq!(replay.hb.before.messages, 17, "{:?}", replay.hb);
+    assert_ne!(error, 0, "subtract was exact: the case tests nothing");
+}
+
+#[test]
+fn an_rma_epoch_ends_when_its_origin_completes() {
+    // Rank 0 exposes its window to rank 1, which accesses it; the target's Win_wait ends only
+    // after the origin's Win_complete. Half the time the origin is late.
+    let mut r0 = Vec::new();
+    let mut r1 = Vec::new();
+    for i in 0..14u64 {
+        let late = 2_500 + 100 * (i % 3);
+        r0.push(Op::Post(1));
+        r1.push(Op::Start(0));
+        if i % 2 == 0 {
+            r0.push(Op::WinWait(1));
+            r1.extend([Op::Compute(late), Op::Complete(0)]);
+        } else {
+            r0.extend([Op::Compute(late), Op::WinWait(1)]);
+            r1.push(Op::Complete(0));
+        }
+        r0.push(Op::Barrier);
+        r1.push(Op::Barrier);
+    }
+    let (error, replay) = check_exact("pscw", &[r0, r1]);
+    assert_eq!(replay.hb.before.rma_epochs, 14, "{:?}", replay.hb);
     assert_ne!(error, 0, "subtract was exact: the case tests nothing");
 }
 
@@ -489,7 +600,7 @@ fn without_waits_the_replay_equals_subtract() {
         r1.extend([Op::Compute(6_000), Op::Recv(0)]);
     }
     let ops = vec![r0, r1];
-    let error = check_exact("no-waits", &ops);
+    let (error, _) = check_exact("no-waits", &ops);
     assert_eq!(error, 0, "subtract must be exact here too");
     // The written calls agree one by one.
     let traced = simulate(&ops, recorder_cost);
