@@ -31,6 +31,9 @@ struct Meta<'a> {
     library: String,
     ranks_requested: Option<u32>,
     host: String,
+    /// Cores this host gives the job (the launcher's affinity and quota): more ranks than this
+    /// on `host` is oversubscription, which `reconstruct` and `validate` warn of.
+    host_cpus: usize,
     settings: &'a BTreeMap<String, String>,
     start_unix_s: f64,
     end_unix_s: Option<f64>,
@@ -182,6 +185,7 @@ pub fn run(req: RunRequest) -> Result<i32> {
         library: lib.display().to_string(),
         ranks_requested: line.as_ref().and_then(|l| l.ranks),
         host: host.clone(),
+        host_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         settings: &env,
         start_unix_s: unix_now(),
         end_unix_s: None,

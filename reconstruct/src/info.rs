@@ -110,6 +110,8 @@ pub struct Info {
     pub run_id: Option<String>,
     /// Host name to the ranks that ran there, from the ranks' `RankInfo` records.
     pub hosts: BTreeMap<String, Vec<u32>>,
+    /// Hosts that ran more ranks than they had cores for the job.
+    pub oversubscribed: Vec<crate::oversubscription::Crowding>,
     /// Ranks whose writer fell back from the requested one (see `per_rank[].writers`).
     pub writer_fallbacks: Vec<u32>,
     /// Records of every kind, all ranks.
@@ -299,6 +301,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         1 => run_ids.into_iter().next(),
         _ => Some(run_ids.into_iter().collect::<Vec<_>>().join(" + ")),
     };
+    info.oversubscribed = crate::oversubscription::crowded_hosts(trace.meta.as_ref(), &info.hosts);
     info.suspension.count = resumes.len() as u64;
     info.suspension.z_us = Quantiles::of(&mut z_us);
     info.suspension.overshoot_us = Quantiles::of(&mut overshoot_us);
@@ -439,6 +442,9 @@ pub fn render_table(info: &Info) -> String {
                 "host {host:<16} ranks {}",
                 crate::collect::rank_list(ranks)
             );
+        }
+        for w in crate::oversubscription::warnings(&info.oversubscribed) {
+            let _ = writeln!(s, "OVERSUBSCRIBED {w}");
         }
     }
     for r in &info.per_rank {

@@ -18,6 +18,7 @@ mod mapping;
 pub mod members;
 pub mod memory;
 mod output;
+pub mod oversubscription;
 pub mod pipeline;
 pub mod progress;
 pub mod rebuild;

@@ -191,6 +191,10 @@ pub struct Summary {
     pub model: Model,
     /// What the replay learned (empty with `subtract`).
     pub estimates: EstimateSummary,
+    /// Hosts that ran more ranks than they had cores (see [`crate::oversubscription`]).
+    pub oversubscribed: Vec<crate::oversubscription::Crowding>,
+    /// Why T(G) may not be a reliable estimate of the untraced run (also in `warnings`).
+    pub unreliable: Vec<String>,
     pub ranks: u32,
     pub events: u64,
     /// T(G'): as measured, global clock.
@@ -748,6 +752,9 @@ fn summarize(
                 measured - plus
             };
             r.dp_s = dp;
+            if let Some(w) = crate::oversubscription::dp_warning(meta.rank, dp, measured) {
+                s.unreliable.push(w);
+            }
             s.reconstructed_plus_s = s.reconstructed_plus_s.max(plus);
             s.reconstructed_s = s.reconstructed_s.max(plus - dp);
             if measured > critical_span {
@@ -778,6 +785,16 @@ fn summarize(
         s.skipped.extend(meta.skipped.iter().cloned());
         s.per_rank.push(r);
     }
+    let mut hosts: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for meta in metas {
+        if let Some(h) = &meta.host {
+            hosts.entry(h.clone()).or_default().push(meta.rank);
+        }
+    }
+    s.oversubscribed = crate::oversubscription::crowded_hosts(trace.meta.as_ref(), &hosts);
+    s.unreliable
+        .extend(crate::oversubscription::warnings(&s.oversubscribed));
+    s.warnings.extend(s.unreliable.iter().cloned());
     s.suspensions = SuspensionSummary {
         count: by_seq.len() as u64,
         flushes: by_seq.values().filter(|v| v.1).count() as u64,

@@ -43,6 +43,9 @@ pub struct Pair {
     pub dp_prime_s: f64,
     pub dp_s: f64,
     pub flushes: u64,
+    /// Why this run's T(G) may not be reliable (oversubscribed hosts, DP beyond what recording
+    /// costs).
+    pub unreliable: Vec<String>,
 }
 
 /// A relative error against the untraced median, with a 95 % bootstrap interval.
@@ -75,6 +78,8 @@ pub struct Validation {
     pub dp_prime_median_s: f64,
     pub dp_median_s: f64,
     pub flushes_median: u64,
+    /// Why T(G) may not be reliable, over every traced run (see `Pair::unreliable`).
+    pub unreliable: Vec<String>,
     pub pairs: Vec<Pair>,
 }
 
@@ -257,6 +262,7 @@ fn traced_once(req: &Request, mpi: Mpi, rep: usize) -> Result<Pair> {
         reconstructed_s: summary.reconstructed_s,
         reconstructed_causal_s: causal.reconstructed_s,
         reconstructed_replay_s: replay.reconstructed_s,
+        unreliable: replay.unreliable.clone(),
         dp_prime_s: summary.dp_prime_s,
         dp_s: summary.dp_s,
         flushes,
@@ -310,6 +316,12 @@ pub fn validate(req: &Request) -> Result<Validation> {
         dp_prime_median_s: median(&col(|p| p.dp_prime_s)),
         dp_median_s: median(&col(|p| p.dp_s)),
         flushes_median: flushes[flushes.len() / 2],
+        unreliable: {
+            let mut all: Vec<String> = pairs.iter().flat_map(|p| p.unreliable.clone()).collect();
+            all.sort();
+            all.dedup();
+            all
+        },
         pairs,
     })
 }
@@ -355,5 +367,8 @@ pub fn render(v: &Validation) -> String {
         "DP' median {:.4} s, DP median {:.4} s, flushes median {}",
         v.dp_prime_median_s, v.dp_median_s, v.flushes_median
     );
+    for w in &v.unreliable {
+        let _ = writeln!(o, "UNRELIABLE: {w}");
+    }
     o
 }

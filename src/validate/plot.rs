@@ -182,6 +182,7 @@ mod tests {
             dp_prime_s: 0.02,
             dp_s: 0.01,
             flushes: 4,
+            unreliable: Vec::new(),
         };
         let e = |m: f64| Error {
             median_s: m,
@@ -205,6 +206,7 @@ mod tests {
             dp_prime_median_s: 0.02,
             dp_median_s: 0.01,
             flushes_median: 4,
+            unreliable: Vec::new(),
             pairs: vec![pair(1.0, 1.03), pair(0.99, 1.04), pair(1.01, 1.03)],
         };
         let path = std::env::temp_dir().join(format!("evenflush-plot-{}.png", std::process::id()));
