@@ -68,8 +68,8 @@ python3 - "$out" "$mpi" "${workloads[@]}" <<'PY'
 import json, sys, os
 out, mpi, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 pct = lambda e: f"{100*e['error']:+.2f} % [{100*e['ci_low']:+.2f}, {100*e['ci_high']:+.2f}]"
-print(f"| workload ({mpi}) | pairs | untraced median | noise floor | flushes | traced | T(G+) | T(G) | T(G) + hb repair |")
-print("|---|---|---|---|---|---|---|---|---|")
+print(f"| workload ({mpi}) | pairs | untraced median | noise floor | flushes | traced | T(G+) | T(G) subtract | T(G) + hb repair | T(G) replay |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for n in names:
     p = os.path.join(out, f"{mpi}-{n}.json")
     if not os.path.exists(p):
@@ -77,5 +77,6 @@ for n in names:
     v = json.load(open(p))
     print(f"| {n} | {v['reps']} | {v['untraced_median_s']:.3f} s | {100*v['untraced_spread']:.2f} % "
           f"| {v['flushes_median']} | {pct(v['traced'])} | {pct(v['reconstructed_plus'])} "
-          f"| {pct(v['reconstructed'])} | {pct(v['reconstructed_causal'])} |")
+          f"| {pct(v['reconstructed'])} | {pct(v['reconstructed_causal'])} "
+          f"| {pct(v['reconstructed_replay'])} |")
 PY
