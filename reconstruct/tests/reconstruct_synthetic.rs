@@ -11,7 +11,7 @@ use format::{
     Suspension,
 };
 use reconstruct::Trace;
-use reconstruct::rebuild::{self, Options, Remove, Summary};
+use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
 
 /// A known original run and the trace its recording would have produced.
 struct Program {
@@ -1036,20 +1036,26 @@ fn an_mpi_job_writes_what_one_process_writes() {
             .map(|r| std::fs::read(out.join(format::rank_file_name(r, 0))).unwrap())
             .collect()
     };
-    for hb in [false, true] {
+    // The replay learns from every rank first (on process 0) and then replays as the repair does.
+    for (hb, model) in [
+        (false, Model::Subtract),
+        (true, Model::Subtract),
+        (false, Model::Replay),
+    ] {
         let opts = Options {
             remove: Remove::Both,
             hb,
+            model,
             chunk_events: 29,
             threads: 1,
             ..Options::default()
         };
-        let single = dir.with_extension(format!("single-{hb}"));
+        let single = dir.with_extension(format!("single-{hb}-{}", model.name()));
         let mut expected = rebuild::reconstruct(&trace, &single, &opts, &mut |_, _| {}).unwrap();
         expected.out.clear();
         let expected_files = read_files(&single);
         for processes in [2usize, 3, 8] {
-            let out = dir.with_extension(format!("job-{hb}-{processes}"));
+            let out = dir.with_extension(format!("job-{hb}-{}-{processes}", model.name()));
             let outs = vec![out.clone(); processes];
             let mut results = run_as_job(&trace, &outs, &opts).into_iter();
             let mut summary = results
@@ -1068,12 +1074,12 @@ fn an_mpi_job_writes_what_one_process_writes() {
             summary.out.clear();
             assert!(
                 read_files(&out) == expected_files,
-                "hb {hb}: {processes} processes wrote other bytes"
+                "hb {hb}, {model:?}: {processes} processes wrote other bytes"
             );
             assert_eq!(
                 serde_json::to_string(&summary).unwrap(),
                 serde_json::to_string(&expected).unwrap(),
-                "hb {hb}: {processes} processes"
+                "hb {hb}, {model:?}: {processes} processes"
             );
             std::fs::remove_dir_all(out).unwrap();
         }
