@@ -84,6 +84,21 @@ fn bundled_programs_have_no_violations(mpi: Mpi) {
         {
             failures.push(format!("{program}: {hb}"));
         }
+        // The replay moves every wait: its output must still be causal, match as the input did,
+        // and be no longer than the run as measured plus what it learned could not shrink.
+        let r = reconstruct_json(&dir, &dir.with_extension("replay"), &["--model", "replay"]);
+        let rhb = &r["hb"];
+        let after = &rhb["after"];
+        let unmatched_after = n(&after["unmatched_sends"]) + n(&after["unmatched_receives"]);
+        let span = r["reconstructed_s"].as_f64().unwrap();
+        if n(&rhb["violations_after"]) != 0
+            || unmatched_after != unmatched
+            || n(&after["messages"]) != n(&before["messages"])
+            || span.is_nan()
+            || span <= 0.0
+        {
+            failures.push(format!("{program} replayed (span {span} s): {rhb}"));
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -451,10 +451,15 @@ struct Shared<'c> {
     colls: FastMap<matcher::CollKey, matcher::CollInst>,
     report: HbReport,
     /// Per lane: no later call of the lane starts before this (its last time seen, the end of
-    /// the call it holds, or the start of the call it waits to process).
+    /// the call it holds, or the start of the call it waits to process), as recorded.
     frontier: Vec<u64>,
     /// Per lane: the other lanes of its rank (empty for single-threaded ranks, the usual case).
     siblings: Vec<Vec<usize>>,
+    /// Per rank with several lanes: the latest start, in the output times, of a call one of its
+    /// lanes handed out. Matching takes a rank's calls in the order they were recorded across
+    /// its threads; moving the lanes apart must keep that order, or the output would match
+    /// otherwise than its input.
+    rank_last_start: Vec<u64>,
     /// Per rank: lanes that still have events. A rank with none left provides nothing more, so
     /// nobody waits for it.
     live_lanes: Vec<usize>,
@@ -518,6 +523,7 @@ pub fn run_learning<I: LaneSource>(
         colls: FastMap::default(),
         report: HbReport::default(),
         frontier: vec![0; lanes.len()],
+        rank_last_start: vec![0; ctx.ranks.len()],
         siblings: siblings(&lanes),
         live_lanes,
         absent_ranks: 0,
@@ -701,13 +707,16 @@ impl Shared<'_> {
                 // The threads of one rank share its sends, receives and collectives: MPI orders
                 // them as the program made them, in time, so a call waits until no other lane
                 // of its rank can still make an earlier one.
+                // In the times as recorded: the mapping removes each thread's own recorder cost,
+                // so two threads' mapped times are not in the order they ran.
+                let recorded_start = c.start.saturating_add(removed);
                 let gated = unpaired
                     || !gate_off
                         && self.siblings[li]
                             .iter()
-                            .any(|&other| self.frontier[other] < c.start);
+                            .any(|&other| self.frontier[other] < recorded_start);
                 gate_off = false;
-                self.frontier[li] = self.frontier[li].max(c.start);
+                self.frontier[li] = self.frontier[li].max(recorded_start);
                 if gated {
                     lane.peeked = Some((index, event, removed));
                     return moved;
@@ -715,6 +724,18 @@ impl Shared<'_> {
             }
             budget -= 1;
             moved = true;
+            if self.repair.enabled
+                && !self.siblings[li].is_empty()
+                && let Event::Call(c) = &event
+                && let Some(last) = self.rank_last_start.get_mut(lane.rank_idx)
+            {
+                let start = c.start.saturating_add_signed(lane.shift);
+                if start < *last {
+                    lane.shift += (*last - start) as i64;
+                    lane.max_shift = lane.max_shift.max(lane.shift.max(0) as u64);
+                }
+                *last = (*last).max(c.start.saturating_add_signed(lane.shift));
+            }
             let polls = matches!(event, Event::Polls(_));
             if polls || lane.pending.len() >= POLL_TAIL {
                 Self::flush_pending(li, lane, on_event);
@@ -733,7 +754,7 @@ impl Shared<'_> {
                 }
                 Action::Hold(coll) => {
                     if let Event::Call(c) = &event {
-                        self.frontier[li] = self.frontier[li].max(c.end);
+                        self.frontier[li] = self.frontier[li].max(c.end.saturating_add(removed));
                     }
                     lane.held.push(event);
                     lane.held_index = index;
