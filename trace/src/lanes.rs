@@ -1,13 +1,14 @@
 //! A lane is one stream (thread) of one rank: the unit in which events are ordered. A
 //! [`LaneReader`] streams one lane's events out of the rank's files, holding one decoded chunk.
 //!
-//! Damage is not reported here: the first pass ([`crate::clock::scan_rank`]) walks the same chunks
+//! Damage is not reported here: the first pass ([`crate::scan::scan_rank`]) walks the same chunks
 //! and reports it once; a lane just skips what that pass skipped.
 
 use format::reader::ChunkIntoEvents;
 use format::{ChunkWalk, Event, RankFile};
 
-use crate::trace::{RankFiles, TraceError};
+use crate::error::TraceError;
+use crate::files::RankFiles;
 
 /// Which lane, and where its events live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

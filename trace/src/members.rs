@@ -4,7 +4,7 @@
 //! O(R²): 64 MiB at 4096 ranks for the world alone, and more for each duplicate of it. A list is
 //! interned once here and every rank holding it shares one allocation.
 //!
-//! The table is process-wide so that the first pass ([`crate::clock::scan_rank`], one rank at a
+//! The table is process-wide so that the first pass ([`crate::scan::scan_rank`], one rank at a
 //! time, by whichever caller) shares lists without being handed a table. It holds weak
 //! references only: lists live as long as some rank's metadata does.
 

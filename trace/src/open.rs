@@ -4,107 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use format::{ChunkWalk, ClockCalibration, Event, FormatError, RankPart};
+use format::{ChunkWalk, ClockCalibration, Event, RankPart};
 
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    #[error("{}: no such trace directory", .0.display())]
-    NoDirectory(PathBuf),
-    #[error("{}: no trace files (rank-NNNNN.evf or group-NNNNN.evf) here: not an evenflush trace, or the run wrote nothing", .0.display())]
-    Empty(PathBuf),
-    #[error("{}: rank file(s) missing for rank(s) {missing:?} of {world_size} (found {found} rank(s))", dir.display())]
-    MissingRanks {
-        dir: PathBuf,
-        missing: Vec<u32>,
-        world_size: u32,
-        found: usize,
-    },
-    #[error("{}: ranks disagree on the world size ({a} vs {b})", dir.display())]
-    WorldSizeMismatch { dir: PathBuf, a: u32, b: u32 },
-    #[error("{}: {what}", path.display())]
-    BadMeta { path: PathBuf, what: String },
-    #[error("no trace directory given")]
-    NoDirectories,
-    #[error("{}: holds no trace files (rank-NNNNN.evf, group-NNNNN.evf) and no meta.json: not a trace directory", .0.display())]
-    NotATrace(PathBuf),
-    #[error("rank {rank} part {part} is in both {} and {}, and they differ: files of two runs, or an incomplete copy", a.display(), b.display())]
-    ConflictingCopies {
-        rank: u32,
-        part: u32,
-        a: PathBuf,
-        b: PathBuf,
-    },
-    #[error("{}: rank {rank_b} belongs to run {run_b:?}, rank {rank_a} to run {run_a:?}: these directories mix two runs", file_b.display())]
-    MixedRuns {
-        rank_a: u32,
-        run_a: String,
-        rank_b: u32,
-        run_b: String,
-        file_b: PathBuf,
-    },
-    #[error("{}: rank {rank} is outside the world of {world_size} ranks", file.display())]
-    RankBeyondWorld {
-        file: PathBuf,
-        rank: u32,
-        world_size: u32,
-    },
-    #[error("{}: {what}", path.display())]
-    Io { path: PathBuf, what: String },
-    #[error("{}: rank(s) {missing:?} of {world_size} missing; the run's meta.json names further output directories that are not where they should be relative to this one: {}", dir.display(), not_found.iter().map(|(r, l)| format!("{} (looked for {})", r.display(), l.display())).collect::<Vec<_>>().join(", "))]
-    RecordedDirsNotFound {
-        dir: PathBuf,
-        missing: Vec<u32>,
-        world_size: u32,
-        not_found: Vec<(PathBuf, PathBuf)>,
-    },
-    #[error(transparent)]
-    Format(#[from] FormatError),
-}
-
-/// Something the reader skipped or could not read, reported instead of failing the whole trace.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Skipped {
-    pub file: PathBuf,
-    pub offset: u64,
-    pub what: String,
-}
-
-impl std::fmt::Display for Skipped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: byte {}: {}",
-            self.file.display(),
-            self.offset,
-            self.what
-        )
-    }
-}
-
-/// One rank's files, in part order (part 0 may be its share of a group file).
-#[derive(Clone, Debug)]
-pub struct RankFiles {
-    pub rank: u32,
-    pub parts: Vec<RankPart>,
-}
-
-impl RankFiles {
-    /// Opens every part (maps the files).
-    pub fn open(&self) -> Result<Vec<format::RankFile>, TraceError> {
-        self.parts
-            .iter()
-            .map(|p| p.open().map_err(TraceError::from))
-            .collect()
-    }
-
-    /// The file holding the first part.
-    pub fn first_path(&self) -> PathBuf {
-        self.parts
-            .first()
-            .map(|p| p.path().to_path_buf())
-            .unwrap_or_default()
-    }
-}
+use crate::error::{Skipped, TraceError};
+use crate::files::{RankFiles, find_rank_files, read_meta};
 
 /// An opened trace: every rank present, with its files.
 #[derive(Debug)]
@@ -125,7 +28,7 @@ impl Trace {
         }
         let meta = read_meta(&dir)?;
         let (dirs, not_found) = recorded_dirs(&dir, meta.as_ref());
-        let found = match crate::collect::find_rank_files(&dirs, false) {
+        let found = match find_rank_files(&dirs, false) {
             Err(TraceError::Empty(_)) => return Err(TraceError::Empty(dir)),
             other => other?,
         };
@@ -259,23 +162,6 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(x), Ok(y)) => x == y,
         _ => a == b,
-    }
-}
-
-pub(crate) fn read_meta(dir: &Path) -> Result<Option<serde_json::Value>, TraceError> {
-    let path = dir.join("meta.json");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| TraceError::BadMeta {
-                path,
-                what: e.to_string(),
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(TraceError::BadMeta {
-            path,
-            what: e.to_string(),
-        }),
     }
 }
 

@@ -7,8 +7,8 @@
 //! Which markers count is decided where the metadata is gathered ([`RankMeta::see`]: the first
 //! of each); how ticks become global time, by the time map ([`TimeMap`]).
 
-use crate::clock::RankMeta;
 use crate::clock::{MapCursor, TimeMap};
+use crate::definitions::RankMeta;
 
 /// One rank's span, s; `None` without both markers.
 pub fn global_s(meta: &RankMeta) -> Option<f64> {

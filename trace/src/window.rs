@@ -15,7 +15,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::clock::{MapCursor, RankMeta, TimeMap};
+use crate::clock::{MapCursor, TimeMap};
+use crate::definitions::RankMeta;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WindowError {
@@ -443,34 +444,6 @@ impl Window {
             self.seconds(t)
         )
     }
-}
-
-/// How many matched messages of `trace` cross `window`'s edge (one end in it, the other not),
-/// for the views that do not match messages themselves (`report`, `compare`): one
-/// happened-before pass over every lane, in the memory the matching holds in flight.
-pub fn crossing_messages(
-    trace: &crate::Trace,
-    metas: &[RankMeta],
-    window: &Window,
-) -> Result<u64, crate::TraceError> {
-    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
-    let mut crossing = 0u64;
-    crate::export::for_each_match(
-        trace,
-        metas,
-        &maps,
-        |map, t, cur| map.absolute(map.global_ns(t, cur)),
-        |_, _| {},
-        |m| {
-            if matches!(
-                window.ends(m.source, m.send_start, m.dest, m.recv_end),
-                Ends::SendOnly | Ends::RecvOnly
-            ) {
-                crossing += 1;
-            }
-        },
-    )?;
-    Ok(crossing)
 }
 
 #[cfg(test)]

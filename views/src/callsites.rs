@@ -13,9 +13,14 @@ use std::path::Path;
 
 use format::{Event, NO_SITE};
 
-use crate::clock::{MapCursor, RankMeta, TimeMap};
-use crate::trace::{Skipped, Trace, TraceError, for_each_event};
-use crate::window::Window;
+use trace::Skipped;
+use trace::Trace;
+use trace::TraceError;
+use trace::clock::MapCursor;
+use trace::clock::TimeMap;
+use trace::definitions::RankMeta;
+use trace::open::for_each_event;
+use trace::window::Window;
 
 /// One place in one file that calls one MPI function.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,7 +63,7 @@ pub struct CallSiteReport {
 }
 
 /// Reads every rank and sums the calls per call site. With a window (and the trace's first pass,
-/// [`crate::rebuild::scan`], it was resolved on), only its ranks and the calls whose start lies in
+/// [`trace::scan::scan`], it was resolved on), only its ranks and the calls whose start lies in
 /// it count, as in `evenflush report`.
 pub fn call_sites(
     trace: &Trace,
@@ -81,7 +86,7 @@ pub fn call_sites(
             }
         };
         let first = files.parts[0].open()?;
-        let ns_per_tick = crate::clock::ns_per_tick(&first.header().clock);
+        let ns_per_tick = trace::clock::ns_per_tick(&first.header().clock);
         drop(first);
         let mut names: HashMap<u16, String> = HashMap::new();
         // The rank's sites: id -> (file, offset); the calls are summed per (function, id) first,

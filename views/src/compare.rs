@@ -10,15 +10,20 @@ use std::collections::BTreeMap;
 use format::{Event, MpiCall};
 use serde::Serialize;
 
-use crate::clock::{MapCursor, RankMeta, TimeMap};
 use crate::distribution::{Durations, qq_share_within, qq_share_within_by};
 use crate::hist::{LogHistogram, SignedHistogram};
 use crate::info::Quantiles;
-use crate::lanes::{LaneReader, OpenRank};
-use crate::rebuild::scan;
-use crate::span;
-use crate::trace::{Skipped, Trace, TraceError};
-use crate::window::Window;
+use trace::Skipped;
+use trace::Trace;
+use trace::TraceError;
+use trace::clock::MapCursor;
+use trace::clock::TimeMap;
+use trace::definitions::RankMeta;
+use trace::lanes::LaneReader;
+use trace::lanes::OpenRank;
+use trace::scan::scan;
+use trace::span;
+use trace::window::Window;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {

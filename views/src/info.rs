@@ -5,10 +5,15 @@ use std::collections::{BTreeMap, HashMap};
 use format::{Event, Marker};
 use serde::Serialize;
 
-use crate::clock::{RankMeta, align_clocks};
 use crate::memory::{JobMemory, RankMemory};
-use crate::span;
-use crate::trace::{Skipped, Trace, TraceError, for_each_event, ticks_to_s};
+use trace::Skipped;
+use trace::Trace;
+use trace::TraceError;
+use trace::clock::align_clocks;
+use trace::definitions::RankMeta;
+use trace::open::for_each_event;
+use trace::open::ticks_to_s;
+use trace::span;
 
 #[derive(Debug, Default, Serialize)]
 pub struct RankInfo {
@@ -437,7 +442,7 @@ pub fn render_table(info: &Info) -> String {
             let _ = writeln!(
                 s,
                 "host {host:<16} ranks {}",
-                crate::collect::rank_list(ranks)
+                trace::collect::rank_list(ranks)
             );
         }
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use format::{ClockCalibration, Event, Marker, MemorySample, UNKNOWN_BYTES};
 use serde::Serialize;
 
-use crate::trace::ticks_to_s;
+use trace::open::ticks_to_s;
 
 /// One `Threshold` record.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -402,7 +402,7 @@ impl JobMemory {
         if !self.memory_low_ranks.is_empty() {
             out += &format!(
                 "             memory-low warnings on ranks {}: the next flush did not fit\n",
-                crate::collect::rank_list(&self.memory_low_ranks)
+                trace::collect::rank_list(&self.memory_low_ranks)
             );
         }
         if self.hosts.len() > 1 {
@@ -503,13 +503,13 @@ pub type RanksMemory = Vec<(u32, RankMemory)>;
 /// Every rank's memory, reading only the misc events of the trace (calls and completions are not
 /// decoded).
 pub fn of_trace(
-    trace: &crate::trace::Trace,
-) -> Result<(RanksMemory, Vec<crate::trace::Skipped>), crate::trace::TraceError> {
+    trace: &trace::Trace,
+) -> Result<(RanksMemory, Vec<trace::Skipped>), trace::TraceError> {
     let mut ranks = Vec::with_capacity(trace.ranks.len());
     let mut skipped_all = Vec::new();
     for files in &trace.ranks {
         let mut memory = RankMemory::default();
-        let (_, skipped) = crate::trace::for_each_misc_event(files, |_| {}, |_, e| memory.see(e))?;
+        let (_, skipped) = trace::open::for_each_misc_event(files, |_| {}, |_, e| memory.see(e))?;
         skipped_all.extend(skipped);
         ranks.push((files.rank, memory));
     }

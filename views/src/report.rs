@@ -10,10 +10,15 @@ use serde::Serialize;
 
 use std::collections::HashMap;
 
-use crate::clock::{MapCursor, RankMeta, TimeMap};
 use crate::memory::{JobMemory, RankMemory, RanksMemory};
-use crate::trace::{Skipped, Trace, TraceError, for_each_event};
-use crate::window::Window;
+use trace::Skipped;
+use trace::Trace;
+use trace::TraceError;
+use trace::clock::MapCursor;
+use trace::clock::TimeMap;
+use trace::definitions::RankMeta;
+use trace::open::for_each_event;
+use trace::window::Window;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -92,7 +97,7 @@ pub struct WindowCut {
     /// the partner matrix.
     pub sends_to_ranks_outside: u64,
     /// Matched messages with one end in the window and the other outside it (in time or rank);
-    /// filled in by the caller ([`crate::window::crossing_messages`]).
+    /// filled in by the caller ([`trace::window::crossing_messages`]).
     pub messages_crossing: u64,
 }
 
@@ -102,7 +107,7 @@ pub struct WindowCut {
 /// becomes the part of its span inside the window, so that MPI and outside time are over the
 /// window. Partners are kept ranks' sends to kept ranks.
 ///
-/// `metas`: the trace's first pass ([`crate::rebuild::scan`]), which the window was resolved on.
+/// `metas`: the trace's first pass ([`trace::scan::scan`]), which the window was resolved on.
 pub fn profile_trace_window(
     trace: &Trace,
     window: &Window,
@@ -201,10 +206,10 @@ fn profile_inner(
             None => None,
         };
         let first = files.parts[0].open()?;
-        let npt = crate::clock::ns_per_tick(&first.header().clock);
+        let npt = trace::clock::ns_per_tick(&first.header().clock);
         drop(first);
         let mut p = ProfileStats::new(files.rank, trace.world_size, npt);
-        let mut meta = crate::clock::RankMeta {
+        let mut meta = trace::definitions::RankMeta {
             rank: files.rank,
             ..Default::default()
         };
@@ -246,10 +251,10 @@ fn profile_inner(
         out.push(p);
         memories.push((files.rank, memory));
     }
-    crate::clock::align_clocks(&mut metas);
+    trace::clock::align_clocks(&mut metas);
     for (p, meta) in out.iter_mut().zip(&metas) {
         if p.span_ns.is_some() {
-            p.span_ns = crate::span::global_s(meta).map(|s| s * 1e9);
+            p.span_ns = trace::span::global_s(meta).map(|s| s * 1e9);
         }
     }
     if let Some((w, scanned)) = window {

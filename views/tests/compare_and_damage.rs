@@ -1,13 +1,14 @@
 //! `compare` on runs of the same and of different programs, and reconstruct/compare on damaged
 //! or incomplete traces: a clear error or a warning naming what was skipped, never a panic.
 
+#[path = "../../reconstruct/tests/common/mod.rs"]
 mod common;
 
 use common::*;
 use format::{Event, Marker, RankFile, rank_file_name};
-use reconstruct::compare::{CompareError, compare};
 use reconstruct::rebuild::{self, Options, RebuildError};
-use reconstruct::{Trace, TraceError};
+use trace::{Trace, TraceError};
+use views::compare::{CompareError, compare};
 
 /// Two ranks: a ping-pong per iteration, `jitter` ns added to every call's duration on rank 1.
 fn pingpong(iterations: u64, jitter: u64, rank1_send: format::FunctionId) -> Vec<RankTrace> {
@@ -328,10 +329,10 @@ fn a_copied_trace_never_reads_the_original() {
         paths.iter().all(|p| p.starts_with(root.join("copy"))),
         "{paths:?}"
     );
-    let events = reconstruct::info::summarize(&trace).unwrap().events_total;
+    let events = views::info::summarize(&trace).unwrap().events_total;
     assert_eq!(
         events,
-        reconstruct::info::summarize(&Trace::open(&orig_a).unwrap())
+        views::info::summarize(&Trace::open(&orig_a).unwrap())
             .unwrap()
             .events_total
     );

@@ -2,11 +2,12 @@
 //! and size, the relative tolerance and its floor decide which calls match, each rank gets its
 //! own figures, and two references give the noise floor.
 
+#[path = "../../reconstruct/tests/common/mod.rs"]
 mod common;
 
 use common::*;
-use reconstruct::Trace;
-use reconstruct::compare::{Options, Tolerance, compare_runs, compare_with};
+use trace::Trace;
+use views::compare::{Options, Tolerance, compare_runs, compare_with};
 
 /// The log histogram behind the medians is exact to 1/64 above 128 ns.
 fn near(got: f64, want: f64) -> bool {

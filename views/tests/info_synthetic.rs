@@ -7,7 +7,8 @@ use format::{
     ChunkEncoder, ClockCalibration, ClockSource, Event, FileHeader, Marker, MpiCall,
     RankFileWriter, RawBuf, Suspension, UserRecord, rank_file_name,
 };
-use reconstruct::{Trace, TraceError, info::summarize};
+use trace::{Trace, TraceError};
+use views::info::summarize;
 
 const TICKS_PER_SEC: f64 = 1e9;
 

@@ -6,6 +6,7 @@
 //!
 //! The traces are the format crate's halo exchange on a torus.
 
+#[path = "../../reconstruct/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
@@ -18,8 +19,8 @@ use format::{
     ChunkEncoder, ClockCalibration, ClockSource, Event, FileHeader, RankFileWriter, RawBuf,
     rank_file_name,
 };
-use reconstruct::Trace;
-use reconstruct::export::{perfetto, perfetto_proto, timeline};
+use trace::Trace;
+use views::export::{perfetto, perfetto_proto, timeline};
 
 const WORLD: u32 = 4096;
 const ITERATIONS: u64 = 3;
@@ -157,21 +158,21 @@ fn child(step: &str, dir: &Path) {
     let trace = Trace::open(dir).expect("open the trace");
     let figures = match step {
         "info" => {
-            let info = reconstruct::info::summarize(&trace).expect("info");
+            let info = views::info::summarize(&trace).expect("info");
             assert!(info.skipped.is_empty(), "{:?}", info.skipped);
             serde_json::json!({
                 "ranks": info.ranks,
                 "events": info.events_total,
                 "calls": info.mpi_calls_total,
                 "per_rank": info.per_rank.len(),
-                "table_lines": reconstruct::info::render_table(&info).lines().count(),
+                "table_lines": views::info::render_table(&info).lines().count(),
             })
         }
         "report" => {
             let (profiles, skipped) =
-                reconstruct::report::profile_trace(&trace, &mut |_, _| {}).expect("profile");
+                views::report::profile_trace(&trace, &mut |_, _| {}).expect("profile");
             assert!(skipped.is_empty(), "{skipped:?}");
-            let report = reconstruct::report::Report::build("many", &profiles);
+            let report = views::report::Report::build("many", &profiles);
             let json = report.to_json();
             let table = report.render_table();
             serde_json::json!({

@@ -1,6 +1,7 @@
 //! The views (report, Perfetto protobuf and JSON, OTF2, timeline) on a small trace written with the format
 //! crate's own writer, where every expected figure is known from what the test wrote.
 
+#[path = "../../reconstruct/tests/common/mod.rs"]
 mod common;
 #[path = "../../tests/common/skip.rs"]
 mod skip;
@@ -10,11 +11,11 @@ use std::path::Path;
 
 use common::*;
 use format::{Completion, Event, Marker, Suspension};
-use reconstruct::Trace;
-use reconstruct::export::{otf2, perfetto, perfetto_proto, timeline};
-use reconstruct::rebuild::matched_messages;
-use reconstruct::report::{Report, profile_trace, size_bin};
-use reconstruct::window::WindowSpec;
+use reconstruct::matches::matched_messages;
+use trace::Trace;
+use trace::window::WindowSpec;
+use views::export::{otf2, perfetto, perfetto_proto, timeline};
+use views::report::{Report, profile_trace, size_bin};
 
 const ROUNDS: u64 = 5;
 
@@ -94,7 +95,7 @@ fn report_counts_sizes_partners_and_spans() {
     let (profiles, skipped) = profile_trace(&trace, &mut |_, _| {}).unwrap();
     assert!(skipped.is_empty());
     let report = Report::build("pair", &profiles);
-    let f: HashMap<&str, &reconstruct::report::FunctionRow> = report
+    let f: HashMap<&str, &views::report::FunctionRow> = report
         .functions
         .iter()
         .map(|f| (f.name.as_str(), f))
@@ -135,13 +136,13 @@ fn report_counts_sizes_partners_and_spans() {
     let pdir = temp_dir("views-profiles");
     for p in &profiles {
         std::fs::write(
-            pdir.join(reconstruct::report::profile_file_name(p.rank)),
+            pdir.join(views::report::profile_file_name(p.rank)),
             p.to_json(),
         )
         .unwrap();
     }
-    assert!(reconstruct::report::is_profile_dir(&pdir));
-    let back = reconstruct::report::read_profiles(&pdir).unwrap();
+    assert!(views::report::is_profile_dir(&pdir));
+    let back = views::report::read_profiles(&pdir).unwrap();
     let again = Report::build("pair", &back);
     assert_eq!(
         serde_json::to_string(&again.functions).unwrap(),

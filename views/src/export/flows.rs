@@ -1,5 +1,5 @@
 //! Which slice each end of a matched message binds to, decided while the happened-before pass
-//! streams the lanes ([`super::for_each_match`]), so that a view can write a call's flow ends on
+//! streams the lanes ([`reconstruct::matches::for_each_match`]), so that a view can write a call's flow ends on
 //! the call's own slice as it writes the slice.
 //!
 //! A message's flow id is derived from its send event (lane and event index), so a send's slice
@@ -18,10 +18,11 @@ use format::requests::PersistentRequests;
 use format::{Event, FunctionId};
 
 use super::End;
-use crate::clock::RankMeta;
-use crate::funcs::{Deferred, FuncClass};
-use crate::hb::MessageMatch;
-use crate::lanes::LaneId;
+use reconstruct::matches::MessageMatch;
+use trace::definitions::RankMeta;
+use trace::funcs::Deferred;
+use trace::funcs::FuncClass;
+use trace::lanes::LaneId;
 
 /// What a call can be to the flows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

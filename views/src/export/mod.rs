@@ -3,11 +3,11 @@
 //! picture ([`timeline`]). The first two put a message's arrow on its calls' own slices
 //! ([`flows`]).
 //!
-//! All of them stream the trace rank by rank ([`crate::trace::for_each_event`]) after the first
-//! metadata pass ([`crate::clock::scan_rank`]), mapping every time to the global clock through
-//! [`crate::clock::TimeMap`]. Message arrows come from one happened-before pass over every lane
-//! ([`for_each_match`]), handed over as they are matched: a view writes or samples them then, so
-//! no list of every message is kept.
+//! All of them stream the trace rank by rank ([`trace::open::for_each_event`]) after the first
+//! metadata pass ([`trace::scan`]), mapping every time to the global clock through
+//! [`trace::clock::TimeMap`]. Message arrows come from one happened-before pass over every lane
+//! ([`reconstruct::matches::for_each_match`]), handed over as they are matched: a view writes or
+//! samples them then, so no list of every message is kept.
 
 pub mod flows;
 pub mod otf2;
@@ -27,11 +27,8 @@ use std::collections::HashMap;
 
 use format::{CommId, Event, FunctionId};
 
-use crate::clock::{MapCursor, RankMeta, TimeMap};
-use crate::funcs::FuncClass;
-use crate::hb::{HbContext, HbReport, LaneSource, MessageMatch, Repair};
-use crate::lanes::{LaneId, LaneReader, OpenRank};
-use crate::trace::{Trace, TraceError};
+use trace::definitions::RankMeta;
+use trace::funcs::FuncClass;
 
 /// How a call is drawn and grouped in every view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -125,84 +122,10 @@ pub enum End {
     Recv,
 }
 
-/// One lane's events with every time moved onto a view's axis (absolute ns).
-struct AxisLane<'a, F> {
-    reader: LaneReader<'a>,
-    map: &'a TimeMap,
-    cur: MapCursor,
-    axis: &'a F,
-}
-
-impl<F: Fn(&TimeMap, u64, &mut MapCursor) -> u64> Iterator for AxisLane<'_, F> {
-    type Item = Event;
-
-    fn next(&mut self) -> Option<Event> {
-        let mut e = self.reader.next()?;
-        let (map, cur, axis) = (self.map, &mut self.cur, self.axis);
-        crate::times::for_each_time(&mut e, |t| *t = axis(map, *t, cur));
-        Some(e)
-    }
-}
-
-impl<F: Fn(&TimeMap, u64, &mut MapCursor) -> u64> LaneSource for AxisLane<'_, F> {}
-
-/// Runs the happened-before matching over every lane of `trace`, its times mapped by `axis`
-/// (ticks of a rank → absolute ns, through `maps[i]` for `metas[i]`). `on_event` sees every event
-/// of every lane once, in lane order, with the lane's id; `on_match` every matched message as it
-/// is found, in those times. Memory is what the matching holds in flight, whatever the number of
-/// messages.
-pub fn for_each_match<F>(
-    trace: &Trace,
-    metas: &[RankMeta],
-    maps: &[TimeMap],
-    axis: F,
-    mut on_event: impl FnMut(LaneId, &Event),
-    on_match: impl FnMut(&MessageMatch),
-) -> Result<HbReport, TraceError>
-where
-    F: Fn(&TimeMap, u64, &mut MapCursor) -> u64,
-{
-    let open: Vec<OpenRank> = trace
-        .ranks
-        .iter()
-        .map(OpenRank::open)
-        .collect::<Result<_, _>>()?;
-    let slot: HashMap<u32, usize> = metas.iter().enumerate().map(|(i, m)| (m.rank, i)).collect();
-    let mut ids = Vec::new();
-    let mut lanes = Vec::new();
-    for (files, open_rank) in trace.ranks.iter().zip(&open) {
-        let Some(&i) = slot.get(&files.rank) else {
-            continue;
-        };
-        for &stream in &metas[i].streams {
-            let id = LaneId {
-                rank: files.rank,
-                stream,
-            };
-            ids.push(id);
-            let lane = AxisLane {
-                reader: LaneReader::new(open_rank, stream),
-                map: &maps[i],
-                cur: MapCursor::default(),
-                axis: &axis,
-            };
-            lanes.push((id, lane));
-        }
-    }
-    let ctx = HbContext::new(metas, trace.world_size);
-    Ok(crate::hb::run(
-        &ctx,
-        lanes,
-        Repair::OFF,
-        |li, e| on_event(ids[li], e),
-        on_match,
-    ))
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error(transparent)]
-    Trace(#[from] crate::trace::TraceError),
+    Trace(#[from] trace::TraceError),
     #[error("{}: {source}", path.display())]
     Io {
         path: std::path::PathBuf,

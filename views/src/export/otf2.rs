@@ -38,7 +38,7 @@
 use std::path::Path;
 
 use super::ExportError;
-use crate::trace::Trace;
+use trace::Trace;
 
 /// Whether this build can write OTF2.
 pub const AVAILABLE: bool = cfg!(have_otf2);
@@ -67,7 +67,7 @@ pub struct Otf2Summary {
     pub cut: u64,
     /// What the window was.
     pub window: String,
-    pub skipped: Vec<crate::trace::Skipped>,
+    pub skipped: Vec<trace::Skipped>,
 }
 
 /// Writes `trace` as an OTF2 archive in directory `out` (`out/traces.otf2` is the anchor file).
@@ -77,7 +77,7 @@ pub fn export(
     out: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Otf2Summary, ExportError> {
-    let window = crate::window::Window::everything(trace.world_size);
+    let window = trace::window::Window::everything(trace.world_size);
     export_window(trace, out, &window, progress)
 }
 
@@ -87,7 +87,7 @@ pub fn export(
 pub fn export_window(
     trace: &Trace,
     out: &Path,
-    window: &crate::window::Window,
+    window: &trace::window::Window,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Otf2Summary, ExportError> {
     #[cfg(have_otf2)]
@@ -125,10 +125,14 @@ mod imp {
     use super::super::otf2_rma::{Out, RmaCall, RmaState};
     use super::super::{ExportError, function_table};
     use super::Otf2Summary;
-    use crate::clock::{MapCursor, TimeMap};
-    use crate::funcs::{CollShape, Deferred, FuncClass};
-    use crate::rebuild::scan;
-    use crate::trace::{Trace, for_each_event};
+    use trace::Trace;
+    use trace::clock::MapCursor;
+    use trace::clock::TimeMap;
+    use trace::funcs::CollShape;
+    use trace::funcs::Deferred;
+    use trace::funcs::FuncClass;
+    use trace::open::for_each_event;
+    use trace::scan::scan;
 
     const UNNAMED: &str = "MPI function without a name in the trace";
 
@@ -366,7 +370,7 @@ mod imp {
         /// The rank's I/O handle.
         io_handle: u32,
         open: HashMap<u64, Open>,
-        window: &'a crate::window::Window,
+        window: &'a trace::window::Window,
         rma: RmaState,
         io: IoState,
         /// (child, parent) communicators, global ids.
@@ -702,7 +706,7 @@ mod imp {
     pub fn export(
         trace: &Trace,
         out: &Path,
-        window: &crate::window::Window,
+        window: &trace::window::Window,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Otf2Summary, ExportError> {
         let metas = scan(trace)?;

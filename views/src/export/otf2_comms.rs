@@ -23,8 +23,10 @@ use format::NO_COMM;
 
 use super::ExportError;
 use super::otf2_ffi as ffi;
-use crate::clock::RankMeta;
-use crate::members::{ListIds, Members, identity};
+use trace::definitions::RankMeta;
+use trace::members::ListIds;
+use trace::members::Members;
+use trace::members::identity;
 
 /// The `COMM_LOCATIONS` group and the `COMM_SELF` group.
 const LOCATIONS_GROUP: u32 = 0;
@@ -429,7 +431,7 @@ fn group_id(shape: &Shape) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::members::intern;
+    use trace::members::intern;
 
     /// Rank `r` of 4: world, self, its half, a window over the world, an intercommunicator
     /// between the halves, and one more single-process communicator.

@@ -35,13 +35,15 @@ use format::raw::{CallContext, call_record_len, completion_record_len};
 use format::{Event, FunctionId, Marker, RawBuf};
 
 use super::flows::{CallFlows, FlowBinder, LooseEnd};
-use super::{CallKind, CommTable, End, ExportError, for_each_match, function_table};
-use crate::clock::TimeMap;
-use crate::funcs::FuncClass;
-use crate::lanes::LaneId;
-use crate::rebuild::scan;
-use crate::trace::{Skipped, Trace};
-use crate::window::Window;
+use super::{CallKind, CommTable, End, ExportError, function_table};
+use reconstruct::matches::for_each_match;
+use trace::Skipped;
+use trace::Trace;
+use trace::clock::TimeMap;
+use trace::funcs::FuncClass;
+use trace::lanes::LaneId;
+use trace::scan::scan;
+use trace::window::Window;
 
 /// What the export wrote.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -204,7 +206,7 @@ impl<W: Write> State<W> {
     /// A matched message: one crossing the window's edge gets its outside end as a zero-length
     /// slice in the `outside window` process, at the window's edge (or at its own time, for a
     /// rank outside the subset).
-    fn on_match(&mut self, m: &crate::hb::MessageMatch) {
+    fn on_match(&mut self, m: &reconstruct::matches::MessageMatch) {
         self.binder.on_match(m);
         let Some(leaving) = self
             .window

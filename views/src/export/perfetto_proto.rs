@@ -24,7 +24,7 @@
 //! `compressed_packets`, as Perfetto's own tracing service does.
 //!
 //! Streaming: everything is written by the happened-before pass as it shows each event
-//! ([`super::for_each_match`]); memory is the matching's in-flight state plus one chunk.
+//! ([`reconstruct::matches::for_each_match`]); memory is the matching's in-flight state plus one chunk.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -35,13 +35,16 @@ use format::raw::{CallContext, call_record_len, completion_record_len};
 use format::{Event, FunctionId, Marker, RawBuf, StringId};
 
 use super::flows::{CallFlows, FlowBinder, LooseEnd};
-use super::{CallKind, CommTable, End, ExportError, for_each_match};
-use crate::clock::{RankMeta, TimeMap};
-use crate::funcs::FuncClass;
-use crate::lanes::LaneId;
-use crate::rebuild::scan;
-use crate::trace::{Skipped, Trace};
-use crate::window::Window;
+use super::{CallKind, CommTable, End, ExportError};
+use reconstruct::matches::for_each_match;
+use trace::Skipped;
+use trace::Trace;
+use trace::clock::TimeMap;
+use trace::definitions::RankMeta;
+use trace::funcs::FuncClass;
+use trace::lanes::LaneId;
+use trace::scan::scan;
+use trace::window::Window;
 
 /// What the export wrote.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -465,7 +468,7 @@ impl<W: Write> State<'_, W> {
 
     /// A matched message: one crossing the window's edge gets its outside end as a mark on the
     /// edge track, at the window's edge (or at its own time, for a rank outside the subset).
-    fn on_match(&mut self, m: &crate::hb::MessageMatch) {
+    fn on_match(&mut self, m: &reconstruct::matches::MessageMatch) {
         self.binder.on_match(m);
         let Some(leaving) = self
             .window

@@ -17,12 +17,17 @@ use std::path::Path;
 use format::{Event, Marker};
 use plotters::prelude::*;
 
-use super::{CallKind, ExportError, for_each_match, function_table};
-use crate::clock::{MapCursor, TimeMap};
-use crate::funcs::FuncClass;
-use crate::rebuild::scan;
-use crate::trace::{Skipped, Trace, for_each_event};
-use crate::window::{Ends, WindowSpec};
+use super::{CallKind, ExportError, function_table};
+use reconstruct::matches::for_each_match;
+use trace::Skipped;
+use trace::Trace;
+use trace::clock::MapCursor;
+use trace::clock::TimeMap;
+use trace::funcs::FuncClass;
+use trace::open::for_each_event;
+use trace::scan::scan;
+use trace::window::Ends;
+use trace::window::WindowSpec;
 
 /// Where the picture's font comes from (Debian package fonts-dejavu-core).
 pub const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
