@@ -3,10 +3,13 @@
 //! format, with a summary of what was removed.
 //!
 //! Two streaming passes, both on every core: the first keeps per-rank metadata
-//! ([`trace::definitions::RankMeta`], [`trace::scan`]), the second ([`crate::pipeline`]) maps every timestamp
-//! ([`crate::mapping`]), matches communication, and writes ([`crate::output`]). Memory is bounded
-//! by lanes × one decoded chunk, plus what happened-before matching holds in flight; it does not
-//! grow with the length of the trace.
+//! ([`trace::definitions::RankMeta`], [`trace::scan`]), the second ([`crate::pipeline`]) maps
+//! every timestamp ([`crate::mapping`]), matches communication, and writes ([`crate::output`]).
+//! Memory is bounded by lanes × one decoded chunk, plus what happened-before matching holds in
+//! flight; it does not grow with the length of the trace.
+//!
+//! Here are the entry points; their options are in [`crate::options`], the summary they return in
+//! [`crate::summary`], what the processes of an MPI job do in `job_roles`.
 //!
 //! The output's clock is the global one in nanoseconds: every rank file says 1e9 ticks per second,
 //! its clock samples say offset 0, suspensions are zero-length markers, and with DP removed every

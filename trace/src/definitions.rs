@@ -45,8 +45,8 @@ pub struct RankMeta {
     /// The MPI library's version string from the same record (how it synchronises can differ
     /// from what the standard promises: see `hb::matcher::InterRole::RelayedByRemoteRoot`).
     pub mpi_library: Option<String>,
-    /// The rank's clock as [`align_clocks`] placed it among the others; without it (metadata
-    /// built by hand), the rank's own calibration and samples.
+    /// The rank's clock as [`crate::clock::align_clocks`] placed it among the others; without it
+    /// (metadata built by hand), the rank's own calibration and samples.
     pub aligned: Option<AlignedClock>,
 }
 

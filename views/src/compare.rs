@@ -67,7 +67,7 @@ impl Tolerance {
 pub struct Options {
     pub tolerance: Tolerance,
     /// Only the calls whose start in the run judged lies in this window (resolved on that run,
-    /// [`crate::window`]), on its ranks; in a pair of references, the window's seconds since the
+    /// [`trace::window`]), on its ranks; in a pair of references, the window's seconds since the
     /// start apply to the later one. `None`: every call.
     pub window: Option<Window>,
 }

@@ -184,7 +184,7 @@ fn profile_inner(
     let mut memories = Vec::with_capacity(trace.ranks.len());
     let mut skipped_all = Vec::new();
     let mut done = 0u64;
-    // The spans, in the global clock as everywhere (`crate::span`), from metadata gathered in
+    // The spans, in the global clock as everywhere (`trace::span`), from metadata gathered in
     // the same pass.
     let mut metas = Vec::with_capacity(trace.ranks.len());
     let mut filters = Vec::new();

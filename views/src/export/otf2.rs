@@ -28,7 +28,7 @@
 //!   what a measurement-off interval tells OTF2 tools. Inside it, when the rank wrote its trace,
 //!   a `BufferFlush` from the start over the write (`write_ns`), as Score-P marks its own flushes;
 //! - no `ClockOffset` definitions: the times written are already in the global clock (the
-//!   measured offsets applied, `crate::clock`), and offsets would make a reader that applies them
+//!   measured offsets applied, `trace::clock`), and offsets would make a reader that applies them
 //!   (Scalasca's clock correction) correct twice.
 //!
 //! Times: the global clock in nanoseconds (timer resolution 1e9), clamped to never decrease

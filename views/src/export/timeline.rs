@@ -34,7 +34,7 @@ pub const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 #[derive(Clone, Debug)]
 pub struct TimelineOptions {
-    /// The window drawn (`crate::window`); ranks are drawn in the order given. Without a time
+    /// The window drawn (`trace::window`); ranks are drawn in the order given. Without a time
     /// range: the earliest end of `MPI_Init` to the latest start of `MPI_Finalize`.
     pub window: WindowSpec,
     /// Remove the suspensions from the time axis.
