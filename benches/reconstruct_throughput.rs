@@ -25,9 +25,9 @@ use format::{
     ChunkEncoder, ClockCalibration, ClockSample, ClockSource, Event, FileHeader, Marker,
     RankFileWriter, RawBuf, SampleKind, Suspension, rank_file_name,
 };
-use reconstruct::Trace;
-use reconstruct::clock::{MapCursor, TimeMap};
 use reconstruct::rebuild::{self, Options, Remove};
+use trace::Trace;
+use trace::clock::{MapCursor, TimeMap};
 
 const EVENTS_PER_ITERATION: u64 = 18;
 
@@ -52,7 +52,7 @@ fn rank_events(world: u32, rank: u32, events: u64, mut sink: impl FnMut(&Event))
     let mut seq = 0u64;
     generate(&cfg, |e| {
         let mut e = e.clone();
-        reconstruct::times::for_each_time(&mut e, |t| *t += extra);
+        trace::times::for_each_time(&mut e, |t| *t += extra);
         // The generator tags a message by the face it leaves through; a receive must name the face
         // it arrives at (left ↔ right, down ↔ up) for sends and receives to pair up.
         match &mut e {
@@ -180,8 +180,8 @@ fn child(what: &str, dir: &Path) {
         "decode" => {
             let mut n = 0u64;
             for files in &trace.ranks {
-                let open = reconstruct::lanes::OpenRank::open(files).expect("open");
-                n += reconstruct::lanes::LaneReader::new(&open, 0).count() as u64;
+                let open = trace::lanes::OpenRank::open(files).expect("open");
+                n += trace::lanes::LaneReader::new(&open, 0).count() as u64;
             }
             n
         }
@@ -277,7 +277,7 @@ fn map_and_match(world: u32, events: u64) -> (u64, f64) {
     for rank in 0..world {
         let mut v = Vec::new();
         rank_events(world, rank, events, |e| v.push(e.clone()));
-        let mut meta = reconstruct::clock::RankMeta {
+        let mut meta = trace::definitions::RankMeta {
             rank,
             clock: ClockCalibration {
                 ticks_per_sec: 2e9,
@@ -310,13 +310,11 @@ fn map_and_match(world: u32, events: u64) -> (u64, f64) {
             let map = &maps[r];
             let mut cur = MapCursor::default();
             let iter = v.into_iter().map(move |mut e| {
-                reconstruct::times::for_each_time(&mut e, |t| {
-                    *t = map.collapsed_ns(*t, &mut cur) as u64
-                });
+                trace::times::for_each_time(&mut e, |t| *t = map.collapsed_ns(*t, &mut cur) as u64);
                 e
             });
             (
-                reconstruct::lanes::LaneId {
+                trace::lanes::LaneId {
                     rank: r as u32,
                     stream: 0,
                 },

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use reconstruct::collect;
+use trace::collect;
 
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \
@@ -34,7 +34,7 @@ pub fn run(args: &CollectArgs) -> Result<ExitCode> {
     }
     if !c.missing.is_empty() {
         // The report above names the missing ranks; the error repeats it on stderr.
-        return Err(reconstruct::TraceError::MissingRanks {
+        return Err(trace::TraceError::MissingRanks {
             dir: args.dirs[0].clone(),
             missing: c.missing.clone(),
             world_size: c.world_size,

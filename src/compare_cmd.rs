@@ -1,11 +1,11 @@
-//! `evenflush compare`: the command-line layer over `reconstruct::compare`.
+//! `evenflush compare`: the command-line layer over `views::compare`.
 
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use reconstruct::Trace;
-use reconstruct::compare::{self, CompareError, Options, Tolerance};
+use trace::Trace;
+use views::compare::{self, CompareError, Options, Tolerance};
 
 use crate::window_args::WindowArgs;
 
@@ -88,9 +88,9 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let (window, crossing) = if spec.is_everything() {
         (None, 0)
     } else {
-        let metas = reconstruct::rebuild::scan(&run)?;
+        let metas = trace::scan::scan(&run)?;
         let window = spec.resolve(&metas, run.world_size)?;
-        let crossing = reconstruct::window::crossing_messages(&run, &metas, &window)?;
+        let crossing = reconstruct::matches::crossing_messages(&run, &metas, &window)?;
         (Some(window), crossing)
     };
     let opts = Options {

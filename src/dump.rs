@@ -6,8 +6,8 @@ use std::path::Path;
 
 use anyhow::Result;
 use format::Event;
-use reconstruct::Trace;
-use reconstruct::trace::for_each_event;
+use trace::Trace;
+use trace::open::for_each_event;
 
 pub fn dump(dir: &Path, only_rank: Option<u32>) -> Result<()> {
     let trace = Trace::open(dir)?;

@@ -1,13 +1,13 @@
-//! `evenflush export`: the command-line layer over `reconstruct::export`.
+//! `evenflush export`: the command-line layer over `views::export`.
 
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::{Args, ValueEnum};
-use reconstruct::Trace;
-use reconstruct::export::perfetto_proto::{self, ProtoOptions};
-use reconstruct::export::{ExportError, otf2, perfetto};
-use reconstruct::progress::Bar;
+use trace::Trace;
+use trace::progress::Bar;
+use views::export::perfetto_proto::{self, ProtoOptions};
+use views::export::{ExportError, otf2, perfetto};
 
 use crate::window_args::WindowArgs;
 
@@ -68,9 +68,9 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let spec = args.window.spec()?;
     let trace = Trace::open(&args.dir)?;
     let window = if spec.is_everything() {
-        reconstruct::window::Window::everything(trace.world_size)
+        trace::window::Window::everything(trace.world_size)
     } else {
-        let metas = reconstruct::rebuild::scan(&trace)?;
+        let metas = trace::scan::scan(&trace)?;
         spec.resolve(&metas, trace.world_size)?
     };
     let bar = Bar::for_terminal("exporting");
@@ -144,7 +144,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
 }
 
 /// What the reader could not read is said on stderr, once per range, as the other commands do.
-pub fn warn_skipped(skipped: &[reconstruct::trace::Skipped]) {
+pub fn warn_skipped(skipped: &[trace::Skipped]) {
     for k in skipped {
         eprintln!("evenflush: warning: {k}");
     }

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use reconstruct::{Trace, collect, info};
+use trace::{Trace, collect};
+use views::info;
 
 pub fn info(dirs: &[PathBuf], json: bool) -> Result<()> {
     let trace = match dirs {

@@ -137,7 +137,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("evenflush: {e:#}");
             if e.downcast_ref::<format::FormatError>().is_some()
-                || e.downcast_ref::<reconstruct::TraceError>().is_some()
+                || e.downcast_ref::<trace::TraceError>().is_some()
             {
                 ExitCode::from(EXIT_BAD_TRACE)
             } else {

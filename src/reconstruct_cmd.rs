@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use reconstruct::Trace;
-use reconstruct::progress::Bar;
 use reconstruct::rebuild::{self, Model, Options, RebuildError, Remove};
+use trace::Trace;
+use trace::progress::Bar;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RemoveArg {

@@ -1,13 +1,13 @@
-//! `evenflush report`: the command-line layer over `reconstruct::report`.
+//! `evenflush report`: the command-line layer over `views::report`.
 
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use reconstruct::Trace;
-use reconstruct::callsites;
-use reconstruct::progress::Bar;
-use reconstruct::report::{self, Report, ReportError};
+use trace::Trace;
+use trace::progress::Bar;
+use views::callsites;
+use views::report::{self, Report, ReportError};
 
 use crate::window_args::WindowArgs;
 
@@ -76,7 +76,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         let windowed = if spec.is_everything() {
             None
         } else {
-            let metas = reconstruct::rebuild::scan(&trace)?;
+            let metas = trace::scan::scan(&trace)?;
             let window = spec.resolve(&metas, trace.world_size)?;
             Some((window, metas))
         };
@@ -89,7 +89,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         let result = match &windowed {
             None => report::profile_trace_with_memory(&trace, &mut progress),
             Some((window, metas)) => {
-                let crossing = reconstruct::window::crossing_messages(&trace, metas, window)?;
+                let crossing = reconstruct::matches::crossing_messages(&trace, metas, window)?;
                 report::profile_trace_window(&trace, window, metas, &mut progress).map(
                     |(p, m, s, c)| {
                         cut = Some(report::WindowCut {
@@ -122,7 +122,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         }
         (
             profiles,
-            reconstruct::memory::job_of(&memory),
+            views::memory::job_of(&memory),
             args.dir.display().to_string(),
         )
     };

@@ -213,7 +213,7 @@ pub fn run(req: RunRequest) -> Result<i32> {
     meta.end_unix_s = Some(unix_now());
     meta.wall_s = Some(started.elapsed().as_secs_f64());
     meta.exit_code = Some(code);
-    meta.threshold = reconstruct::trace::initial_threshold(first_out).map(|t| ThresholdJson {
+    meta.threshold = trace::open::initial_threshold(first_out).map(|t| ThresholdJson {
         bytes: t.bytes,
         basis: t.basis.name(),
         available_bytes: t.available,

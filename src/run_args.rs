@@ -100,7 +100,7 @@ pub fn validate(args: ValidateArgs) -> Result<()> {
     Config::from_lookup(|name| args.settings.get(name).cloned()).map_err(|e| anyhow!("{e}"))?;
     if args.png.is_some() {
         // A missing font is found before the runs, not after them.
-        reconstruct::export::timeline::register_font()?;
+        views::export::timeline::register_font()?;
     }
     let req = crate::validate::Request {
         command: args.command,

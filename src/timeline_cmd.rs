@@ -1,13 +1,13 @@
-//! `evenflush timeline`: the command-line layer over `reconstruct::export::timeline`.
+//! `evenflush timeline`: the command-line layer over `views::export::timeline`.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use reconstruct::Trace;
-use reconstruct::export::ExportError;
-use reconstruct::export::timeline::{self, TimelineOptions};
-use reconstruct::progress::Bar;
+use trace::Trace;
+use trace::progress::Bar;
+use views::export::ExportError;
+use views::export::timeline::{self, TimelineOptions};
 
 use crate::window_args::WindowArgs;
 

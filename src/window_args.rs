@@ -1,10 +1,10 @@
 //! `--from`, `--to` and `--ranks`: one definition for every view (`export`, `report`, `compare`,
 //! `timeline`), flattened into each command's arguments. The concept itself lives in
-//! `reconstruct::window`.
+//! `trace::window`.
 
 use anyhow::Result;
 use clap::Args;
-use reconstruct::window::WindowSpec;
+use trace::window::WindowSpec;
 
 /// The paragraph every windowed command's `--help` ends with.
 #[macro_export]

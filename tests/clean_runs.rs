@@ -112,8 +112,8 @@ fn every_matching_family_pairs_as_the_program_says(mpi: Mpi) {
     let (dir, stdout) = record_output(mpi, "matching", 4, &["--iterations", "20"]);
     let large = stdout.contains("large=1");
     assert!(large || stdout.contains("large=0"), "{stdout}");
-    let trace = reconstruct::Trace::open(&dir).unwrap();
-    let (matches, report) = reconstruct::rebuild::matched_messages(&trace).unwrap();
+    let trace = trace::Trace::open(&dir).unwrap();
+    let (matches, report) = reconstruct::matches::matched_messages(&trace).unwrap();
     let families = if large { 11 } else { 9 };
     assert_eq!(report.messages, families * 4 * 20, "{report:?}");
     assert_eq!(report.unmatched_sends + report.unmatched_receives, 0);

@@ -42,8 +42,8 @@ fn completions_after_err_in_status(mpi: Mpi) {
     } else {
         assert_eq!(of("MPI_Waitall"), 2, "{by_call:?}");
     }
-    let trace = reconstruct::Trace::open(&dir).unwrap();
-    let (matches, report) = reconstruct::rebuild::matched_messages(&trace).unwrap();
+    let trace = trace::Trace::open(&dir).unwrap();
+    let (matches, report) = reconstruct::matches::matched_messages(&trace).unwrap();
     assert_eq!(matches.len(), 2, "{report:?}");
     assert_eq!(
         report.unmatched_sends + report.unmatched_receives,

@@ -13,7 +13,7 @@ use format::{
     MemoryWhen, MpiCall, NO_RANK, RankFileWriter, RankInfo, RawBuf, ThresholdBasis,
     ThresholdChoice, UNKNOWN_BYTES, rank_file_name,
 };
-use reconstruct::memory::{RankMemory, job_of, of_trace};
+use views::memory::{RankMemory, job_of, of_trace};
 
 const MIB: u64 = 1 << 20;
 const TICKS_PER_SEC: f64 = 1e9;
@@ -188,7 +188,7 @@ fn evenflush(args: &[&str], dir: &Path) -> std::process::Output {
 fn summary_figures_are_exact() {
     let dir = scratch("memory-views-summary");
     write_trace(&dir, true);
-    let trace = reconstruct::Trace::open(&dir).unwrap();
+    let trace = trace::Trace::open(&dir).unwrap();
     let (ranks, skipped) = of_trace(&trace).unwrap();
     assert!(skipped.is_empty(), "{skipped:?}");
     let (r0, r1) = (&ranks[0].1, &ranks[1].1);
@@ -320,7 +320,7 @@ fn info_report_and_timeline_show_memory() {
 fn a_trace_without_memory_records_still_works() {
     let dir = scratch("memory-views-none");
     write_trace(&dir, false);
-    let trace = reconstruct::Trace::open(&dir).unwrap();
+    let trace = trace::Trace::open(&dir).unwrap();
     let (ranks, _) = of_trace(&trace).unwrap();
     assert!(job_of(&ranks).is_none());
 

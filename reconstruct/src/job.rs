@@ -26,9 +26,9 @@ use std::path::PathBuf;
 
 use format::{ClockCalibration, ClockSource, Event, RawBuf};
 
-use crate::clock::RankMeta;
 use crate::mapping::{LaneMarks, Mark};
-use crate::trace::Skipped;
+use trace::Skipped;
+use trace::definitions::RankMeta;
 
 /// Byte messages between the processes of the job. The binary implements it over MPI (the crate
 /// links no MPI), tests over channels between threads.

@@ -1,31 +1,15 @@
-//! Reading evenflush traces back: locating every rank's files, streaming their events, and the
-//! summaries built on them; reconstruction of the original timing (removing DP' and DP,
-//! happened-before repair) and comparison of two runs.
+//! Reconstruction of a trace's original timing: every timestamp mapped with the suspensions
+//! (DP') and the recorder's cost (DP) removed, communication matched and happened-before
+//! repaired, the result written as a trace of the same format; alone or as an MPI job. Reading
+//! the trace is the `trace` crate's; what is shown of it, the `views` crate's.
 
-pub mod callsites;
-pub mod clock;
-pub mod collect;
-pub mod compare;
-pub mod distribution;
-pub mod export;
-pub mod funcs;
 pub mod hb;
-pub mod hist;
-pub mod info;
 pub mod job;
-pub mod lanes;
+mod job_roles;
 mod mapping;
-pub mod members;
-pub mod memory;
+pub mod matches;
+pub mod options;
 mod output;
-pub mod oversubscription;
 pub mod pipeline;
-pub mod progress;
 pub mod rebuild;
-pub mod report;
-pub mod span;
-pub mod times;
-pub mod trace;
-pub mod window;
-
-pub use trace::{Trace, TraceError};
+pub mod summary;

@@ -4,7 +4,7 @@
 
 use format::{Event, Marker};
 
-use crate::clock::{MapCursor, TimeMap};
+use trace::clock::{MapCursor, TimeMap};
 
 /// Where a lane's `MPI_Init` end or `MPI_Finalize` start lies, in each clock a span is quoted in.
 #[derive(Clone, Copy, Debug, Default)]
@@ -138,7 +138,7 @@ impl<'a> LaneMapper<'a> {
                 self.marks.finalize.get_or_insert(mark);
             }
         }
-        crate::times::for_each_time(e, |t| *t = to_out(*t, cur));
+        trace::times::for_each_time(e, |t| *t = to_out(*t, cur));
         if let Event::Clock(s) = e {
             s.offset_ns = 0.0;
         }

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use format::{ChunkEncoder, EncodedChunk, Event, EventBuf, FileHeader, encode_file_header};
 
-use crate::rebuild::{Options, RebuildError};
-use crate::trace::{RankFiles, Trace, TraceError};
+use crate::options::{Options, RebuildError};
+use trace::{RankFiles, Trace, TraceError};
 
 pub(crate) fn output_error(path: &Path, source: std::io::Error) -> RebuildError {
     RebuildError::Output {

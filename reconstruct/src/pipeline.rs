@@ -27,14 +27,15 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use format::reader::ChunkIntoEvents;
 use format::{ChunkEncoder, ChunkWalk, EncodedChunk, Event};
 
-use crate::clock::{RankMeta, TimeMap};
 use crate::hb::{self, HbContext, HbReport, MessageMatch, Repair};
 use crate::job::{self, LaneBatch, StepMessage, Transport};
-use crate::lanes::{LaneId, OpenRank};
 use crate::mapping::{LaneMapper, LaneMarks};
+use crate::options::{RebuildError, Remove};
 use crate::output::{LaneOut, RankOutput};
-use crate::rebuild::{RebuildError, Remove};
-use crate::trace::Trace;
+use trace::Trace;
+use trace::clock::TimeMap;
+use trace::definitions::RankMeta;
+use trace::lanes::{LaneId, OpenRank};
 
 /// The threads to use when `requested` were asked for: 0 means every core the process may run on.
 pub fn threads(requested: usize) -> usize {

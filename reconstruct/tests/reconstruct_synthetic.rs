@@ -10,8 +10,9 @@ use format::{
     ClockSample, Completion, Event, Marker, MpiCall, NO_RANK, NO_REQUEST, NO_TAG, SampleKind,
     Suspension,
 };
-use reconstruct::Trace;
+use reconstruct::matches;
 use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
+use trace::Trace;
 
 /// A known original run and the trace its recording would have produced.
 struct Program {
@@ -517,7 +518,7 @@ fn nonblocking_and_wildcard_receives_are_matched_by_mpi_order() {
         },
     ];
     write_trace(&dir, 3, &ranks, 2);
-    let (mut matches, report) = rebuild::matched_messages(&Trace::open(&dir).unwrap()).unwrap();
+    let (mut matches, report) = matches::matched_messages(&Trace::open(&dir).unwrap()).unwrap();
     assert_eq!(report.messages, 3);
     assert_eq!(report.violations(), 0);
     assert_eq!(report.unmatched_sends + report.unmatched_receives, 0);
@@ -685,7 +686,7 @@ fn sendrecv_rooted_and_nonblocking_collectives_follow_their_semantics() {
         },
     ];
     write_trace(&dir, 2, &ranks, 3);
-    let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+    let report = matches::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
     assert_eq!(report.messages, 2);
     assert_eq!(report.message_violations, 0);
     assert_eq!(report.collective_exits, 4);
@@ -814,7 +815,7 @@ fn a_rank_that_stopped_is_absent_not_waited_for() {
         &[one_stream(0, r0), one_stream(1, r1), one_stream(2, r2)],
         4,
     );
-    let (matches, report) = rebuild::matched_messages(&Trace::open(&dir).unwrap()).unwrap();
+    let (matches, report) = matches::matched_messages(&Trace::open(&dir).unwrap()).unwrap();
     assert_eq!(report.messages, 3, "{report:?}");
     assert_eq!(report.unmatched_sends, 0, "{report:?}");
     assert_eq!(report.unmatched_receives, 1, "{report:?}");
@@ -929,7 +930,7 @@ fn across_hosts_a_violation_must_exceed_the_offsets_uncertainty() {
             ],
             4,
         );
-        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        let report = matches::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
         std::fs::remove_dir_all(dir).unwrap();
         report
     };
@@ -1310,7 +1311,7 @@ fn intercommunicator_collectives_wait_for_the_other_group() {
             .collect();
         let dir = temp_dir(&name);
         write_trace(&dir, 4, &intercomm_program(fault), 5);
-        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        let report = matches::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
         // Every rank leaves each of the 5 collectives once: both groups share each instance.
         assert_eq!(report.collective_exits, 4 * 5, "{fault:?}: {report:?}");
         assert_eq!(
@@ -1376,7 +1377,7 @@ fn intercommunicators_are_paired_by_their_groups_whatever_made_them() {
             .collect();
         let dir = temp_dir(&format!("inter-dup-{violations}"));
         write_trace(&dir, 4, &traces, 5);
-        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        let report = matches::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
         assert_eq!(report.collective_exits, 4 * 5, "{fault:?}: {report:?}");
         assert_eq!(
             report.collective_violations, violations,
@@ -1425,7 +1426,7 @@ fn collectives_that_move_no_data_wait_for_nobody_but_barriers_do() {
             .collect();
         let dir = temp_dir(&format!("nodata-{bytes}-{barrier_early}"));
         write_trace(&dir, 2, &traces, 5);
-        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        let report = matches::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
         assert_eq!(report.collective_exits, 4, "{report:?}");
         assert_eq!(
             report.collective_violations, violations,
@@ -1500,7 +1501,7 @@ fn pscw_wait_ends_after_every_origin_completed() {
     {
         let dir = temp_dir(&format!("pscw-{early}-{groups}"));
         write_trace(&dir, 2, &pscw_program(early, groups), 5);
-        let report = rebuild::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
+        let report = matches::check_happened_before(&Trace::open(&dir).unwrap()).unwrap();
         let case = format!("early {early}, groups {groups}: {report:?}");
         assert_eq!(report.rma_epochs, epochs, "{case}");
         assert_eq!(report.epoch_violations, violations, "{case}");

@@ -15,8 +15,8 @@ use std::collections::{HashMap, VecDeque};
 
 use common::*;
 use format::{Completion, Event, Marker, MpiCall, NO_RANK, NO_REQUEST, NO_TAG};
-use reconstruct::Trace;
 use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
+use trace::Trace;
 
 /// What the machine does, the same untraced and traced.
 const SEND_NS: u64 = 150;

@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use reconstruct::progress::Bar;
 use reconstruct::rebuild::{self, Options};
-use reconstruct::{Trace, info};
 use serde::Serialize;
+use trace::Trace;
+use trace::progress::Bar;
+use views::info;
 
 use crate::mpi::Mpi;
 

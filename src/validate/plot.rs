@@ -55,7 +55,7 @@ const KINDS: [Kind; 5] = [
 
 /// Draws `v` into the PNG `path`.
 pub fn draw(v: &Validation, path: &Path) -> Result<()> {
-    reconstruct::export::timeline::register_font()?;
+    views::export::timeline::register_font()?;
     let pairs = v.pairs.len().max(1) as f64;
     let (band_low, band_high) = (
         v.untraced_median_s * (1.0 - v.untraced_spread),

@@ -18,8 +18,8 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use offload::{FlushReport, Mode, Settings, Suspended, Suspender, TransportError};
-use reconstruct::info::Quantiles;
 use serde::Serialize;
+use views::info::Quantiles;
 
 use model::{AppModel, ClockModel, DiskModel, MemoryModel, NetModel, Rng, keyed_uniform};
 use world::{DiskParams, RankState, SimRank, World, log2_ceil};

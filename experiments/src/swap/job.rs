@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use format::Event;
-use reconstruct::trace::{Trace, for_each_event, ticks_to_s};
+use trace::Trace;
+use trace::open::{for_each_event, ticks_to_s};
 
 use super::system::{self, JobCgroup};
 

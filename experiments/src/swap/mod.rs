@@ -549,7 +549,7 @@ impl Runner<'_> {
         row.lost_events = info_u(&info, "/lost_events");
         row.local_flushes = info_u(&info, "/local_flushes");
         if row.threshold.is_none() {
-            row.threshold = reconstruct::trace::initial_threshold(trace_dir).map(|t| t.bytes);
+            row.threshold = trace::open::initial_threshold(trace_dir).map(|t| t.bytes);
         }
 
         let rebuilt = dir.join("reconstructed");

@@ -38,7 +38,7 @@ use format::{
 };
 
 use super::{Action, EventRef, FastHasher, FastMap, Lane, Shared};
-use crate::funcs::{CollShape, Deferred, FuncClass};
+use trace::funcs::{CollShape, Deferred, FuncClass};
 
 /// What a function does for matching.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +86,7 @@ impl Class {
         if let Some(d) = Deferred::of(name) {
             return Class::Deferred(d);
         }
-        let Some(base) = crate::funcs::mpi_base(name) else {
+        let Some(base) = trace::funcs::mpi_base(name) else {
             return Class::Other;
         };
         match base.as_str() {

@@ -15,9 +15,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use format::Event;
 
-use crate::clock::RankMeta;
-use crate::lanes::LaneId;
-use crate::members::Members;
+use trace::definitions::RankMeta;
+use trace::lanes::LaneId;
+use trace::members::Members;
 
 mod estimates;
 mod matcher;
@@ -250,8 +250,8 @@ impl HbContext {
     pub fn new(metas: &[RankMeta], world_size: u32) -> HbContext {
         // The world is one shared list, not a copy per rank; each distinct list is hashed once
         // (see `ListIds`), so a world of R ranks costs O(R) here.
-        let world = crate::members::identity(world_size);
-        let mut lists = crate::members::ListIds::default();
+        let world = trace::members::identity(world_size);
+        let mut lists = trace::members::ListIds::default();
         let mut interned: HashMap<(u32, u32), u32> = HashMap::new();
         let mut func_names: HashMap<String, u32> = HashMap::new();
         let mut ranks = Vec::with_capacity(metas.len());
@@ -266,7 +266,7 @@ impl HbContext {
                     *occurrence += 1;
                     let n = interned.len() as u32;
                     let global = *interned.entry(key).or_insert(n);
-                    let me = crate::members::position(&members, meta.rank);
+                    let me = trace::members::position(&members, meta.rank);
                     comms.insert(
                         id,
                         Comm {
@@ -604,7 +604,7 @@ fn shift_times(e: &mut Event, by: i64) {
     if by == 0 {
         return;
     }
-    crate::times::for_each_time(e, |t| *t = t.saturating_add_signed(by));
+    trace::times::for_each_time(e, |t| *t = t.saturating_add_signed(by));
 }
 
 impl Shared<'_> {

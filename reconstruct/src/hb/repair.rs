@@ -372,7 +372,7 @@ fn place_poll_run<I>(lane: &mut Lane<I>, old_shift: i64, call: &format::MpiCall)
             floor = p.end;
             continue;
         }
-        crate::times::for_each_time(e, |t| *t = t.saturating_add_signed(new_shift).max(floor));
+        trace::times::for_each_time(e, |t| *t = t.saturating_add_signed(new_shift).max(floor));
     }
     call.start.saturating_add_signed(new_shift).max(floor)
 }

@@ -9,7 +9,7 @@
 
 use super::matcher::{CollInst, CollRef, InterRole};
 use super::{HbContext, Shared};
-use crate::funcs::CollShape;
+use trace::funcs::CollShape;
 
 impl HbContext {
     /// How far apart two ranks' clocks may be without it being measurable, ns.

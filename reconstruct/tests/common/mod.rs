@@ -1,5 +1,5 @@
-//! Helpers shared by the reconstruct tests: writing traces with the format crate's own writer and
-//! reading lanes back.
+//! Helpers shared by the reconstruct and views tests (`views/tests` include this file by path):
+//! writing traces with the format crate's own writer and reading lanes back.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

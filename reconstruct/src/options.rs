@@ -1,0 +1,133 @@
+//! What `evenflush reconstruct` is asked to do, and how it fails.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use trace::TraceError;
+
+use crate::hb;
+
+/// Which perturbation to take out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Remove {
+    /// The suspensions (DP'): recovers G+.
+    DpPrime,
+    /// The recorder's per-event cost (DP) only.
+    Dp,
+    /// Both: recovers G.
+    Both,
+}
+
+impl Remove {
+    pub fn dp_prime(self) -> bool {
+        matches!(self, Remove::DpPrime | Remove::Both)
+    }
+    pub fn dp(self) -> bool {
+        matches!(self, Remove::Dp | Remove::Both)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Remove::DpPrime => "dpprime",
+            Remove::Dp => "dp",
+            Remove::Both => "both",
+        }
+    }
+}
+
+/// How waits are reconstructed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Model {
+    /// The paper's: DP' and DP are subtracted rank by rank, waits kept as recorded (and with
+    /// `hb`, lengthened where they would end before what they wait for).
+    #[default]
+    Subtract,
+    /// Every wait recomputed from its partners in the reconstructed run (`hb::repair`), with
+    /// intrinsic costs and transfer times learned from the run itself. Removes DP' and DP.
+    Replay,
+}
+
+impl Model {
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::Subtract => "subtract",
+            Model::Replay => "replay",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub remove: Remove,
+    pub model: Model,
+    /// Repair happened-before violations (otherwise they are only counted).
+    pub hb: bool,
+    /// Events per output chunk and stream.
+    pub chunk_events: usize,
+    pub zstd_level: i32,
+    /// With `hb`: no message arrives sooner than this after its send started (ns).
+    pub min_latency_ns: u64,
+    /// Threads to read, map and write on (0: every core). The output does not depend on it.
+    pub threads: usize,
+}
+
+impl Options {
+    /// Whether the output times come out of the matcher (every event passes through it).
+    pub fn moves_waits(&self) -> bool {
+        self.hb || self.model == Model::Replay
+    }
+
+    pub(crate) fn repair(&self) -> hb::Repair {
+        hb::Repair {
+            enabled: self.moves_waits(),
+            min_latency_ns: self.min_latency_ns,
+            replay: self.model == Model::Replay,
+            learn: false,
+        }
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            remove: Remove::DpPrime,
+            model: Model::Subtract,
+            hb: false,
+            chunk_events: 1 << 16,
+            zstd_level: 1,
+            min_latency_ns: hb::DEFAULT_MIN_LATENCY_NS,
+            threads: 0,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("writing {}", path.display())]
+    Output {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {what}", path.display())]
+    BadOutput { path: PathBuf, what: String },
+    /// Between the processes of an MPI job (`mpirun -np N evenflush reconstruct`).
+    #[error("MPI job: {0}")]
+    Job(String),
+}
+
+/// Output events buffered over all lanes, at most (a few tens of MiB in their typed columns).
+const OUTPUT_EVENTS_BUFFERED: usize = 1 << 20;
+/// Output chunks are not made smaller than this to save memory: chunk headers and compression
+/// would start to cost.
+const MIN_CHUNK_EVENTS: usize = 256;
+
+/// Every lane buffers one output chunk: with many lanes, smaller chunks keep that bounded.
+pub(crate) fn output_chunk_events(opts: &Options, lanes: usize) -> usize {
+    opts.chunk_events
+        .min((OUTPUT_EVENTS_BUFFERED / lanes.max(1)).max(MIN_CHUNK_EVENTS))
+        .max(1)
+}
