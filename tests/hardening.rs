@@ -664,13 +664,19 @@ fn sync_eio_once_mpiio(mpi: Mpi) {
 fn sync_eio_twice(mpi: Mpi) {
     let _guard = mpi_lock();
     let (a, _) = two_dirs(mpi, "eio-twice");
+    // Flushes while the program runs (a rank flushing alone at a small threshold), the first
+    // one confirmed: it holds the Writer record, which would otherwise be lost with the rest and
+    // leave no word of the writer that ran. The two EIOs hit a later flush.
     let output = faulty(
         mpi,
         "posix",
         &[&a],
         &[
+            ("EVENFLUSH_MODE", "local"),
+            ("EVENFLUSH_THRESHOLD", "4KiB"),
             ("FAULTFS_SYNC_ERRNO", "EIO"),
             ("FAULTFS_SYNC_FAILURES", "2"),
+            ("FAULTFS_SYNC_SKIP", "1"),
         ],
     );
     let what = format!("sync EIO twice ({})", mpi.name());
