@@ -52,6 +52,11 @@ stage "cargo build --release (CLI + one preload library per installed MPI)"
 cargo build --release --workspace
 stage "cargo clippy"
 cargo clippy --release --workspace --all-targets -- -D warnings
+# The fuzz target is not a workspace member (cargo-fuzz needs nightly): type-check it on stable,
+# without libFuzzer's C++, in the workspace's target directory (its profile matches, so the
+# workspace's compiled dependencies are reused: a few seconds).
+stage "fuzz target: cargo check (stable, fuzz/)"
+cargo check --release --no-default-features --manifest-path fuzz/Cargo.toml --target-dir target
 stage "cargo test"
 # A test that cannot exercise its feature fails unless EVENFLUSH_TEST_ALLOW_SKIP names it
 # (tests/common/skip.rs); the skips that were allowed are listed at the end, so a green run says
@@ -63,6 +68,11 @@ export EVENFLUSH_TEST_ALLOW_SKIP="${EVENFLUSH_TEST_ALLOW_SKIP:+$EVENFLUSH_TEST_A
 log="$(mktemp)"
 status=0
 cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+# A bounded fuzzing run on the stable toolchain (libFuzzer needs nightly): random mutations of the
+# committed seed corpus fed to the fuzz target's body (format/tests/fuzz_corpus.rs) for 20 s.
+stage "fuzzing: chunk_reader body, ${EVENFLUSH_FUZZ_SECONDS:=20} s"
+export EVENFLUSH_FUZZ_SECONDS
+cargo test --release -p format --test fuzz_corpus -- --ignored fuzz_for_a_while --nocapture || status=$?
 end_stage
 # -o: with one test thread, libtest prints "test name ... " before the test writes its line.
 skips="$(grep -ao 'SKIPPED:.*' "$log" | sort | uniq -c || true)"

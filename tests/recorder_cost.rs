@@ -136,9 +136,17 @@ fn assert_recorded(mpi: Mpi, dir: &Path, made: &BTreeMap<String, u64>) {
     ];
     let got = info["functions"].as_object().expect("info: functions");
     for (name, n) in want {
-        assert_eq!(got.get(name).and_then(|v| v.as_u64()), Some(n), "{what}: {name}");
+        assert_eq!(
+            got.get(name).and_then(|v| v.as_u64()),
+            Some(n),
+            "{what}: {name}"
+        );
     }
-    assert_eq!(got.len(), want.len(), "{what}: other calls recorded: {got:?}");
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: other calls recorded: {got:?}"
+    );
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -38,8 +38,14 @@ fn run(name: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, bool) {
 fn refused(name: &str, args: &[&str], env: &[(&str, &str)], says: &[&str]) {
     let (out, ran) = run(name, args, env);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{name}: {args:?} succeeded: {stderr}");
-    assert!(!ran, "{name}: the job was launched although the run was refused");
+    assert!(
+        !out.status.success(),
+        "{name}: {args:?} succeeded: {stderr}"
+    );
+    assert!(
+        !ran,
+        "{name}: the job was launched although the run was refused"
+    );
     for s in says {
         assert!(stderr.contains(s), "{name}: want {s:?} in:\n{stderr}");
     }

@@ -191,7 +191,11 @@ fn windows(mpi: Mpi) {
         e.1 = e.1.max(b);
     }
     assert!(sus.len() >= 2, "the run needs two suspensions: {sus:?}");
-    assert_eq!(sus.len() as u64, suspensions, "info and the export: {sus:?}");
+    assert_eq!(
+        sus.len() as u64,
+        suspensions,
+        "info and the export: {sus:?}"
+    );
     // Suspension 0's end on its last rank to suspension 1's start on its first.
     let (from, to) = (sus[&0].1, sus[&1].0);
     let secs = |t: u64| (t as f64 - origin as f64) / 1e9;
@@ -363,7 +367,6 @@ fn windows(mpi: Mpi) {
     args.extend(&flags);
     let line = stderr(&ok(evenflush(&["timeline"], &dir, &args), "timeline"));
     assert_eq!(crossing_of(&line), crossing, "{line}");
-
 }
 
 #[test]

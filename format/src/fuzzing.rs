@@ -21,12 +21,12 @@ use crate::{ChunkEncoder, EncodedChunk, RankFile, RawBuf};
 
 /// Everything the fuzz target does with one input: the bytes as they are, then with every
 /// chunk-shaped region's and the group header's checksums made valid, so mutations reach the
-/// decoders instead of stopping at a checksum mismatch.
-pub fn check(data: &[u8]) {
-    check_once(data);
+/// decoders instead of stopping at a checksum mismatch. Returns how many chunks the readers
+/// accepted and decoded (a fuzzing run that decodes none tests nothing).
+pub fn check(data: &[u8]) -> u64 {
     let mut fixed = data.to_vec();
     fix_checksums(&mut fixed);
-    check_once(&fixed);
+    check_once(data) + check_once(&fixed)
 }
 
 /// Recomputes the checksums of every chunk header found in `data` (wherever `EVFC` starts one)
@@ -56,15 +56,15 @@ pub fn fix_checksums(data: &mut [u8]) {
     }
 }
 
-fn check_once(data: &[u8]) {
+fn check_once(data: &[u8]) -> u64 {
     let path = Path::new("fuzz");
     let mut chunks = ChunkReader::new(data, 0, path);
-    check_chunks(&mut chunks);
+    let mut decoded = check_chunks(&mut chunks);
     if let Some(tail) = chunks.tail() {
         assert!(tail.offset <= data.len() as u64);
     }
     if let Ok(file) = RankFile::from_bytes(data.to_vec(), "fuzz.evf") {
-        check_chunks(&mut file.chunks());
+        decoded += check_chunks(&mut file.chunks());
         for event in file.events() {
             let _ = event;
         }
@@ -74,20 +74,27 @@ fn check_once(data: &[u8]) {
             for s in &member.segments {
                 assert!(s.start <= s.end && s.end <= data.len() as u64, "{s:?}");
             }
-            check_chunks(&mut ChunkReader::over_segments(data, &member.segments, path));
+            decoded += check_chunks(&mut ChunkReader::over_segments(
+                data,
+                &member.segments,
+                path,
+            ));
         }
         for d in &index.damage {
             assert!(d.offset <= data.len() as u64);
         }
     }
+    decoded
 }
 
 /// Every chunk a reader accepts decodes to as many events as its header says, and they survive a
 /// re-encode unchanged.
-fn check_chunks(chunks: &mut ChunkReader<'_>) {
+fn check_chunks(chunks: &mut ChunkReader<'_>) -> u64 {
     let mut encoder = ChunkEncoder::uncompressed();
+    let mut decoded = 0;
     for chunk in chunks.by_ref() {
         let Ok(chunk) = chunk else { continue };
+        decoded += 1;
         let events: Vec<Event> = chunk.events().collect();
         assert_eq!(events.len() as u64, chunk.event_count());
         let mut raw = RawBuf::new();
@@ -101,6 +108,7 @@ fn check_chunks(chunks: &mut ChunkReader<'_>) {
         // Compared as text: a float field may hold NaN, which is never equal to itself.
         assert_eq!(format!("{reread:?}"), format!("{events:?}"));
     }
+    decoded
 }
 
 /// One event of every kind (and every marker), beside a short synthetic halo run.
@@ -510,7 +518,8 @@ pub fn mutate(input: &[u8], other: &[u8], rng: &mut Rng) -> Vec<u8> {
             4 if !out.is_empty() => {
                 // An interesting value over 1, 2, 4 or 8 bytes.
                 let width = 1usize << (rng.next_u64() % 4);
-                let v: u64 = [0, 1, u64::MAX, 0x80, 0x7F, 0xFFFF, 1 << 32][rng.next_u64() as usize % 7];
+                let v: u64 =
+                    [0, 1, u64::MAX, 0x80, 0x7F, 0xFFFF, 1 << 32][rng.next_u64() as usize % 7];
                 for (i, b) in v.to_le_bytes().iter().take(width).enumerate() {
                     if let Some(slot) = out.get_mut(at + i) {
                         *slot = *b;
