@@ -119,7 +119,7 @@ fn fuzz_for_a_while() {
     // where they reach the decoders (a crude stand-in for coverage feedback).
     let mut pool: Vec<Vec<u8>> = Vec::new();
     while Instant::now() < deadline {
-        let base = if pool.is_empty() || rng.next_u64() % 2 == 0 {
+        let base = if pool.is_empty() || rng.next_u64().is_multiple_of(2) {
             &corpus[rng.next_u64() as usize % corpus.len()]
         } else {
             &pool[rng.next_u64() as usize % pool.len()]

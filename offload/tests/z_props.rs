@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use offload::inproc::{self, InProcConfig};
-use offload::{ClockScheme, Decision, FlushReport, Mode, Settings, Suspender};
+use offload::{ClockScheme, Decision, FlushReport, Mode, Settings, Suspender, Transport};
 use proptest::prelude::*;
 
 const US: u64 = 1_000;
