@@ -8,7 +8,10 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{ITERATIONS, Mpi, RECORD_BYTES, RECORDS, info_json, mpi_lock, run_iterative, scratch};
+use common::{
+    ITERATIONS, Mpi, RECORD_BYTES, RECORDS, assert_writer_used, info_json, mpi_lock, run_iterative,
+    scratch,
+};
 use format::Event;
 
 /// Every user record of every rank is in the trace, with its full payload.
@@ -162,39 +165,6 @@ fn equal_pauses(dir: &Path, at_least: u64) {
     assert!(median < 1e6, "median pause difference {median} ns");
 }
 
-/// Every rank's trace says it was written by `want` (io_uring and MPI-IO both work on the test
-/// machines, so a fallback to posix is a failure, reported with the recorder's reason). MPI-IO's
-/// hand-over to posix at `MPI_Finalize` for the end of the trace is expected.
-fn assert_writer_used(info: &serde_json::Value, want: &str) {
-    let ranks = info["per_rank"].as_array().expect("per_rank");
-    assert_eq!(ranks.len() as u64, info["ranks"].as_u64().unwrap());
-    for r in ranks {
-        let rank = &r["rank"];
-        let writers = r["writers"].as_array().expect("writers");
-        assert!(!writers.is_empty(), "rank {rank}: no Writer record: {r}");
-        for w in writers {
-            assert_ne!(
-                w["change"], "fallback",
-                "rank {rank}: writer {} fell back to {}: {}",
-                w["requested"], w["used"], w["reason"]
-            );
-        }
-        let first = &writers[0];
-        assert_eq!(first["requested"], want, "rank {rank}: {writers:?}");
-        assert_eq!(first["used"], want, "rank {rank}: {writers:?}");
-        assert_eq!(first["change"], "opened", "rank {rank}: {writers:?}");
-        assert_eq!(first["part"], 0, "rank {rank}: {writers:?}");
-        for later in &writers[1..] {
-            assert_eq!(
-                (want, &later["change"], &later["used"]),
-                ("mpiio", &"finalize-handover".into(), &"posix".into()),
-                "rank {rank}: only MPI-IO hands over, to posix, at finalize: {writers:?}"
-            );
-        }
-    }
-    assert_eq!(info["writer_fallbacks"], serde_json::json!([]));
-}
-
 fn dynamic_uring(mpi: Mpi) {
     let info = offload_run(
         mpi,
@@ -209,7 +179,7 @@ fn dynamic_uring(mpi: Mpi) {
         ],
         10,
     );
-    assert_writer_used(&info, "uring");
+    common::writer_ran(&info, "uring", &format!("dynamic_uring ({})", mpi.name()));
 }
 
 fn dynamic_mpiio(mpi: Mpi) {
@@ -338,6 +308,7 @@ fn disk_full(mpi: Mpi) {
         String::from_utf8_lossy(&info.stderr)
     );
     let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_writer_used(&info, "posix");
     assert_eq!(
         info["recording_stopped"], true,
         "the trace marks the stop: {info}"

@@ -63,7 +63,9 @@ fn build(mpi: Mpi) -> PathBuf {
     exe
 }
 
-/// ns per call of each kind in one run, traced into `trace` or untraced.
+/// ns per call of each kind in one run, traced into `trace` or untraced. A traced run must have
+/// recorded every call the program made (see [`assert_recorded`]): without the preload library,
+/// the ratios would compare noise with noise.
 fn run(mpi: Mpi, exe: &Path, trace: Option<&Path>) -> BTreeMap<String, f64> {
     let mut cmd = Command::new(exe);
     cmd.args([CALLS, "all"]);
@@ -96,7 +98,55 @@ fn run(mpi: Mpi, exe: &Path, trace: Option<&Path>) -> BTreeMap<String, f64> {
         })
         .collect();
     assert_eq!(per_call.len(), 5, "{text}");
+    if let Some(dir) = trace {
+        let made: BTreeMap<String, u64> = text
+            .lines()
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w[0].to_string(), w[1].parse().unwrap())
+            })
+            .collect();
+        assert_recorded(mpi, dir, &made);
+    }
     per_call
+}
+
+/// The trace of a traced run holds exactly the calls `cheap_calls all` made (`made`: calls per
+/// kind, as it printed them), so the preload library was loaded and recorded every one.
+fn assert_recorded(mpi: Mpi, dir: &Path, made: &BTreeMap<String, u64>) {
+    let info = common::info_json(dir);
+    let what = format!("{} traced run ({})", mpi.name(), dir.display());
+    assert_eq!(info["ranks"], 1, "{what}: no trace of the one rank: {info}");
+    assert_eq!(info["lost_events"], 0, "{what}");
+    // cheap_calls.c: `isend` is Irecv + Isend + 2 Wait, `waitall` 13 Irecv + 13 Isend + Waitall;
+    // besides the timed calls: 1 + 1000 (warm-up) Comm_rank, Init, Comm_split, Comm_free, Finalize.
+    let (isend, waitall) = (made["isend"] / 4, made["waitall"] / 27);
+    let want = [
+        ("MPI_Init", 1),
+        ("MPI_Comm_rank", made["rank"] + 1001),
+        ("MPI_Comm_split", 1),
+        ("MPI_Barrier", made["barrier"]),
+        ("MPI_Irecv", isend + 13 * waitall),
+        ("MPI_Isend", isend + 13 * waitall),
+        ("MPI_Wait", 2 * isend),
+        ("MPI_Waitall", waitall),
+        ("MPI_Allreduce", made["subcomm"]),
+        ("MPI_Comm_free", 1),
+        ("MPI_Finalize", 1),
+    ];
+    let got = info["functions"].as_object().expect("info: functions");
+    for (name, n) in want {
+        assert_eq!(
+            got.get(name).and_then(|v| v.as_u64()),
+            Some(n),
+            "{what}: {name}"
+        );
+    }
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: other calls recorded: {got:?}"
+    );
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -606,7 +606,13 @@ fn sessions(mpi: Mpi) {
     succeeded(&output, "sessions");
     let stdout = String::from_utf8_lossy(&output.stdout);
     if mpi == Mpi::OpenMpi {
+        // Open MPI 4.1 has no MPI Sessions: the program says so and the traced run still ends
+        // cleanly, but the sessions calls are not exercised: a listed skip, not a silent pass.
         assert!(stdout.contains("no sessions"), "{stdout}");
+        common::skip_or_fail(
+            "openmpi-sessions",
+            "this Open MPI has no MPI Sessions (MPI 4.0): the sessions calls were not traced",
+        );
         return;
     }
     assert!(stdout.contains("sessions ok 2"), "{stdout}");

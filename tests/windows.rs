@@ -81,6 +81,51 @@ fn perfetto(dir: &Path, work: &Path, name: &str, window: &[&str]) -> Option<(Val
     }
 }
 
+/// Bad window specs: clear errors from every command. Needs no Python, so it runs even where the
+/// Perfetto decoder is missing (an allowed `perfetto-python` skip).
+fn bad_window_specs(dir: &Path, work: &Path, suspensions: u64) {
+    assert!(suspensions >= 2, "the run needs two suspensions");
+    // Bad specs: clear errors from every command.
+    let last = suspensions - 1;
+    let png = work.join("w.png");
+    let png = png.to_str().unwrap();
+    let out_file = work.join("x.json");
+    let out_file = out_file.to_str().unwrap();
+    for (cmd, fixed) in [
+        (&["report"][..], &[][..]),
+        (
+            &["export"],
+            &["--format", "chrome-json", "--out", out_file][..],
+        ),
+        (&["timeline"], &["--png", png][..]),
+        (&["compare"], &[dir.to_str().unwrap()][..]),
+    ] {
+        for (flags, says) in [
+            (
+                &["--from", "suspension:99"][..],
+                format!("has {suspensions} suspensions, numbered 0-{last}"),
+            ),
+            (&["--ranks", "0,7"], "rank 7 is not in this trace".into()),
+            (&["--from", "0.02", "--to", "0.01"], "not before".into()),
+            (
+                &["--from", "suspension:1", "--to", "suspension:0"],
+                "empty window".into(),
+            ),
+            (&["--to", "soon"], "neither seconds".into()),
+        ] {
+            let mut a = fixed.to_vec();
+            a.extend(flags);
+            let out = evenflush(cmd, dir, &a);
+            assert!(!out.status.success(), "{cmd:?} {a:?} succeeded");
+            assert!(
+                stderr(&out).contains(&says),
+                "{cmd:?} {a:?}: want {says:?}, got {}",
+                stderr(&out)
+            );
+        }
+    }
+}
+
 /// `window A-B s` of a summary line, in seconds.
 fn window_of(line: &str) -> (f64, f64) {
     let rest = line
@@ -122,6 +167,10 @@ fn windows(mpi: Mpi) {
         &["--threshold", "4KiB"],
     );
     let work = scratch(&format!("windows-{}-out", mpi.name()));
+    let suspensions = common::info_json(&dir)["suspension"]["count"]
+        .as_u64()
+        .expect("info --json: suspension.count");
+    bad_window_specs(&dir, &work, suspensions);
     let Some((full, _)) = perfetto(&dir, &work, "full.pftrace", &[]) else {
         return;
     };
@@ -142,6 +191,11 @@ fn windows(mpi: Mpi) {
         e.1 = e.1.max(b);
     }
     assert!(sus.len() >= 2, "the run needs two suspensions: {sus:?}");
+    assert_eq!(
+        sus.len() as u64,
+        suspensions,
+        "info and the export: {sus:?}"
+    );
     // Suspension 0's end on its last rank to suspension 1's start on its first.
     let (from, to) = (sus[&0].1, sus[&1].0);
     let secs = |t: u64| (t as f64 - origin as f64) / 1e9;
@@ -313,45 +367,6 @@ fn windows(mpi: Mpi) {
     args.extend(&flags);
     let line = stderr(&ok(evenflush(&["timeline"], &dir, &args), "timeline"));
     assert_eq!(crossing_of(&line), crossing, "{line}");
-
-    // Bad specs: clear errors from every command.
-    let last = sus.keys().next_back().unwrap();
-    let png = png.to_str().unwrap();
-    let out_file = work.join("x.json");
-    let out_file = out_file.to_str().unwrap();
-    for (cmd, fixed) in [
-        (&["report"][..], &[][..]),
-        (
-            &["export"],
-            &["--format", "chrome-json", "--out", out_file][..],
-        ),
-        (&["timeline"], &["--png", png][..]),
-        (&["compare"], &[dir.to_str().unwrap()][..]),
-    ] {
-        for (flags, says) in [
-            (
-                &["--from", "suspension:99"][..],
-                format!("has {} suspensions, numbered 0-{last}", sus.len()),
-            ),
-            (&["--ranks", "0,7"], "rank 7 is not in this trace".into()),
-            (&["--from", "0.02", "--to", "0.01"], "not before".into()),
-            (
-                &["--from", "suspension:1", "--to", "suspension:0"],
-                "empty window".into(),
-            ),
-            (&["--to", "soon"], "neither seconds".into()),
-        ] {
-            let mut a = fixed.to_vec();
-            a.extend(flags);
-            let out = evenflush(cmd, &dir, &a);
-            assert!(!out.status.success(), "{cmd:?} {a:?} succeeded");
-            assert!(
-                stderr(&out).contains(&says),
-                "{cmd:?} {a:?}: want {says:?}, got {}",
-                stderr(&out)
-            );
-        }
-    }
 }
 
 #[test]

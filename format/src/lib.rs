@@ -5,6 +5,7 @@ mod body;
 pub mod chunk;
 pub mod error;
 pub mod funcs;
+pub mod fuzzing;
 pub mod group;
 pub mod model;
 pub mod naming;

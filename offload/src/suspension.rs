@@ -821,19 +821,46 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_rank_but_root_has_exactly_one_parent_within_depth() {
-        for size in 1..40usize {
-            for rank in 1..size {
-                // Walk up to the root; the number of hops is the rank's depth in the tree.
+    /// ⌈log2 P⌉, counted without the crate's own helpers.
+    fn ceil_log2(size: usize) -> u32 {
+        let mut depth = 0;
+        while (1usize << depth) < size {
+            depth += 1;
+        }
+        depth
+    }
+
+    proptest::proptest! {
+        /// The tree's properties, not its formula: from every rank, following `tree_parent`
+        /// reaches rank 0 through ever smaller ranks within ⌈log2 P⌉ hops; the parents and
+        /// children agree; and walking down from the root reaches every rank exactly once.
+        #[test]
+        fn tree_reaches_the_root_from_every_rank_within_log2_hops(size in 1usize..5000) {
+            let depth = ceil_log2(size);
+            proptest::prop_assert_eq!(tree_depth(size), depth);
+            proptest::prop_assert_eq!(tree_parent(0), None);
+            for rank in 0..size {
                 let mut hops = 0;
                 let mut r = rank;
-                while r != 0 {
-                    r -= highest_bit(r);
+                while let Some(parent) = tree_parent(r) {
+                    proptest::prop_assert!(parent < r, "size {} rank {}: parent {} of {}", size, rank, parent, r);
+                    proptest::prop_assert!(
+                        tree_children(parent, size).contains(&r),
+                        "size {} rank {}: {} not among its parent's children", size, rank, r
+                    );
+                    r = parent;
                     hops += 1;
                 }
-                assert!(hops <= tree_depth(size), "size {size} rank {rank}");
+                proptest::prop_assert_eq!(r, 0);
+                proptest::prop_assert!(hops <= depth, "size {} rank {}: {} hops", size, rank, hops);
             }
+            let mut seen = vec![0u32; size];
+            let mut stack = vec![0usize];
+            while let Some(r) = stack.pop() {
+                seen[r] += 1;
+                stack.extend(tree_children(r, size));
+            }
+            proptest::prop_assert!(seen.iter().all(|&n| n == 1), "size {}: {:?}", size, seen);
         }
     }
 }

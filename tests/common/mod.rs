@@ -518,3 +518,66 @@ pub fn reconstruct_summary(out: &Output, what: &str) -> serde_json::Value {
     }
     v
 }
+
+/// Whether the writer backend `want` (`posix`, `uring`, `mpiio`, `group`) is the one that wrote
+/// every rank of `info` (`evenflush info --json`), as [`assert_writer_used`] checks. False, after
+/// [`skip_or_fail`] (`io_uring`) said why, where the kernel refused io_uring and the recorder fell
+/// back to posix: a test of the io_uring writer then tested posix, and must not pass as if not.
+pub fn writer_ran(info: &serde_json::Value, want: &str, what: &str) -> bool {
+    if want == "uring" {
+        let refused = info["per_rank"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["writers"].as_array().into_iter().flatten())
+            .find(|w| {
+                w["requested"] == "uring"
+                    && w["change"] == "fallback"
+                    && w["reason"]
+                        .as_str()
+                        .is_some_and(|r| r.starts_with("io_uring setup failed"))
+            });
+        if let Some(w) = refused {
+            skip_or_fail(
+                "io_uring",
+                &format!("{what}: the kernel refuses io_uring here: {}", w["reason"]),
+            );
+            return false;
+        }
+    }
+    assert_writer_used(info, want);
+    true
+}
+
+/// Every rank's trace says it was written by `want` (a fallback to posix is a failure, reported
+/// with the recorder's reason; [`writer_ran`] turns a kernel without io_uring into a skip). MPI-IO's
+/// hand-over to posix at `MPI_Finalize` for the end of the trace is expected.
+pub fn assert_writer_used(info: &serde_json::Value, want: &str) {
+    let ranks = info["per_rank"].as_array().expect("per_rank");
+    assert_eq!(ranks.len() as u64, info["ranks"].as_u64().unwrap());
+    for r in ranks {
+        let rank = &r["rank"];
+        let writers = r["writers"].as_array().expect("writers");
+        assert!(!writers.is_empty(), "rank {rank}: no Writer record: {r}");
+        for w in writers {
+            assert_ne!(
+                w["change"], "fallback",
+                "rank {rank}: writer {} fell back to {}: {}",
+                w["requested"], w["used"], w["reason"]
+            );
+        }
+        let first = &writers[0];
+        assert_eq!(first["requested"], want, "rank {rank}: {writers:?}");
+        assert_eq!(first["used"], want, "rank {rank}: {writers:?}");
+        assert_eq!(first["change"], "opened", "rank {rank}: {writers:?}");
+        assert_eq!(first["part"], 0, "rank {rank}: {writers:?}");
+        for later in &writers[1..] {
+            assert_eq!(
+                (want, &later["change"], &later["used"]),
+                ("mpiio", &"finalize-handover".into(), &"posix".into()),
+                "rank {rank}: only MPI-IO hands over, to posix, at finalize: {writers:?}"
+            );
+        }
+    }
+    assert_eq!(info["writer_fallbacks"], serde_json::json!([]));
+}
