@@ -12,9 +12,9 @@ use format::{
     NO_REQUEST, NO_TAG, RankFileWriter, RawBuf, rank_file_name,
 };
 use proptest::prelude::*;
-use reconstruct::Trace;
-use reconstruct::report::{Report, profile_trace_window};
-use reconstruct::window::{Window, WindowSpec};
+use trace::Trace;
+use trace::window::{Window, WindowSpec};
+use views::report::{Report, profile_trace_window};
 
 const US: u64 = 1_000;
 /// Every rank's end of `MPI_Init`, ticks (= ns): the origin of the windows' seconds.
@@ -106,7 +106,7 @@ fn write(dir: &Path, ranks: &[RankCalls]) {
 /// Calls counted by `evenflush report` in the window of `from`/`to` (seconds) and `ranks`.
 fn count(trace: &Trace, from: Option<&str>, to: Option<&str>, ranks: Option<&str>) -> u64 {
     let spec = WindowSpec::parse(from, to, ranks).unwrap();
-    let metas = reconstruct::rebuild::scan(trace).unwrap();
+    let metas = trace::scan::scan(trace).unwrap();
     let window: Window = spec.resolve(&metas, trace.world_size).unwrap();
     let (profiles, _, skipped, _) =
         profile_trace_window(trace, &window, &metas, &mut |_, _| {}).unwrap();
