@@ -65,7 +65,7 @@ for mpi in $mpis; do
   bash "$root/experiments/apps/build.sh" "$mpi" "$apps" >/dev/null
   prog=("$apps/iterative" --iterations "$iterations" --work-units "$units" --mem 0
         --record-bytes 65536 --records 4)
-  : > "$work/$mpi.A"; : > "$work/$mpi.B"; : > "$work/$mpi.G"; : > "$work/$mpi.S"
+  : > "$work/$mpi.A"; : > "$work/$mpi.B"; : > "$work/$mpi.G"; : > "$work/$mpi.S"; : > "$work/$mpi.R"
   for rep in $(seq 1 "$reps"); do
     # A: untraced
     timeout 600 $(launch "$mpi") "${prog[@]}" > "$work/out" 2>&1 \
@@ -84,9 +84,13 @@ for mpi in $mpis; do
     rm -rf "$work/rebuilt"
     "$evenflush" reconstruct --remove both --json --out "$work/rebuilt" "$trace" > "$work/rec.json"
     g=$(json "$work/rec.json" reconstructed_s)
-    echo "$g" >> "$work/$mpi.G"; echo "$spread" >> "$work/$mpi.S"
+    rm -rf "$work/replayed"
+    "$evenflush" reconstruct --model replay --json --out "$work/replayed" "$trace" > "$work/rep.json"
+    r=$(json "$work/rep.json" reconstructed_s)
+    viol=$(json "$work/rep.json" hb violations_before)/$(json "$work/rep.json" hb violations_after)
+    echo "$g" >> "$work/$mpi.G"; echo "$spread" >> "$work/$mpi.S"; echo "$r" >> "$work/$mpi.R"
     [ -n "$keep" ] || rm -rf "$trace"
-    echo "$mpi rep $rep: untraced ${a}s traced ${b}s (${flushes} flushes) T(G) ${g}s resume spread p99 ${spread} us"
+    echo "$mpi rep $rep: untraced ${a}s traced ${b}s (${flushes} flushes) T(G) ${g}s replay ${r}s (violations before/after ${viol}) resume spread p99 ${spread} us"
   done
   read -r am amin amax < <(stats < "$work/$mpi.A")
   read -r bm bmin bmax < <(stats < "$work/$mpi.B")
@@ -97,6 +101,10 @@ for mpi in $mpis; do
            mpi, k, am, amin, amax, 100 * (amax - amin) / am, bm, bmin, bmax, bm / am }'
   read -r gm gmin gmax < <(stats < "$work/$mpi.G")
   read -r sm smin smax < <(stats < "$work/$mpi.S")
+  read -r rm rmin rmax < <(stats < "$work/$mpi.R")
+  awk -v mpi="$mpi" -v am="$am" -v rm="$rm" -v rmin="$rmin" -v rmax="$rmax" 'BEGIN {
+    printf "%s: replayed T(G) median %.3f s (%.3f-%.3f), %+.1f %% against the untraced median\n",
+           mpi, rm, rmin, rmax, 100 * (rm - am) / am }'
   awk -v mpi="$mpi" -v am="$am" -v gm="$gm" -v gmin="$gmin" -v gmax="$gmax" -v sm="$sm" -v smax="$smax" 'BEGIN {
     printf "%s: reconstructed T(G) median %.3f s (%.3f-%.3f), %+.1f %% against the untraced median; " \
            "resume spread p99 per run: median %.1f us, max %.1f us\n",
