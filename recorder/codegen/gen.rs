@@ -944,8 +944,11 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             ),
         );
         w(out, &format!("if ({n} <= 0) evf_record_call(&evf_r);"));
+    } else if cat == "collective-blocking" || cat == "neighbor-blocking" {
+        // A sampled cost ends after the protocol hook below, which it then covers too.
+        w(out, "int evf_sample = evf_record_call_s(&evf_r);");
     } else {
-        w(out, "evf_record_call(&evf_r);");
+        w(out, "if (EVF_UNLIKELY(evf_record_call_s(&evf_r))) evf_sample_end(&evf_r);");
     }
 
     if f.role("freecomm").is_some() {
@@ -1046,10 +1049,14 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
         }
     }
     if cat == "collective-blocking" || cat == "neighbor-blocking" {
+        // A decision point is measured and charged on its own: not part of the sample.
         w(
             out,
-            &format!("evf_after_blocking_collective(evf_r.comm, {fid});"),
+            &format!(
+                "if (EVF_UNLIKELY(evf_after_blocking_collective(evf_r.comm, {fid}))) evf_sample = 0;"
+            ),
         );
+        w(out, "if (EVF_UNLIKELY(evf_sample)) evf_sample_end(&evf_r);");
     }
 }
 

@@ -413,7 +413,7 @@ static void evf_define_comm(uint32_t id, MPI_Comm comm)
 
 static uint32_t evf_comm_lookup(MPI_Comm comm, MPI_Comm group_of);
 
-uint32_t evf_comm_id(MPI_Comm comm) { return evf_comm_lookup(comm, comm); }
+uint32_t evf_comm_id_slow(MPI_Comm comm) { return evf_comm_lookup(comm, comm); }
 
 /* MPI_Comm_idup's new handle may not be used before its request completes, but its group is that
  * of the communicator it copies: defined from there, at the call. */

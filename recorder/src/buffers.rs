@@ -33,10 +33,14 @@ pub struct Local {
     pub buf: RawBuf,
     /// Capacity of `buf` last added to [`held_bytes`].
     counted_capacity: usize,
-    /// Events recorded by this thread (drives cost sampling).
-    pub calls: u64,
-    /// Current estimate of the recorder's cost per fast-path event, in ticks.
-    pub cost_estimate: u64,
+    /// Calls until the next one whose cost is sampled (see `crate::core`).
+    pub sample_countdown: u32,
+    /// Current estimate of the recorder's cost per call of each function (by id), in ticks; 0
+    /// until the function's first sample.
+    pub cost_estimate: [u32; crate::functions::FUNCTIONS.len()],
+    /// The latest sample of any function: charged to a function's calls until its own first
+    /// sample is in.
+    pub cost_any: u32,
     /// Slow-path cost measured after an event was stored, charged to the next event.
     pub cost_carry: u64,
     /// In `--mode profile`, the statistics that stand in for the event trace (constant memory).
@@ -54,6 +58,12 @@ pub fn enable_profile(template: ProfileStats) {
     if PROFILE_TEMPLATE.set(template).is_ok() {
         PROFILING.store(true, Ordering::Release);
     }
+}
+
+/// Whether profile mode is on (events feed statistics instead of buffers).
+#[inline(always)]
+pub fn profiling() -> bool {
+    PROFILING.load(Ordering::Relaxed)
 }
 
 impl Local {
@@ -79,6 +89,9 @@ pub struct ThreadBuf {
     /// Events in `local.buf`, published like `used`: when a crash leaves this buffer in use, this
     /// is how many events a taker counts as lost without reading the buffer.
     events: AtomicU64,
+    /// The thread's last call was not recorded (filter or `MPI_Pcontrol(0)`), so neither are its
+    /// completions. Only the owning thread reads or writes it.
+    pub skipping: AtomicBool,
     local: UnsafeCell<Local>,
 }
 
@@ -175,11 +188,13 @@ fn register() -> &'static ThreadBuf {
         stream: reg.len() as u32,
         used: AtomicU64::new(0),
         events: AtomicU64::new(0),
+        skipping: AtomicBool::new(false),
         local: UnsafeCell::new(Local {
             buf: RawBuf::with_block_size(BLOCK_SIZE),
             counted_capacity: 0,
-            calls: 0,
-            cost_estimate: 0,
+            sample_countdown: 0,
+            cost_estimate: [0; crate::functions::FUNCTIONS.len()],
+            cost_any: 0,
             cost_carry: 0,
             sites: [(0, 0); crate::callsites::CACHE_SLOTS],
             profile: None,
@@ -218,6 +233,21 @@ pub fn with_buf<R>(tb: &ThreadBuf, f: impl FnOnce(&mut Local) -> R) -> (R, i64) 
     let local = unsafe { &mut *tb.local.get() };
     let r = f(local);
     let delta = account(local);
+    tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
+    tb.events.store(local.buf.events(), Ordering::Relaxed);
+    release_owner(tb);
+    (r, delta)
+}
+
+/// [`with_buf`] for the hot path: `f` says whether the buffer may have grown (a block was
+/// allocated), and only then is the held memory recounted.
+#[inline(always)]
+pub fn with_buf_hot<R>(tb: &ThreadBuf, f: impl FnOnce(&mut Local) -> (R, bool)) -> (R, i64) {
+    acquire_owner(tb);
+    // SAFETY: as in `with_buf`: the flag is ours until released below.
+    let local = unsafe { &mut *tb.local.get() };
+    let (r, may_have_grown) = f(local);
+    let delta = if may_have_grown { account(local) } else { 0 };
     tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
     tb.events.store(local.buf.events(), Ordering::Relaxed);
     release_owner(tb);

@@ -37,8 +37,6 @@ use crate::sink;
 
 /// One fast-path event in this many takes a third clock read to measure the recorder's cost.
 pub const SAMPLE_EVERY: u64 = 32;
-/// The first events of each thread are all measured, so the estimate settles quickly.
-pub const WARMUP_SAMPLES: u64 = 8;
 /// A fast-path sample longer than this is an interruption, not recorder work.
 pub const OUTLIER_NS: f64 = 20_000.0;
 
@@ -183,8 +181,8 @@ fn clip_u32(v: u64) -> u32 {
     v.min(u32::MAX as u64) as u32
 }
 
-/// What one call is charged: the thread's estimate, never less than one clock read, plus the
-/// measured slow-path time carried over to it.
+/// What one call is charged: the estimate for its function, never less than one clock read,
+/// plus the measured slow-path time carried over to it.
 ///
 /// The floor holds for every call, because by definition (module doc) a call's cost includes the
 /// clock read that closes its record. In practice it only acts before a sample has set the
@@ -196,36 +194,82 @@ fn charged_cost(estimate: u64, read_cost: u64, carry: u64) -> u32 {
     clip_u32(estimate.max(read_cost).saturating_add(carry))
 }
 
-/// Stores one call record on this thread's buffer.
+/// Stores one call record on this thread's buffer, and ends its cost sample at once if it is
+/// sampled (callers without a wrapper around them).
 pub fn record_call(rec: &CallRecord) {
-    record_call_on(buffers::mine(), rec);
+    let tb = buffers::mine();
+    if record_call_on(tb, rec) {
+        sample_end(tb, rec.func, rec.end);
+    }
 }
 
-/// Blocking (and blocking neighbourhood) collectives by function id: the calls after which the
-/// protocol's hook runs (the C layer calls it for these categories).
-static BLOCKING_COLLECTIVES: std::sync::LazyLock<Vec<bool>> = std::sync::LazyLock::new(|| {
-    crate::functions::FUNCTIONS
-        .iter()
-        .map(|(_, category)| matches!(*category, "collective-blocking" | "neighbor-blocking"))
-        .collect()
-});
+/// `MPI_Pcontrol`'s function id: its calls set the recording level.
+const PCONTROL: format::FunctionId = crate::functions::const_id_of("MPI_Pcontrol");
 
+/// Stores one call record (the hot path) on `tb`, which must be this thread's buffer. Returns
+/// whether this call's cost is sampled: the caller then calls [`sample_end`] with the call's
+/// end tick once the recorder's work for the call is done (the C wrapper does so after the
+/// protocol hook of a collective, so that a sample covers everything the wrapper adds).
+///
+/// What a call needs is done here, nothing more: no request table unless the call makes,
+/// starts or frees a request; the filter is two loads unless filters or pauses are set; the
+/// cost is the function's estimate plus what the previous call carried over, and one call in
+/// [`SAMPLE_EVERY`] (and each function's first calls) is sampled.
 #[inline]
-fn is_blocking_collective(func: format::FunctionId) -> bool {
-    BLOCKING_COLLECTIVES
-        .get(usize::from(func))
-        .copied()
-        .unwrap_or(false)
+pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) -> bool {
+    let request = if rec.req_op == REQ_NONE {
+        NO_REQUEST
+    } else {
+        request_of(rec)
+    };
+    if rec.func == PCONTROL {
+        // The wrapper passes the level as the tag.
+        filter::pcontrol(rec.tag);
+    }
+    let admitted = filter::admit_call(rec.func);
+    tb.skipping.store(!admitted, Ordering::Relaxed);
+    if !admitted {
+        charge_unrecorded(tb, rec.end);
+        return false;
+    }
+    let mut call = MpiCall {
+        func: rec.func,
+        start: rec.start,
+        end: rec.end,
+        comm: rec.comm,
+        peer: rec.peer,
+        tag: rec.tag,
+        bytes: rec.bytes,
+        root: rec.root,
+        request,
+        cost: 0,
+        recv_bytes: rec.recv_bytes,
+        site: format::NO_SITE,
+    };
+    if buffers::profiling() || rec.site != 0 || rec.idle != 0 {
+        return record_call_slow(tb, rec, call);
+    }
+    let read_cost = READ_COST.load(Ordering::Relaxed);
+    let (sampled, grew) = buffers::with_buf_hot(tb, |l| {
+        let (estimate, sampled) = estimate_and_sampling(l, rec.func);
+        call.cost = charged_cost(estimate, read_cost, l.cost_carry);
+        l.cost_carry = 0;
+        if l.buf.append_call(&call) {
+            charge_growth(l, rec.end, estimate, read_cost);
+            return (false, true);
+        }
+        (sampled, false)
+    });
+    if grew > 0 {
+        check_limit();
+    }
+    sampled
 }
 
-static PCONTROL: std::sync::LazyLock<Option<format::FunctionId>> =
-    std::sync::LazyLock::new(|| crate::functions::id_of("MPI_Pcontrol"));
-
-/// Stores one call record (the hot path) on `tb`, which must be this thread's buffer.
-#[inline]
-pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
-    let request = match rec.req_op {
-        REQ_NONE => NO_REQUEST,
+/// The request id of a call that makes, starts or frees a request.
+#[inline(never)]
+fn request_of(rec: &CallRecord) -> u64 {
+    match rec.req_op {
         REQ_NEW | REQ_NEW_PERSISTENT => {
             let kind = match rec.req_kind {
                 KIND_SEND => ReqKind::Send,
@@ -242,42 +286,50 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
         REQ_START => requests::start(rec.req_handle),
         REQ_FREE => requests::free(rec.req_handle),
         _ => NO_REQUEST,
-    };
-    if Some(rec.func) == *PCONTROL {
-        // The wrapper passes the level as the tag.
-        filter::pcontrol(rec.tag);
     }
-    if !filter::admit_call(rec.func) {
-        charge_unrecorded(tb, rec.end);
-        return;
-    }
-    let mut call = MpiCall {
-        func: rec.func,
-        start: rec.start,
-        end: rec.end,
-        comm: rec.comm,
-        peer: rec.peer,
-        tag: rec.tag,
-        bytes: rec.bytes,
-        root: rec.root,
-        request,
-        cost: 0,
-        recv_bytes: rec.recv_bytes,
-        site: format::NO_SITE,
+}
+
+/// The cost estimate charged to a call of `func`, and whether this call is sampled: every
+/// [`SAMPLE_EVERY`]-th call of the thread, and every call of a function without an estimate yet.
+#[inline(always)]
+fn estimate_and_sampling(l: &mut buffers::Local, func: format::FunctionId) -> (u64, bool) {
+    let own = l
+        .cost_estimate
+        .get(usize::from(func))
+        .copied()
+        .unwrap_or(0);
+    let countdown = l.sample_countdown;
+    let due = countdown == 0;
+    l.sample_countdown = if due {
+        SAMPLE_EVERY as u32 - 1
+    } else {
+        countdown - 1
     };
+    if own == 0 {
+        (u64::from(l.cost_any), true)
+    } else {
+        (u64::from(own), due)
+    }
+}
+
+/// Storing the record allocated a block: the whole time since the call ended is measured, and
+/// what exceeds the estimate already charged goes to the next event.
+#[cold]
+#[inline(never)]
+fn charge_growth(l: &mut buffers::Local, call_end: u64, estimate: u64, read_cost: u64) {
+    let measured = clock::now().wrapping_sub(call_end).wrapping_add(read_cost);
+    l.cost_carry += measured.saturating_sub(estimate.max(read_cost));
+}
+
+/// The rarer call records: profile mode, call sites, idle polls.
+#[cold]
+#[inline(never)]
+fn record_call_slow(tb: &buffers::ThreadBuf, rec: &CallRecord, mut call: MpiCall) -> bool {
     let read_cost = READ_COST.load(Ordering::Relaxed);
-    let outlier = OUTLIER_TICKS.load(Ordering::Relaxed);
-    let ((), grew) = buffers::with_buf(tb, |l| {
-        let sampled = l.calls < WARMUP_SAMPLES || l.calls.is_multiple_of(SAMPLE_EVERY);
-        l.calls += 1;
-        call.cost = charged_cost(l.cost_estimate, read_cost, l.cost_carry);
-        // A blocking collective's hook runs after this record is stored: its estimated cost
-        // goes to the next event, as measured work after a call always does.
-        l.cost_carry = if is_blocking_collective(rec.func) {
-            crate::protocol::hook_estimate()
-        } else {
-            0
-        };
+    let (sampled, grew) = buffers::with_buf(tb, |l| {
+        let (estimate, sampled) = estimate_and_sampling(l, rec.func);
+        call.cost = charged_cost(estimate, read_cost, l.cost_carry);
+        l.cost_carry = 0;
         let allocated = match l.profile() {
             Some(p) => {
                 p.add_event(tb.stream, &Event::Call(call));
@@ -296,23 +348,44 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
                 l.buf.capacity_bytes() != cap_before
             }
         };
-        if sampled || allocated {
-            let measured = clock::now().wrapping_sub(rec.end).wrapping_add(read_cost);
-            if allocated {
-                l.cost_carry += measured.saturating_sub(l.cost_estimate);
-            } else if measured > outlier {
-                // preempted or faulted while storing: says nothing about the recorder's cost
-            } else if l.cost_estimate == 0 {
-                l.cost_estimate = measured;
-            } else {
-                let clipped = measured.min(4 * l.cost_estimate);
-                l.cost_estimate = (3 * l.cost_estimate + clipped) / 4;
-            }
+        if allocated {
+            charge_growth(l, rec.end, estimate, read_cost);
+            return false;
         }
+        sampled
     });
     if grew > 0 {
         check_limit();
     }
+    sampled
+}
+
+/// Ends the cost sample of a call of `func` that ended at tick `call_end` (the C wrapper calls
+/// it when its work for a sampled call is done): `now - call_end + one clock read` is what the
+/// recorder added to this call after `PMPI_*` returned, including the read that opened the
+/// call's record. It updates the function's estimate (a moving average; samples above
+/// [`OUTLIER_NS`] are preemptions or page faults, not the recorder, and are dropped; others are
+/// clipped to 4x the estimate).
+pub fn sample_end(tb: &buffers::ThreadBuf, func: format::FunctionId, call_end: u64) {
+    let now = clock::now();
+    let read_cost = READ_COST.load(Ordering::Relaxed);
+    let measured = now.wrapping_sub(call_end).wrapping_add(read_cost);
+    if measured > OUTLIER_TICKS.load(Ordering::Relaxed) {
+        return; // preempted or faulted: says nothing about the recorder's cost
+    }
+    let measured = clip_u32(measured);
+    buffers::with_buf_hot(tb, |l| {
+        if let Some(e) = l.cost_estimate.get_mut(usize::from(func)) {
+            *e = if *e == 0 {
+                measured
+            } else {
+                let clipped = u64::from(measured).min(4 * u64::from(*e));
+                ((3 * u64::from(*e) + clipped) / 4) as u32
+            };
+        }
+        l.cost_any = measured;
+        ((), false)
+    });
 }
 
 /// What a call that is not recorded (filtered, or paused by `MPI_Pcontrol`) costs the recorder
@@ -369,7 +442,8 @@ pub fn lost(events: u64) {
 
 /// Stores the completion of a request (or, with `handle == 0`, of a blocking receive).
 pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancelled: bool) {
-    if !filter::admit_completion() {
+    let tb = buffers::mine();
+    if tb.skipping.load(Ordering::Relaxed) {
         // The request is over all the same: a later request reusing the handle must not
         // inherit it.
         if handle != 0 {
@@ -413,7 +487,6 @@ pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancell
             },
         }
     };
-    let tb = buffers::mine();
     let ((), grew) = buffers::with_buf(tb, |l| match l.profile() {
         Some(p) => p.add_event(tb.stream, &Event::Completion(completion)),
         None => l.buf.push_completion(&completion),
