@@ -352,10 +352,9 @@ impl Suspender {
         let every = self.settings.every.max(1);
         // The m-th call from here that `every` lets through is the first that may act.
         let m = match (self.settings.mode, self.settings.decision) {
-            (Mode::Dynamic | Mode::Static | Mode::NoRemeasure, Decision::Split) => self
-                .next_decision_at
-                .saturating_sub(self.considered)
-                .max(1),
+            (Mode::Dynamic | Mode::Static | Mode::NoRemeasure, Decision::Split) => {
+                self.next_decision_at.saturating_sub(self.considered).max(1)
+            }
             _ => 1,
         };
         let first = every - self.eligible % every;

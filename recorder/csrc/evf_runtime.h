@@ -117,13 +117,15 @@ void evf_rec_call(const evf_call_t *call);
 void *evf_rust_thread_buf(void);
 int evf_rec_call_on(void *thread_buf, const evf_call_t *call);
 void evf_rust_sample_end(void *thread_buf, uint16_t func, uint64_t call_end);
-void evf_rec_completion(uint64_t req_handle, int32_t source, int32_t tag, uint64_t bytes, int cancelled);
+void evf_rec_completion(void *thread_buf, uint64_t req_handle, int32_t source, int32_t tag, uint64_t bytes,
+                        int cancelled);
 void evf_rec_commdef(uint32_t id, const int32_t *members, int n);
 void evf_rec_remote_group(uint32_t id, const int32_t *members, int n);
 void evf_rec_windef(uint32_t id, uint32_t comm);
 void evf_rec_epoch_group(uint32_t win, const int32_t *members, int n);
 int evf_after_blocking_collective(uint32_t comm, uint16_t func);
 void evf_rust_charge(uint64_t ticks);
+void evf_rust_charge_on(void *thread_buf, uint64_t ticks);
 void evf_rust_lost(uint64_t events);
 void evf_rust_finalize_begin(void);
 void evf_rust_finalize_end(void);
@@ -201,16 +203,22 @@ static inline uint64_t evf_now(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Stores the record; returns nonzero when the call's cost is sampled: the wrapper then calls
- * evf_sample_end once its own work for the call is done (recorder/src/core.rs). */
-static inline int evf_record_call_s(const evf_call_t *call)
+/* This thread's Rust buffer (registered on first use). */
+static inline void *evf_my_tb(void)
 {
     void *tb = evf_tb;
     if (EVF_UNLIKELY(tb == NULL)) {
         tb = evf_rust_thread_buf();
         evf_tb = tb;
     }
-    return evf_rec_call_on(tb, call);
+    return tb;
+}
+
+/* Stores the record; returns nonzero when the call's cost is sampled: the wrapper then calls
+ * evf_sample_end once its own work for the call is done (recorder/src/core.rs). */
+static inline int evf_record_call_s(const evf_call_t *call)
+{
+    return evf_rec_call_on(evf_my_tb(), call);
 }
 
 static inline void evf_sample_end(const evf_call_t *call)

@@ -33,11 +33,8 @@ pub struct Local {
     pub buf: RawBuf,
     /// Capacity of `buf` last added to [`held_bytes`].
     counted_capacity: usize,
-    /// Calls until the next one whose cost is sampled (see `crate::core`).
-    pub sample_countdown: u32,
-    /// Current estimate of the recorder's cost per call of each function (by id), in ticks; 0
-    /// until the function's first sample.
-    pub cost_estimate: [u32; crate::functions::FUNCTIONS.len()],
+    /// The recorder's cost per call of each function (by id), as sampled on this thread.
+    pub cost: [FuncCost; crate::functions::FUNCTIONS.len()],
     /// The latest sample of any function: charged to a function's calls until its own first
     /// sample is in.
     pub cost_any: u32,
@@ -47,6 +44,19 @@ pub struct Local {
     profile: Option<Box<ProfileStats>>,
     /// Call sites this thread has named lately (`--callsites`).
     pub sites: crate::callsites::SiteCache,
+}
+
+/// One function's cost estimate on one thread (see `crate::core`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FuncCost {
+    /// Ticks charged per call; 0 until the first sample.
+    pub estimate: u32,
+    /// Calls of the function until its next sampled one. Sampling per function: with one
+    /// countdown per thread, a loop of 4 calls and a period of 32 sampled the same call of the
+    /// loop every time, and the others kept their first, cold, sample.
+    pub countdown: u16,
+    /// Samples taken so far (saturating).
+    pub samples: u16,
 }
 
 /// Set once profile mode starts; every thread's statistics start as a copy of it.
@@ -192,8 +202,7 @@ fn register() -> &'static ThreadBuf {
         local: UnsafeCell::new(Local {
             buf: RawBuf::with_block_size(BLOCK_SIZE),
             counted_capacity: 0,
-            sample_countdown: 0,
-            cost_estimate: [0; crate::functions::FUNCTIONS.len()],
+            cost: [FuncCost::default(); crate::functions::FUNCTIONS.len()],
             cost_any: 0,
             cost_carry: 0,
             sites: [(0, 0); crate::callsites::CACHE_SLOTS],

@@ -1,14 +1,20 @@
 //! The recorder's state and the record paths the C hooks call.
 //!
 //! Cost accounting (the direct perturbation `cost` of each call record): the C wrapper reads the
-//! clock right before (t0) and right after (t1) the PMPI call; everything the recorder does after
-//! t1 (communicator lookup, type size, request bookkeeping, storing the record) plus one clock read
-//! is its cost. Reading the clock a third time for every event would itself cost ~20 ns, so:
-//! - fast path, sampled: every [`SAMPLE_EVERY`]-th event of a thread (and its first
-//!   [`WARMUP_SAMPLES`]) reads the clock after storing its record (t2); `t2 - t1 + one clock read`
-//!   is a measurement that updates the thread's running estimate (a moving average; samples above
-//!   [`OUTLIER_NS`] are preemptions or page faults, not the recorder, and are dropped; others are
-//!   clipped to 4x the estimate), and every event is charged the current estimate;
+//! clock right before (t0) and right after (t1) the PMPI call; everything the wrapper does after
+//! t1 (communicator lookup, type size, request bookkeeping, storing the record, and for a
+//! blocking collective the protocol's hook) plus one clock read is its cost. Reading the clock a
+//! third time for every event would itself cost several ns, so:
+//! - fast path, sampled per function: every [`SAMPLE_EVERY`]-th call of each function on a
+//!   thread, and its first [`WARMUP_SAMPLES`] calls, are sampled: the wrapper reads the clock once its
+//!   work for the call is done (t2, [`sample_end`]; after the collective hook, before completion
+//!   processing, which is measured on its own), and `t2 - t1 + one clock read` updates that
+//!   function's estimate on this thread (the fastest warm-up sample, then a moving average;
+//!   samples above [`OUTLIER_NS`] are preemptions or page faults, not the recorder, and are
+//!   dropped; others are clipped to 4x the estimate). Every call is charged its function's estimate: a barrier's hook, an `Isend`'s
+//!   request table and a `Comm_rank`'s bare append each cost what they cost, where one estimate
+//!   for all calls charged each kind the mix's average. A decision point of the protocol is not
+//!   sampled (it is measured and charged on its own);
 //! - slow paths, exact: when storing the record allocated a new block, the hard limit forced a
 //!   local flush, or a Wait/Test/receive produced completions (processed after the call's record
 //!   was stored), the whole extra time is measured and charged to the thread's next event (that
@@ -35,8 +41,10 @@ use crate::filter;
 use crate::requests::{self, ReqKind};
 use crate::sink;
 
-/// One fast-path event in this many takes a third clock read to measure the recorder's cost.
-pub const SAMPLE_EVERY: u64 = 32;
+/// One call of each function in this many takes a third clock read to measure the recorder's cost.
+pub const SAMPLE_EVERY: u16 = 32;
+/// The first calls of each function on a thread are all sampled, so its estimate settles quickly.
+pub const WARMUP_SAMPLES: u16 = 8;
 /// A fast-path sample longer than this is an interruption, not recorder work.
 pub const OUTLIER_NS: f64 = 20_000.0;
 
@@ -290,26 +298,28 @@ fn request_of(rec: &CallRecord) -> u64 {
 }
 
 /// The cost estimate charged to a call of `func`, and whether this call is sampled: every
-/// [`SAMPLE_EVERY`]-th call of the thread, and every call of a function without an estimate yet.
+/// [`SAMPLE_EVERY`]-th call of each function on the thread, and every call of a function in its
+/// first [`WARMUP_SAMPLES`] samples.
 #[inline(always)]
 fn estimate_and_sampling(l: &mut buffers::Local, func: format::FunctionId) -> (u64, bool) {
-    let own = l
-        .cost_estimate
-        .get(usize::from(func))
-        .copied()
-        .unwrap_or(0);
-    let countdown = l.sample_countdown;
-    let due = countdown == 0;
-    l.sample_countdown = if due {
-        SAMPLE_EVERY as u32 - 1
-    } else {
-        countdown - 1
+    let Some(f) = l.cost.get_mut(usize::from(func)) else {
+        return (u64::from(l.cost_any), false);
     };
-    if own == 0 {
-        (u64::from(l.cost_any), true)
+    let estimate = if f.estimate == 0 {
+        l.cost_any
     } else {
-        (u64::from(own), due)
+        f.estimate
+    };
+    if f.countdown == 0 {
+        f.countdown = if f.samples < WARMUP_SAMPLES {
+            0
+        } else {
+            SAMPLE_EVERY - 1
+        };
+        return (u64::from(estimate), true);
     }
+    f.countdown -= 1;
+    (u64::from(estimate), false)
 }
 
 /// Storing the record allocated a block: the whole time since the call ended is measured, and
@@ -375,13 +385,20 @@ pub fn sample_end(tb: &buffers::ThreadBuf, func: format::FunctionId, call_end: u
     }
     let measured = clip_u32(measured);
     buffers::with_buf_hot(tb, |l| {
-        if let Some(e) = l.cost_estimate.get_mut(usize::from(func)) {
-            *e = if *e == 0 {
-                measured
+        if let Some(f) = l.cost.get_mut(usize::from(func)) {
+            let e = u64::from(f.estimate);
+            f.estimate = if f.samples < WARMUP_SAMPLES {
+                // Warm-up: the first calls of a function run cold (page faults, first
+                // allocations of its tables); the fastest of them is the best start.
+                if e == 0 {
+                    measured
+                } else {
+                    measured.min(f.estimate)
+                }
             } else {
-                let clipped = u64::from(measured).min(4 * u64::from(*e));
-                ((3 * u64::from(*e) + clipped) / 4) as u32
+                ((3 * e + u64::from(measured).min(4 * e)) / 4) as u32
             };
+            f.samples = f.samples.saturating_add(1);
         }
         l.cost_any = measured;
         ((), false)
@@ -421,8 +438,16 @@ fn charge_unrecorded(tb: &buffers::ThreadBuf, call_end: u64) {
 
 /// Charges `ticks` of measured recorder work (plus one clock read) to this thread's next event.
 pub fn charge(ticks: u64) {
+    charge_on(buffers::mine(), ticks);
+}
+
+/// [`charge`] on `tb`, which must be this thread's buffer.
+pub fn charge_on(tb: &buffers::ThreadBuf, ticks: u64) {
     let read_cost = READ_COST.load(Ordering::Relaxed);
-    buffers::with_mine(|l| l.cost_carry += ticks.saturating_add(read_cost));
+    buffers::with_buf_hot(tb, |l| {
+        l.cost_carry += ticks.saturating_add(read_cost);
+        ((), false)
+    });
 }
 
 /// Records that up to `events` events could not be recorded (warned once on stderr).
@@ -442,7 +467,18 @@ pub fn lost(events: u64) {
 
 /// Stores the completion of a request (or, with `handle == 0`, of a blocking receive).
 pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancelled: bool) {
-    let tb = buffers::mine();
+    record_completion_on(buffers::mine(), handle, source, tag, bytes, cancelled);
+}
+
+/// [`record_completion`] on `tb`, which must be this thread's buffer.
+pub fn record_completion_on(
+    tb: &buffers::ThreadBuf,
+    handle: u64,
+    source: i32,
+    tag: i32,
+    bytes: u64,
+    cancelled: bool,
+) {
     if tb.skipping.load(Ordering::Relaxed) {
         // The request is over all the same: a later request reusing the handle must not
         // inherit it.

@@ -283,7 +283,10 @@ pub extern "C" fn evf_rust_thread_buf() -> *const c_void {
 /// `thread_buf` must come from `evf_rust_thread_buf` called on this same thread; `call` must
 /// point to a valid `evf_call_t`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn evf_rec_call_on(thread_buf: *const c_void, call: *const CallRecord) -> c_int {
+pub unsafe extern "C" fn evf_rec_call_on(
+    thread_buf: *const c_void,
+    call: *const CallRecord,
+) -> c_int {
     // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread and a live
     // record on the caller's stack.
     let (tb, rec) = unsafe {
@@ -311,15 +314,21 @@ pub unsafe extern "C" fn evf_rust_sample_end(thread_buf: *const c_void, func: u1
     }
 }
 
+/// # Safety
+/// `thread_buf` must come from `evf_rust_thread_buf` called on this same thread.
 #[unsafe(no_mangle)]
-pub extern "C" fn evf_rec_completion(
+pub unsafe extern "C" fn evf_rec_completion(
+    thread_buf: *const c_void,
     req_handle: u64,
     source: i32,
     tag: i32,
     bytes: u64,
     cancelled: c_int,
 ) {
-    core::record_completion(req_handle, source, tag, bytes, cancelled != 0);
+    // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread.
+    if let Some(tb) = unsafe { (thread_buf as *const crate::buffers::ThreadBuf).as_ref() } {
+        core::record_completion_on(tb, req_handle, source, tag, bytes, cancelled != 0);
+    }
 }
 
 /// World ranks as the C layer translated them; a negative value (`MPI_UNDEFINED`: a spawned or
@@ -387,6 +396,18 @@ pub extern "C" fn evf_rec_windef(id: u32, comm: u32) {
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_charge(ticks: u64) {
     core::charge(ticks);
+}
+
+/// [`evf_rust_charge`] on this thread's buffer as the C layer caches it.
+///
+/// # Safety
+/// `thread_buf` must come from `evf_rust_thread_buf` called on this same thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rust_charge_on(thread_buf: *const c_void, ticks: u64) {
+    // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread.
+    if let Some(tb) = unsafe { (thread_buf as *const crate::buffers::ThreadBuf).as_ref() } {
+        core::charge_on(tb, ticks);
+    }
 }
 
 /// Events the C layer could not record (out of memory): counted and marked in the trace.
