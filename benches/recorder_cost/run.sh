@@ -15,7 +15,9 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self
-(cd "$root" && cargo build --release -q -p preload-openmpi -p preload-mpich -p recorder --example evf_count)
+# Two commands: with --example, cargo builds only the example of the selected packages, so the
+# preload libraries were not rebuilt and a stale library was measured.
+(cd "$root" && cargo build --release -q -p preload-openmpi -p preload-mpich && cargo build --release -q -p recorder --example evf_count)
 
 runs="${RUNS:-5}"
 best() { # best (minimum) ns/call of $runs runs: the machine is shared and noisy
