@@ -1,6 +1,7 @@
 //! Regression guard of the recorder's cost per call, under Open MPI and MPICH: the cheap-calls
 //! program of `benches/recorder_cost/` runs untraced and traced on one rank, and each call kind's
-//! added cost per call must stay within [`LIMIT`] times its recorded baseline.
+//! added cost per call must stay within [`LIMIT`] times its recorded baseline; and the cost the
+//! recorder stores must match the cost measured from outside ([`DRIFT_POOLED`], [`DRIFT`]).
 //!
 //! A 2-core machine shared with builds is far too noisy for absolute nanoseconds, so every figure
 //! is a ratio of two costs measured in the same runs, where the machine's speed cancels: each
@@ -24,6 +25,21 @@ use common::{Mpi, mpi_lock, output_with_timeout, scratch};
 
 /// A ratio fails when its median exceeds this multiple of its baseline.
 const LIMIT: f64 = 1.7;
+/// The cost the recorder stores per call (`MpiCall::cost`, what reconstruction removes as DP) must
+/// be the cost it adds as measured from outside (fastest round traced minus untraced, same runs).
+/// Over all kinds together (the sums of both, per run, median over the runs) within
+/// [`DRIFT_POOLED`] either way: a recorder that stores 1.5x (or 2/3) of what it costs fails.
+/// Each kind on its own within [`DRIFT`]: looser, because the sub-communicator `Allreduce` is
+/// stored 1.06-1.44x of its measured cost on the development VM (the wrapper's work overlaps with
+/// the tail of the MPI call, which the sampled window counts and the program does not pay;
+/// paper-notes/recorder.md), but a kind that the sampler gets badly wrong still fails (the sampler
+/// that always sampled the same call of a 4-call loop stored 1.8-2.0x the `Isend`/`Irecv`/`Wait`
+/// cost; charging 1.5x the estimates put the `Allreduce` kind at 1.9-2.0).
+const DRIFT_POOLED: f64 = 1.25;
+/// See [`DRIFT_POOLED`].
+const DRIFT: f64 = 1.6;
+/// The call kinds of the cheap-calls program.
+const KINDS: [&str; 5] = ["rank", "barrier", "isend", "waitall", "subcomm"];
 /// Runs of each configuration; the median ratio counts.
 const RUNS: usize = 7;
 /// MPI calls of each kind per run (10 rounds): about 0.1 s of traced calls per kind.
@@ -63,9 +79,9 @@ fn build(mpi: Mpi) -> PathBuf {
     exe
 }
 
-/// ns per call of each kind in one run, traced into `trace` or untraced. A traced run must have
-/// recorded every call the program made (see [`assert_recorded`]): without the preload library,
-/// the ratios would compare noise with noise.
+/// ns per call of each kind in one run (its fastest round), traced into `trace` or untraced. A
+/// traced run must have recorded every call the program made (see [`assert_recorded`]): without
+/// the preload library, the ratios would compare noise with noise.
 fn run(mpi: Mpi, exe: &Path, trace: Option<&Path>) -> BTreeMap<String, f64> {
     let mut cmd = Command::new(exe);
     cmd.args([CALLS, "all"]);
@@ -149,6 +165,65 @@ fn assert_recorded(mpi: Mpi, dir: &Path, made: &BTreeMap<String, u64>) {
     );
 }
 
+/// The cost per call (ns) that the recorder stored for each kind of the cheap-calls program
+/// (`MpiCall::cost`, the DP that reconstruction removes): the mean over each round in which the
+/// kinds take turns, and of those the median round (a round that a preemption hit carries its
+/// time in the costs measured exactly, completions and block allocations). The point-to-point
+/// calls of the `isend` and `waitall` kinds are told apart by the completion call that follows
+/// them.
+fn stored_cost(trace: &Path) -> BTreeMap<&'static str, f64> {
+    let parts = format::list_dir(trace).unwrap().parts();
+    let part = parts.first().expect("a rank file");
+    let ns_per_tick = 1e9 / part.open().unwrap().header().clock.ticks_per_sec;
+    let ranks = common::read_trace(trace);
+    let rank = &ranks[0];
+    // (kind, total ns, calls) of each run of calls of one kind, in order.
+    let mut rounds: Vec<(&'static str, f64, u64)> = Vec::new();
+    let mut pending = (0.0, 0u64);
+    for event in rank.all() {
+        let format::Event::Call(c) = event else {
+            continue;
+        };
+        let cost = f64::from(c.cost) * ns_per_tick;
+        let (kind, total, calls) = match rank.name(c.func) {
+            "MPI_Comm_rank" => ("rank", cost, 1),
+            "MPI_Barrier" => ("barrier", cost, 1),
+            "MPI_Allreduce" => ("subcomm", cost, 1),
+            "MPI_Isend" | "MPI_Irecv" => {
+                pending.0 += cost;
+                pending.1 += 1;
+                continue;
+            }
+            k @ ("MPI_Wait" | "MPI_Waitall") => {
+                let kind = if k == "MPI_Wait" { "isend" } else { "waitall" };
+                let (t, n) = std::mem::take(&mut pending);
+                (kind, t + cost, n + 1)
+            }
+            _ => continue,
+        };
+        match rounds.last_mut() {
+            Some(last) if last.0 == kind => {
+                last.1 += total;
+                last.2 += calls;
+            }
+            _ => rounds.push((kind, total, calls)),
+        }
+    }
+    KINDS
+        .into_iter()
+        .map(|kind| {
+            let means: Vec<f64> = rounds
+                .iter()
+                // The warm-up calls before the rounds are a short run of their own.
+                .filter(|r| r.0 == kind && r.2 >= 1000)
+                .map(|r| r.1 / r.2 as f64)
+                .collect();
+            assert!(!means.is_empty(), "{kind}: no round in the trace");
+            (kind, median(means))
+        })
+        .collect()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -166,9 +241,27 @@ fn recorder_cost(mpi: Mpi) {
     let exe = build(mpi);
     let trace = scratch(&format!("recorder-cost-{}-trace", mpi.name()));
     let mut ratios: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut drift: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut pooled = Vec::new();
     for _ in 0..RUNS {
         let bare = run(mpi, &exe, None);
         let traced = run(mpi, &exe, Some(&trace));
+        let stored = stored_cost(&trace);
+        let (mut stored_sum, mut added_sum) = (0.0, 0.0);
+        for kind in KINDS {
+            // The fastest rounds' difference (the means over rounds carry every preemption);
+            // a floor of 1 ns, as below, for a cost lost in noise.
+            let added = (traced[kind] - bare[kind]).max(1.0);
+            eprintln!(
+                "{} {kind}: stored {:.1} ns, added {added:.1} ns per call",
+                mpi.name(),
+                stored[kind]
+            );
+            drift.entry(kind).or_default().push(stored[kind] / added);
+            stored_sum += stored[kind];
+            added_sum += added;
+        }
+        pooled.push(stored_sum / added_sum);
         let added = |kind: &str| traced[kind] - bare[kind];
         // A floor of 1 ns keeps a reference lost in noise from dividing by ~0.
         let reference = added("rank").max(1.0);
@@ -193,6 +286,29 @@ fn recorder_cost(mpi: Mpi) {
         );
         if got > LIMIT * base {
             failures.push(format!("{kind}: {got:.2} > {LIMIT} x {base}"));
+        }
+    }
+    let got = median(pooled.clone());
+    eprintln!(
+        "{} all kinds: stored cost / measured added cost, median {got:.2} (runs {pooled:?})",
+        mpi.name()
+    );
+    if !(1.0 / DRIFT_POOLED..=DRIFT_POOLED).contains(&got) {
+        failures.push(format!(
+            "all kinds: the stored cost is {got:.2} x the measured added cost (allowed 1/{DRIFT_POOLED} .. {DRIFT_POOLED})"
+        ));
+    }
+    for kind in KINDS {
+        let got = median(drift[kind].clone());
+        eprintln!(
+            "{} {kind}: stored cost / measured added cost, median {got:.2} (runs {:?})",
+            mpi.name(),
+            drift[kind]
+        );
+        if !(1.0 / DRIFT..=DRIFT).contains(&got) {
+            failures.push(format!(
+                "{kind}: the stored cost is {got:.2} x the measured added cost (allowed 1/{DRIFT} .. {DRIFT})"
+            ));
         }
     }
     assert!(

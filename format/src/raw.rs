@@ -70,6 +70,18 @@ fn varint_len(v: u64) -> usize {
 /// `p` must be valid for writing `varint_len(v)` bytes.
 #[inline(always)]
 unsafe fn put_varint(p: *mut u8, mut v: u64) -> usize {
+    if v < 0x80 {
+        // SAFETY: one byte, within the room the caller guaranteed.
+        unsafe { p.write(v as u8) };
+        return 1;
+    }
+    if v < 0x4000 {
+        // Two bytes in one store (time deltas of calls a few µs apart, most byte counts).
+        let two = (v as u16 & 0x7f | 0x80) | ((v >> 7) as u16) << 8;
+        // SAFETY: two bytes, within the room the caller guaranteed (varint_len(v) == 2).
+        unsafe { p.cast::<[u8; 2]>().write_unaligned(two.to_le_bytes()) };
+        return 2;
+    }
     let mut i = 0;
     while v >= 0x80 {
         // SAFETY: i < varint_len(v) <= the room the caller guaranteed.
@@ -80,6 +92,41 @@ unsafe fn put_varint(p: *mut u8, mut v: u64) -> usize {
     // SAFETY: as above, this is the last of the varint's bytes.
     unsafe { p.add(i).write(v as u8) };
     i + 1
+}
+
+/// Writes the optional fields of a call record whose bits `present` has, in record order;
+/// returns the bytes written.
+///
+/// # Safety
+/// `p` must be valid for writing the varints of all of them (at most 47 bytes).
+#[inline(always)]
+unsafe fn put_optional_fields(p: *mut u8, present: u8, c: &MpiCall) -> usize {
+    let mut n = 0;
+    // SAFETY (every write below): the caller guarantees room for all optional fields.
+    unsafe {
+        if present & HAS_PEER != 0 {
+            n += put_varint(p.add(n), zigzag(i64::from(c.peer)));
+        }
+        if present & HAS_TAG != 0 {
+            n += put_varint(p.add(n), zigzag(i64::from(c.tag)));
+        }
+        if present & HAS_BYTES != 0 {
+            n += put_varint(p.add(n), c.bytes);
+        }
+        if present & HAS_ROOT != 0 {
+            n += put_varint(p.add(n), zigzag(i64::from(c.root)));
+        }
+        if present & HAS_REQUEST != 0 {
+            n += put_varint(p.add(n), c.request);
+        }
+        if present & HAS_RECV_BYTES != 0 {
+            n += put_varint(p.add(n), c.recv_bytes);
+        }
+        if present & HAS_SITE != 0 {
+            n += put_varint(p.add(n), u64::from(c.site));
+        }
+    }
+    n
 }
 
 /// The presence byte of `c` and the values of its fields in record order.
@@ -223,11 +270,32 @@ impl RawBuf {
     /// Appends one MPI call: one capacity check and a few byte stores in the common case.
     #[inline]
     pub fn push_call(&mut self, c: &MpiCall) {
-        if self.current.capacity() - self.current.len() < MAX_CALL_RECORD_LEN {
+        self.append_call(c);
+    }
+
+    /// [`RawBuf::push_call`], saying whether it allocated a block (the recorder measures that
+    /// time).
+    ///
+    /// The record is written straight into the block: the kind, the presence byte, the four
+    /// fields every call has, and then, only when the presence byte says some optional field is
+    /// there (most calls have none or one or two), the optional ones.
+    #[inline]
+    pub fn append_call(&mut self, c: &MpiCall) -> bool {
+        let grew = self.current.capacity() - self.current.len() < MAX_CALL_RECORD_LEN;
+        if grew {
             self.make_room(MAX_CALL_RECORD_LEN);
         }
         self.open_poll = None;
-        let (present, f) = call_fields(c, &self.ctx);
+        let ctx = self.ctx;
+        let comm_differs = c.comm != ctx.prev_comm;
+        let optional = ((c.peer != NO_RANK) as u8) << 1
+            | ((c.tag != NO_TAG) as u8) << 2
+            | ((c.bytes != 0) as u8) << 3
+            | ((c.root != NO_RANK) as u8) << 4
+            | ((c.request != NO_REQUEST) as u8) << 5
+            | ((c.recv_bytes != 0) as u8) << 6
+            | ((c.site != NO_SITE) as u8) << 7;
+        let present = optional | comm_differs as u8;
         let len = self.current.len();
         let rec = &mut self.current.spare_capacity_mut()[..MAX_CALL_RECORD_LEN];
         let p = rec.as_mut_ptr().cast::<u8>();
@@ -240,33 +308,15 @@ impl RawBuf {
             p.write(KIND_CALL);
             p.add(1).write(present);
             let mut n = 2;
-            n += put_varint(p.add(n), f[0]);
-            if present & HAS_COMM != 0 {
-                n += put_varint(p.add(n), f[1]);
+            n += put_varint(p.add(n), u64::from(c.func));
+            if comm_differs {
+                n += put_varint(p.add(n), u64::from(c.comm));
             }
-            n += put_varint(p.add(n), f[2]);
-            n += put_varint(p.add(n), f[3]);
-            n += put_varint(p.add(n), f[4]);
-            if present & HAS_PEER != 0 {
-                n += put_varint(p.add(n), f[5]);
-            }
-            if present & HAS_TAG != 0 {
-                n += put_varint(p.add(n), f[6]);
-            }
-            if present & HAS_BYTES != 0 {
-                n += put_varint(p.add(n), f[7]);
-            }
-            if present & HAS_ROOT != 0 {
-                n += put_varint(p.add(n), f[8]);
-            }
-            if present & HAS_REQUEST != 0 {
-                n += put_varint(p.add(n), f[9]);
-            }
-            if present & HAS_RECV_BYTES != 0 {
-                n += put_varint(p.add(n), f[10]);
-            }
-            if present & HAS_SITE != 0 {
-                n += put_varint(p.add(n), f[11]);
+            n += put_varint(p.add(n), zigzag(c.start.wrapping_sub(ctx.prev_end) as i64));
+            n += put_varint(p.add(n), zigzag(c.end.wrapping_sub(c.start) as i64));
+            n += put_varint(p.add(n), u64::from(c.cost));
+            if optional != 0 {
+                n += put_optional_fields(p.add(n), present, c);
             }
             self.current.set_len(len + n);
         }
@@ -275,6 +325,7 @@ impl RawBuf {
             prev_comm: c.comm,
         };
         self.events += 1;
+        grew
     }
 
     /// Appends one completion of a request.

@@ -341,6 +341,44 @@ impl Suspender {
         }
     }
 
+    /// How many of the next [`Suspender::suspend`] calls will only count (each would find
+    /// [`Suspender::next_call_may_act`] false): the recorder lets that many collectives pass
+    /// without its lock and credits them all at once with [`Suspender::pass_quietly`].
+    /// `u64::MAX` when no call will ever act (mode off or profile, protocol disabled).
+    pub fn quiet_calls(&self) -> u64 {
+        if self.disabled || matches!(self.settings.mode, Mode::Off | Mode::Profile) {
+            return u64::MAX;
+        }
+        let every = self.settings.every.max(1);
+        // The m-th call from here that `every` lets through is the first that may act.
+        let m = match (self.settings.mode, self.settings.decision) {
+            (Mode::Dynamic | Mode::Static | Mode::NoRemeasure, Decision::Split) => {
+                self.next_decision_at.saturating_sub(self.considered).max(1)
+            }
+            _ => 1,
+        };
+        let first = every - self.eligible % every;
+        first
+            .saturating_add((m - 1).saturating_mul(every))
+            .saturating_sub(1)
+    }
+
+    /// Counts `n` calls of [`Suspender::suspend`] that would only have counted (at most
+    /// [`Suspender::quiet_calls`]), as if each had been made.
+    pub fn pass_quietly(&mut self, n: u64) {
+        if self.disabled || matches!(self.settings.mode, Mode::Off | Mode::Profile) {
+            return;
+        }
+        let every = self.settings.every.max(1);
+        let before = self.eligible;
+        self.eligible += n;
+        if let (Mode::Dynamic | Mode::Static | Mode::NoRemeasure, Decision::Split) =
+            (self.settings.mode, self.settings.decision)
+        {
+            self.considered += self.eligible / every - before / every;
+        }
+    }
+
     /// The stride agreed for the current decision interval (split decision).
     pub fn stride(&self) -> u64 {
         self.stride
@@ -787,6 +825,57 @@ impl Suspender {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `quiet_calls` is exactly the number of calls before the next one that may act, and
+    /// `pass_quietly` over them leaves the suspender as the calls themselves would have.
+    #[test]
+    fn quiet_calls_pass_without_the_suspender() {
+        for (mode, decision, every) in [
+            (Mode::Dynamic, Decision::Split, 1),
+            (Mode::Dynamic, Decision::Split, 3),
+            (Mode::Static, Decision::Split, 2),
+            (Mode::Dynamic, Decision::Blocking, 1),
+            (Mode::Dynamic, Decision::Blocking, 4),
+            (Mode::Local, Decision::Split, 2),
+            (Mode::Off, Decision::Split, 1),
+        ] {
+            let settings = Settings {
+                mode,
+                decision,
+                every,
+                threshold_bytes: u64::MAX,
+                // Strides grow as fast as the protocol lets them.
+                decision_interval_ns: 1 << 40,
+                static_short_ns: 0,
+                static_long_ns: 0,
+                ..Settings::default()
+            };
+            crate::inproc::run(&crate::inproc::InProcConfig::new(1), |t| {
+                let mut s = Suspender::new(settings);
+                let mut flush = || FlushReport::default();
+                for _ in 0..12 {
+                    let quiet = s.quiet_calls();
+                    if quiet == u64::MAX {
+                        assert!(!s.next_call_may_act());
+                        return;
+                    }
+                    let mut passed = s.clone();
+                    passed.pass_quietly(quiet);
+                    for _ in 0..quiet {
+                        assert!(!s.next_call_may_act(), "{mode:?} {decision:?} {every}");
+                        assert!(s.suspend(t, 0, &mut flush).unwrap().is_none());
+                    }
+                    assert_eq!(
+                        (passed.eligible, passed.considered),
+                        (s.eligible, s.considered),
+                        "{mode:?} {decision:?} {every}"
+                    );
+                    assert!(s.next_call_may_act(), "{mode:?} {decision:?} {every}");
+                    let _ = s.suspend(t, 0, &mut flush).unwrap();
+                }
+            });
+        }
+    }
 
     #[test]
     fn tree_depth_is_ceil_log2() {

@@ -929,6 +929,8 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             );
         }
     }
+    let single_completion =
+        f.role("recvstatus").is_some() || matches!(completion, Some("single" | "any"));
     if let Some(sa) = f.role("startall") {
         let p = f.param(sa);
         let n = int_of(lang, f.param(f.role("n").unwrap()));
@@ -944,8 +946,17 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             ),
         );
         w(out, &format!("if ({n} <= 0) evf_record_call(&evf_r);"));
+    } else if cat == "collective-blocking" || cat == "neighbor-blocking" || single_completion {
+        // A sampled cost ends after the protocol hook below, or after the processing of the one
+        // request a call completes (Wait, Test, Waitany, Testany, a blocking receive's status),
+        // which it then covers too: that processing costs about the same every time, so it is
+        // estimated with the call instead of being timed by two more clock reads at every call.
+        w(out, "int evf_sample = evf_record_call_s(&evf_r);");
     } else {
-        w(out, "evf_record_call(&evf_r);");
+        w(
+            out,
+            "if (EVF_UNLIKELY(evf_record_call_s(&evf_r))) evf_sample_end(&evf_r);",
+        );
     }
 
     if f.role("freecomm").is_some() {
@@ -1045,11 +1056,19 @@ fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             ),
         }
     }
+    let collective = cat == "collective-blocking" || cat == "neighbor-blocking";
+    if single_completion && f.role("startall").is_none() && !collective {
+        w(out, "if (EVF_UNLIKELY(evf_sample)) evf_sample_end(&evf_r);");
+    }
     if cat == "collective-blocking" || cat == "neighbor-blocking" {
+        // A decision point is measured and charged on its own: not part of the sample.
         w(
             out,
-            &format!("evf_after_blocking_collective(evf_r.comm, {fid});"),
+            &format!(
+                "if (EVF_UNLIKELY(evf_after_blocking_collective(evf_r.comm, {fid}))) evf_sample = 0;"
+            ),
         );
+        w(out, "if (EVF_UNLIKELY(evf_sample)) evf_sample_end(&evf_r);");
     }
 }
 

@@ -413,7 +413,7 @@ static void evf_define_comm(uint32_t id, MPI_Comm comm)
 
 static uint32_t evf_comm_lookup(MPI_Comm comm, MPI_Comm group_of);
 
-uint32_t evf_comm_id(MPI_Comm comm) { return evf_comm_lookup(comm, comm); }
+uint32_t evf_comm_id_slow(MPI_Comm comm) { return evf_comm_lookup(comm, comm); }
 
 /* MPI_Comm_idup's new handle may not be used before its request completes, but its group is that
  * of the communicator it copies: defined from there, at the call. */
@@ -724,17 +724,19 @@ uint64_t evf_mine_bytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm c
 
 /* ---------------- completions ---------------- */
 
-/* Completions are processed after the completion call's record was stored, so their cost is
- * measured here (two clock reads, only when something completed) and charged to the thread's next
- * event, like the other slow paths (see recorder/src/core.rs). */
+/* Completions are processed after the completion call's record was stored. Those of calls that
+ * complete several requests (Waitall, Waitsome, Testall, Testsome) are measured here (two clock
+ * reads, only when something completed) and charged to the thread's next event, like the other
+ * slow paths (see recorder/src/core.rs); a call that completes one request at most has that
+ * processing in its sampled cost instead (t_first NULL). */
 static void evf_emit(uint64_t handle, MPI_Status *st, uint64_t *t_first)
 {
-    if (*t_first == 0) *t_first = evf_now();
+    if (t_first != NULL && *t_first == 0) *t_first = evf_now();
     int count = 0, cancelled = 0;
     if (PMPI_Get_count(st, MPI_BYTE, &count) != MPI_SUCCESS || count == MPI_UNDEFINED || count < 0)
         count = 0;
     PMPI_Test_cancelled(st, &cancelled);
-    evf_rec_completion(handle, evf_peer(st->MPI_SOURCE), evf_tag(st->MPI_TAG), (uint64_t)count,
+    evf_rec_completion(evf_my_tb(), handle, evf_peer(st->MPI_SOURCE), evf_tag(st->MPI_TAG), (uint64_t)count,
                        cancelled);
 }
 
@@ -753,7 +755,7 @@ void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, M
     uint64_t t = 0;
     switch (kind) {
     case EVF_DONE_SINGLE:
-        if (flag && n >= 1 && saved[0] != null_h) evf_emit(saved[0], evf_status_at(cst, fst, 0, &tmp), &t);
+        if (flag && n >= 1 && saved[0] != null_h) evf_emit(saved[0], evf_status_at(cst, fst, 0, &tmp), NULL);
         break;
     case EVF_DONE_ALL:
         if (!flag) break;
@@ -770,7 +772,7 @@ void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, M
     case EVF_DONE_ANY: {
         if (!flag || index == MPI_UNDEFINED) break;
         int i = index - base;
-        if (i >= 0 && i < n && saved[i] != null_h) evf_emit(saved[i], evf_status_at(cst, fst, 0, &tmp), &t);
+        if (i >= 0 && i < n && saved[i] != null_h) evf_emit(saved[i], evf_status_at(cst, fst, 0, &tmp), NULL);
         break;
     }
     case EVF_DONE_SOME:
@@ -783,7 +785,7 @@ void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, M
     default:
         break;
     }
-    if (t != 0) evf_rust_charge(evf_now() - t);
+    if (t != 0) evf_rust_charge_on(evf_my_tb(), evf_now() - t);
 }
 
 /* No memory for the request copies or the substitute status array: the completions of this call
@@ -793,11 +795,10 @@ void evf_completions_lost(int n)
     evf_rust_lost(n > 0 ? (uint64_t)n : 0);
 }
 
+/* A blocking receive's completion: in the call's sampled cost (see evf_emit). */
 void evf_complete_blocking(MPI_Status *status)
 {
-    uint64_t t = 0;
-    evf_emit(0, status, &t);
-    evf_rust_charge(evf_now() - t);
+    evf_emit(0, status, NULL);
 }
 
 /* ---------------- Fortran helpers ---------------- */

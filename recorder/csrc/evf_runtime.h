@@ -115,14 +115,17 @@ int evf_rust_callsites(void);
 void evf_rust_refuse(uint64_t mine, uint64_t lowest, uint64_t highest);
 void evf_rec_call(const evf_call_t *call);
 void *evf_rust_thread_buf(void);
-void evf_rec_call_on(void *thread_buf, const evf_call_t *call);
-void evf_rec_completion(uint64_t req_handle, int32_t source, int32_t tag, uint64_t bytes, int cancelled);
+int evf_rec_call_on(void *thread_buf, const evf_call_t *call);
+void evf_rust_sample_end(void *thread_buf, uint16_t func, uint64_t call_end);
+void evf_rec_completion(void *thread_buf, uint64_t req_handle, int32_t source, int32_t tag, uint64_t bytes,
+                        int cancelled);
 void evf_rec_commdef(uint32_t id, const int32_t *members, int n);
 void evf_rec_remote_group(uint32_t id, const int32_t *members, int n);
 void evf_rec_windef(uint32_t id, uint32_t comm);
 void evf_rec_epoch_group(uint32_t win, const int32_t *members, int n);
-void evf_after_blocking_collective(uint32_t comm, uint16_t func);
+int evf_after_blocking_collective(uint32_t comm, uint16_t func);
 void evf_rust_charge(uint64_t ticks);
+void evf_rust_charge_on(void *thread_buf, uint64_t ticks);
 void evf_rust_lost(uint64_t events);
 void evf_rust_finalize_begin(void);
 void evf_rust_finalize_end(void);
@@ -152,7 +155,14 @@ void evf_init_begin(void);
 void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided);
 void evf_finalize_begin(void);
 void evf_finalize_end(void);
-uint32_t evf_comm_id(MPI_Comm comm);
+uint32_t evf_comm_id_slow(MPI_Comm comm);
+/* The recorder's id of `comm`: the predefined ones without a call. */
+static inline uint32_t evf_comm_id(MPI_Comm comm)
+{
+    if (comm == MPI_COMM_WORLD) return 0;
+    if (comm == MPI_COMM_SELF) return 1;
+    return evf_comm_id_slow(comm);
+}
 void evf_comm_forget(MPI_Comm comm);
 void evf_comm_define_like(MPI_Comm comm, MPI_Comm same_group_as);
 uint32_t evf_win_id(MPI_Win win);
@@ -193,14 +203,33 @@ static inline uint64_t evf_now(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static inline void evf_record_call(const evf_call_t *call)
+/* This thread's Rust buffer (registered on first use). */
+static inline void *evf_my_tb(void)
 {
     void *tb = evf_tb;
     if (EVF_UNLIKELY(tb == NULL)) {
         tb = evf_rust_thread_buf();
         evf_tb = tb;
     }
-    evf_rec_call_on(tb, call);
+    return tb;
+}
+
+/* Stores the record; returns nonzero when the call's cost is sampled: the wrapper then calls
+ * evf_sample_end once its own work for the call is done (recorder/src/core.rs). */
+static inline int evf_record_call_s(const evf_call_t *call)
+{
+    return evf_rec_call_on(evf_my_tb(), call);
+}
+
+static inline void evf_sample_end(const evf_call_t *call)
+{
+    evf_rust_sample_end(evf_tb, call->func, call->end);
+}
+
+/* Stores the record, ending a sampled cost at once. */
+static inline void evf_record_call(const evf_call_t *call)
+{
+    if (EVF_UNLIKELY(evf_record_call_s(call))) evf_sample_end(call);
 }
 
 static inline evf_call_t evf_call_blank(uint16_t fid)

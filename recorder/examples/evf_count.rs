@@ -1,7 +1,8 @@
 //! Prints what a trace directory holds, one fact per line, for scripted checks:
 //! `rank <r> call <MPI_Name> <count> <bytes>`, `rank <r> completions <n> <bytes>`,
 //! `rank <r> marker <Kind> <n>`, `rank <r> commdefs <n>`, `rank <r> user <n>`, `rank <r> streams <n>`,
-//! `rank <r> mean_cost_ns <x>`.
+//! `rank <r> mean_cost_ns <x>`, `rank <r> call_cost_ns <x>` (the mean over calls charged less
+//! than 100 µs: without the first call after `MPI_Init`, which carries the recorder's start-up).
 //!
 //! Usage: cargo run -p recorder --example evf_count -- <trace dir>
 
@@ -42,6 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (mut completions, mut completion_bytes, mut commdefs, mut user, mut cost, mut ncost) =
             (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
         let mut streams = std::collections::BTreeSet::new();
+        let mut small = (0u64, 0u64);
         for chunk in file.chunks() {
             let chunk = chunk?;
             streams.insert(chunk.stream());
@@ -60,6 +62,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         entry.1 += c.bytes;
                         cost += c.cost as u64;
                         ncost += 1;
+                        if (c.cost as f64) < 100e-6 * tps {
+                            small.0 += c.cost as u64;
+                            small.1 += 1;
+                        }
                     }
                     Event::Completion(c) => {
                         completions += 1;
@@ -86,6 +92,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!(
                 "rank {rank} mean_cost_ns {:.1}",
                 cost as f64 / ncost as f64 / tps * 1e9
+            );
+        }
+        if small.1 > 0 {
+            println!(
+                "rank {rank} call_cost_ns {:.1}",
+                small.0 as f64 / small.1 as f64 / tps * 1e9
             );
         }
     }

@@ -33,16 +33,30 @@ pub struct Local {
     pub buf: RawBuf,
     /// Capacity of `buf` last added to [`held_bytes`].
     counted_capacity: usize,
-    /// Events recorded by this thread (drives cost sampling).
-    pub calls: u64,
-    /// Current estimate of the recorder's cost per fast-path event, in ticks.
-    pub cost_estimate: u64,
+    /// The recorder's cost per call of each function (by id), as sampled on this thread.
+    pub cost: [FuncCost; crate::functions::FUNCTIONS.len()],
+    /// The latest sample of any function: charged to a function's calls until its own first
+    /// sample is in.
+    pub cost_any: u32,
     /// Slow-path cost measured after an event was stored, charged to the next event.
     pub cost_carry: u64,
     /// In `--mode profile`, the statistics that stand in for the event trace (constant memory).
     profile: Option<Box<ProfileStats>>,
     /// Call sites this thread has named lately (`--callsites`).
     pub sites: crate::callsites::SiteCache,
+}
+
+/// One function's cost estimate on one thread (see `crate::core`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FuncCost {
+    /// Ticks charged per call; 0 until the first sample.
+    pub estimate: u32,
+    /// Calls of the function until its next sampled one. Sampling per function: with one
+    /// countdown per thread, a loop of 4 calls and a period of 32 sampled the same call of the
+    /// loop every time, and the others kept their first, cold, sample.
+    pub countdown: u16,
+    /// Samples taken so far (saturating).
+    pub samples: u16,
 }
 
 /// Set once profile mode starts; every thread's statistics start as a copy of it.
@@ -54,6 +68,12 @@ pub fn enable_profile(template: ProfileStats) {
     if PROFILE_TEMPLATE.set(template).is_ok() {
         PROFILING.store(true, Ordering::Release);
     }
+}
+
+/// Whether profile mode is on (events feed statistics instead of buffers).
+#[inline(always)]
+pub fn profiling() -> bool {
+    PROFILING.load(Ordering::Relaxed)
 }
 
 impl Local {
@@ -79,6 +99,9 @@ pub struct ThreadBuf {
     /// Events in `local.buf`, published like `used`: when a crash leaves this buffer in use, this
     /// is how many events a taker counts as lost without reading the buffer.
     events: AtomicU64,
+    /// The thread's last call was not recorded (filter or `MPI_Pcontrol(0)`), so neither are its
+    /// completions. Only the owning thread reads or writes it.
+    pub skipping: AtomicBool,
     local: UnsafeCell<Local>,
 }
 
@@ -175,11 +198,12 @@ fn register() -> &'static ThreadBuf {
         stream: reg.len() as u32,
         used: AtomicU64::new(0),
         events: AtomicU64::new(0),
+        skipping: AtomicBool::new(false),
         local: UnsafeCell::new(Local {
             buf: RawBuf::with_block_size(BLOCK_SIZE),
             counted_capacity: 0,
-            calls: 0,
-            cost_estimate: 0,
+            cost: [FuncCost::default(); crate::functions::FUNCTIONS.len()],
+            cost_any: 0,
             cost_carry: 0,
             sites: [(0, 0); crate::callsites::CACHE_SLOTS],
             profile: None,
@@ -218,6 +242,21 @@ pub fn with_buf<R>(tb: &ThreadBuf, f: impl FnOnce(&mut Local) -> R) -> (R, i64) 
     let local = unsafe { &mut *tb.local.get() };
     let r = f(local);
     let delta = account(local);
+    tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
+    tb.events.store(local.buf.events(), Ordering::Relaxed);
+    release_owner(tb);
+    (r, delta)
+}
+
+/// [`with_buf`] for the hot path: `f` says whether the buffer may have grown (a block was
+/// allocated), and only then is the held memory recounted.
+#[inline(always)]
+pub fn with_buf_hot<R>(tb: &ThreadBuf, f: impl FnOnce(&mut Local) -> (R, bool)) -> (R, i64) {
+    acquire_owner(tb);
+    // SAFETY: as in `with_buf`: the flag is ours until released below.
+    let local = unsafe { &mut *tb.local.get() };
+    let (r, may_have_grown) = f(local);
+    let delta = if may_have_grown { account(local) } else { 0 };
     tb.used.store(local.buf.bytes() as u64, Ordering::Relaxed);
     tb.events.store(local.buf.events(), Ordering::Relaxed);
     release_owner(tb);

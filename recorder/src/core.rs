@@ -1,14 +1,20 @@
 //! The recorder's state and the record paths the C hooks call.
 //!
 //! Cost accounting (the direct perturbation `cost` of each call record): the C wrapper reads the
-//! clock right before (t0) and right after (t1) the PMPI call; everything the recorder does after
-//! t1 (communicator lookup, type size, request bookkeeping, storing the record) plus one clock read
-//! is its cost. Reading the clock a third time for every event would itself cost ~20 ns, so:
-//! - fast path, sampled: every [`SAMPLE_EVERY`]-th event of a thread (and its first
-//!   [`WARMUP_SAMPLES`]) reads the clock after storing its record (t2); `t2 - t1 + one clock read`
-//!   is a measurement that updates the thread's running estimate (a moving average; samples above
-//!   [`OUTLIER_NS`] are preemptions or page faults, not the recorder, and are dropped; others are
-//!   clipped to 4x the estimate), and every event is charged the current estimate;
+//! clock right before (t0) and right after (t1) the PMPI call; everything the wrapper does after
+//! t1 (communicator lookup, type size, request bookkeeping, storing the record, and for a
+//! blocking collective the protocol's hook) plus one clock read is its cost. Reading the clock a
+//! third time for every event would itself cost several ns, so:
+//! - fast path, sampled per function: every [`SAMPLE_EVERY`]-th call of each function on a
+//!   thread, and its first [`WARMUP_SAMPLES`] calls, are sampled: the wrapper reads the clock once its
+//!   work for the call is done (t2, [`sample_end`]; after the collective hook, before completion
+//!   processing, which is measured on its own), and `t2 - t1 + one clock read` updates that
+//!   function's estimate on this thread (the fastest warm-up sample, then a moving average;
+//!   samples above [`OUTLIER_NS`] are preemptions or page faults, not the recorder, and are
+//!   dropped; others are clipped to 4x the estimate). Every call is charged its function's estimate: a barrier's hook, an `Isend`'s
+//!   request table and a `Comm_rank`'s bare append each cost what they cost, where one estimate
+//!   for all calls charged each kind the mix's average. A decision point of the protocol is not
+//!   sampled (it is measured and charged on its own);
 //! - slow paths, exact: when storing the record allocated a new block, the hard limit forced a
 //!   local flush, or a Wait/Test/receive produced completions (processed after the call's record
 //!   was stored), the whole extra time is measured and charged to the thread's next event (that
@@ -35,10 +41,10 @@ use crate::filter;
 use crate::requests::{self, ReqKind};
 use crate::sink;
 
-/// One fast-path event in this many takes a third clock read to measure the recorder's cost.
-pub const SAMPLE_EVERY: u64 = 32;
-/// The first events of each thread are all measured, so the estimate settles quickly.
-pub const WARMUP_SAMPLES: u64 = 8;
+/// One call of each function in this many takes a third clock read to measure the recorder's cost.
+pub const SAMPLE_EVERY: u16 = 32;
+/// The first calls of each function on a thread are all sampled, so its estimate settles quickly.
+pub const WARMUP_SAMPLES: u16 = 8;
 /// A fast-path sample longer than this is an interruption, not recorder work.
 pub const OUTLIER_NS: f64 = 20_000.0;
 
@@ -183,8 +189,8 @@ fn clip_u32(v: u64) -> u32 {
     v.min(u32::MAX as u64) as u32
 }
 
-/// What one call is charged: the thread's estimate, never less than one clock read, plus the
-/// measured slow-path time carried over to it.
+/// What one call is charged: the estimate for its function, never less than one clock read,
+/// plus the measured slow-path time carried over to it.
 ///
 /// The floor holds for every call, because by definition (module doc) a call's cost includes the
 /// clock read that closes its record. In practice it only acts before a sample has set the
@@ -196,36 +202,82 @@ fn charged_cost(estimate: u64, read_cost: u64, carry: u64) -> u32 {
     clip_u32(estimate.max(read_cost).saturating_add(carry))
 }
 
-/// Stores one call record on this thread's buffer.
+/// Stores one call record on this thread's buffer, and ends its cost sample at once if it is
+/// sampled (callers without a wrapper around them).
 pub fn record_call(rec: &CallRecord) {
-    record_call_on(buffers::mine(), rec);
+    let tb = buffers::mine();
+    if record_call_on(tb, rec) {
+        sample_end(tb, rec.func, rec.end);
+    }
 }
 
-/// Blocking (and blocking neighbourhood) collectives by function id: the calls after which the
-/// protocol's hook runs (the C layer calls it for these categories).
-static BLOCKING_COLLECTIVES: std::sync::LazyLock<Vec<bool>> = std::sync::LazyLock::new(|| {
-    crate::functions::FUNCTIONS
-        .iter()
-        .map(|(_, category)| matches!(*category, "collective-blocking" | "neighbor-blocking"))
-        .collect()
-});
+/// `MPI_Pcontrol`'s function id: its calls set the recording level.
+const PCONTROL: format::FunctionId = crate::functions::const_id_of("MPI_Pcontrol");
 
+/// Stores one call record (the hot path) on `tb`, which must be this thread's buffer. Returns
+/// whether this call's cost is sampled: the caller then calls [`sample_end`] with the call's
+/// end tick once the recorder's work for the call is done (the C wrapper does so after the
+/// protocol hook of a collective, so that a sample covers everything the wrapper adds).
+///
+/// What a call needs is done here, nothing more: no request table unless the call makes,
+/// starts or frees a request; the filter is two loads unless filters or pauses are set; the
+/// cost is the function's estimate plus what the previous call carried over, and one call in
+/// [`SAMPLE_EVERY`] (and each function's first calls) is sampled.
 #[inline]
-fn is_blocking_collective(func: format::FunctionId) -> bool {
-    BLOCKING_COLLECTIVES
-        .get(usize::from(func))
-        .copied()
-        .unwrap_or(false)
+pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) -> bool {
+    let request = if rec.req_op == REQ_NONE {
+        NO_REQUEST
+    } else {
+        request_of(rec)
+    };
+    if rec.func == PCONTROL {
+        // The wrapper passes the level as the tag.
+        filter::pcontrol(rec.tag);
+    }
+    let admitted = filter::admit_call(rec.func);
+    tb.skipping.store(!admitted, Ordering::Relaxed);
+    if !admitted {
+        charge_unrecorded(tb, rec.end);
+        return false;
+    }
+    let mut call = MpiCall {
+        func: rec.func,
+        start: rec.start,
+        end: rec.end,
+        comm: rec.comm,
+        peer: rec.peer,
+        tag: rec.tag,
+        bytes: rec.bytes,
+        root: rec.root,
+        request,
+        cost: 0,
+        recv_bytes: rec.recv_bytes,
+        site: format::NO_SITE,
+    };
+    if buffers::profiling() || rec.site != 0 || rec.idle != 0 {
+        return record_call_slow(tb, rec, call);
+    }
+    let read_cost = READ_COST.load(Ordering::Relaxed);
+    let (sampled, grew) = buffers::with_buf_hot(tb, |l| {
+        let (estimate, sampled) = estimate_and_sampling(l, rec.func);
+        call.cost = charged_cost(estimate, read_cost, l.cost_carry);
+        l.cost_carry = 0;
+        if l.buf.append_call(&call) {
+            charge_growth(l, rec.end, estimate, read_cost);
+            return (false, true);
+        }
+        (sampled, false)
+    });
+    if grew > 0 {
+        check_limit();
+    }
+    sampled
 }
 
-static PCONTROL: std::sync::LazyLock<Option<format::FunctionId>> =
-    std::sync::LazyLock::new(|| crate::functions::id_of("MPI_Pcontrol"));
-
-/// Stores one call record (the hot path) on `tb`, which must be this thread's buffer.
-#[inline]
-pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
-    let request = match rec.req_op {
-        REQ_NONE => NO_REQUEST,
+/// The request id of a call that makes, starts or frees a request.
+#[inline(never)]
+fn request_of(rec: &CallRecord) -> u64 {
+    match rec.req_op {
         REQ_NEW | REQ_NEW_PERSISTENT => {
             let kind = match rec.req_kind {
                 KIND_SEND => ReqKind::Send,
@@ -242,42 +294,52 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
         REQ_START => requests::start(rec.req_handle),
         REQ_FREE => requests::free(rec.req_handle),
         _ => NO_REQUEST,
-    };
-    if Some(rec.func) == *PCONTROL {
-        // The wrapper passes the level as the tag.
-        filter::pcontrol(rec.tag);
     }
-    if !filter::admit_call(rec.func) {
-        charge_unrecorded(tb, rec.end);
-        return;
-    }
-    let mut call = MpiCall {
-        func: rec.func,
-        start: rec.start,
-        end: rec.end,
-        comm: rec.comm,
-        peer: rec.peer,
-        tag: rec.tag,
-        bytes: rec.bytes,
-        root: rec.root,
-        request,
-        cost: 0,
-        recv_bytes: rec.recv_bytes,
-        site: format::NO_SITE,
+}
+
+/// The cost estimate charged to a call of `func`, and whether this call is sampled: every
+/// [`SAMPLE_EVERY`]-th call of each function on the thread, and every call of a function in its
+/// first [`WARMUP_SAMPLES`] samples.
+#[inline(always)]
+fn estimate_and_sampling(l: &mut buffers::Local, func: format::FunctionId) -> (u64, bool) {
+    let Some(f) = l.cost.get_mut(usize::from(func)) else {
+        return (u64::from(l.cost_any), false);
     };
-    let read_cost = READ_COST.load(Ordering::Relaxed);
-    let outlier = OUTLIER_TICKS.load(Ordering::Relaxed);
-    let ((), grew) = buffers::with_buf(tb, |l| {
-        let sampled = l.calls < WARMUP_SAMPLES || l.calls.is_multiple_of(SAMPLE_EVERY);
-        l.calls += 1;
-        call.cost = charged_cost(l.cost_estimate, read_cost, l.cost_carry);
-        // A blocking collective's hook runs after this record is stored: its estimated cost
-        // goes to the next event, as measured work after a call always does.
-        l.cost_carry = if is_blocking_collective(rec.func) {
-            crate::protocol::hook_estimate()
-        } else {
+    let estimate = if f.estimate == 0 {
+        l.cost_any
+    } else {
+        f.estimate
+    };
+    if f.countdown == 0 {
+        f.countdown = if f.samples < WARMUP_SAMPLES {
             0
+        } else {
+            SAMPLE_EVERY - 1
         };
+        return (u64::from(estimate), true);
+    }
+    f.countdown -= 1;
+    (u64::from(estimate), false)
+}
+
+/// Storing the record allocated a block: the whole time since the call ended is measured, and
+/// what exceeds the estimate already charged goes to the next event.
+#[cold]
+#[inline(never)]
+fn charge_growth(l: &mut buffers::Local, call_end: u64, estimate: u64, read_cost: u64) {
+    let measured = clock::now().wrapping_sub(call_end).wrapping_add(read_cost);
+    l.cost_carry += measured.saturating_sub(estimate.max(read_cost));
+}
+
+/// The rarer call records: profile mode, call sites, idle polls.
+#[cold]
+#[inline(never)]
+fn record_call_slow(tb: &buffers::ThreadBuf, rec: &CallRecord, mut call: MpiCall) -> bool {
+    let read_cost = READ_COST.load(Ordering::Relaxed);
+    let (sampled, grew) = buffers::with_buf(tb, |l| {
+        let (estimate, sampled) = estimate_and_sampling(l, rec.func);
+        call.cost = charged_cost(estimate, read_cost, l.cost_carry);
+        l.cost_carry = 0;
         let allocated = match l.profile() {
             Some(p) => {
                 p.add_event(tb.stream, &Event::Call(call));
@@ -296,23 +358,51 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) {
                 l.buf.capacity_bytes() != cap_before
             }
         };
-        if sampled || allocated {
-            let measured = clock::now().wrapping_sub(rec.end).wrapping_add(read_cost);
-            if allocated {
-                l.cost_carry += measured.saturating_sub(l.cost_estimate);
-            } else if measured > outlier {
-                // preempted or faulted while storing: says nothing about the recorder's cost
-            } else if l.cost_estimate == 0 {
-                l.cost_estimate = measured;
-            } else {
-                let clipped = measured.min(4 * l.cost_estimate);
-                l.cost_estimate = (3 * l.cost_estimate + clipped) / 4;
-            }
+        if allocated {
+            charge_growth(l, rec.end, estimate, read_cost);
+            return false;
         }
+        sampled
     });
     if grew > 0 {
         check_limit();
     }
+    sampled
+}
+
+/// Ends the cost sample of a call of `func` that ended at tick `call_end` (the C wrapper calls
+/// it when its work for a sampled call is done): `now - call_end + one clock read` is what the
+/// recorder added to this call after `PMPI_*` returned, including the read that opened the
+/// call's record. It updates the function's estimate (a moving average; samples above
+/// [`OUTLIER_NS`] are preemptions or page faults, not the recorder, and are dropped; others are
+/// clipped to 4x the estimate).
+pub fn sample_end(tb: &buffers::ThreadBuf, func: format::FunctionId, call_end: u64) {
+    let now = clock::now();
+    let read_cost = READ_COST.load(Ordering::Relaxed);
+    let measured = now.wrapping_sub(call_end).wrapping_add(read_cost);
+    if measured > OUTLIER_TICKS.load(Ordering::Relaxed) {
+        return; // preempted or faulted: says nothing about the recorder's cost
+    }
+    let measured = clip_u32(measured);
+    buffers::with_buf_hot(tb, |l| {
+        if let Some(f) = l.cost.get_mut(usize::from(func)) {
+            let e = u64::from(f.estimate);
+            f.estimate = if f.samples < WARMUP_SAMPLES {
+                // Warm-up: the first calls of a function run cold (page faults, first
+                // allocations of its tables); the fastest of them is the best start.
+                if e == 0 {
+                    measured
+                } else {
+                    measured.min(f.estimate)
+                }
+            } else {
+                ((3 * e + u64::from(measured).min(4 * e)) / 4) as u32
+            };
+            f.samples = f.samples.saturating_add(1);
+        }
+        l.cost_any = measured;
+        ((), false)
+    });
 }
 
 /// What a call that is not recorded (filtered, or paused by `MPI_Pcontrol`) costs the recorder
@@ -348,8 +438,16 @@ fn charge_unrecorded(tb: &buffers::ThreadBuf, call_end: u64) {
 
 /// Charges `ticks` of measured recorder work (plus one clock read) to this thread's next event.
 pub fn charge(ticks: u64) {
+    charge_on(buffers::mine(), ticks);
+}
+
+/// [`charge`] on `tb`, which must be this thread's buffer.
+pub fn charge_on(tb: &buffers::ThreadBuf, ticks: u64) {
     let read_cost = READ_COST.load(Ordering::Relaxed);
-    buffers::with_mine(|l| l.cost_carry += ticks.saturating_add(read_cost));
+    buffers::with_buf_hot(tb, |l| {
+        l.cost_carry += ticks.saturating_add(read_cost);
+        ((), false)
+    });
 }
 
 /// Records that up to `events` events could not be recorded (warned once on stderr).
@@ -369,7 +467,19 @@ pub fn lost(events: u64) {
 
 /// Stores the completion of a request (or, with `handle == 0`, of a blocking receive).
 pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancelled: bool) {
-    if !filter::admit_completion() {
+    record_completion_on(buffers::mine(), handle, source, tag, bytes, cancelled);
+}
+
+/// [`record_completion`] on `tb`, which must be this thread's buffer.
+pub fn record_completion_on(
+    tb: &buffers::ThreadBuf,
+    handle: u64,
+    source: i32,
+    tag: i32,
+    bytes: u64,
+    cancelled: bool,
+) {
+    if tb.skipping.load(Ordering::Relaxed) {
         // The request is over all the same: a later request reusing the handle must not
         // inherit it.
         if handle != 0 {
@@ -413,7 +523,6 @@ pub fn record_completion(handle: u64, source: i32, tag: i32, bytes: u64, cancell
             },
         }
     };
-    let tb = buffers::mine();
     let ((), grew) = buffers::with_buf(tb, |l| match l.profile() {
         Some(p) => p.add_event(tb.stream, &Event::Completion(completion)),
         None => l.buf.push_completion(&completion),

@@ -276,11 +276,17 @@ pub extern "C" fn evf_rust_thread_buf() -> *const c_void {
     crate::buffers::mine() as *const crate::buffers::ThreadBuf as *const c_void
 }
 
+/// Stores a call record; returns 1 when the call's cost is sampled: the wrapper then calls
+/// [`evf_rust_sample_end`] when its own work for the call is done.
+///
 /// # Safety
 /// `thread_buf` must come from `evf_rust_thread_buf` called on this same thread; `call` must
 /// point to a valid `evf_call_t`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn evf_rec_call_on(thread_buf: *const c_void, call: *const CallRecord) {
+pub unsafe extern "C" fn evf_rec_call_on(
+    thread_buf: *const c_void,
+    call: *const CallRecord,
+) -> c_int {
     // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread and a live
     // record on the caller's stack.
     let (tb, rec) = unsafe {
@@ -289,20 +295,40 @@ pub unsafe extern "C" fn evf_rec_call_on(thread_buf: *const c_void, call: *const
             call.as_ref(),
         )
     };
-    if let (Some(tb), Some(rec)) = (tb, rec) {
-        core::record_call_on(tb, rec);
+    match (tb, rec) {
+        (Some(tb), Some(rec)) => c_int::from(core::record_call_on(tb, rec)),
+        _ => 0,
     }
 }
 
+/// The end of a sampled call's recorder work (see [`evf_rec_call_on`]): the call of `func`
+/// ended at tick `call_end`.
+///
+/// # Safety
+/// `thread_buf` must come from `evf_rust_thread_buf` called on this same thread.
 #[unsafe(no_mangle)]
-pub extern "C" fn evf_rec_completion(
+pub unsafe extern "C" fn evf_rust_sample_end(thread_buf: *const c_void, func: u16, call_end: u64) {
+    // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread.
+    if let Some(tb) = unsafe { (thread_buf as *const crate::buffers::ThreadBuf).as_ref() } {
+        core::sample_end(tb, func, call_end);
+    }
+}
+
+/// # Safety
+/// `thread_buf` must come from `evf_rust_thread_buf` called on this same thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rec_completion(
+    thread_buf: *const c_void,
     req_handle: u64,
     source: i32,
     tag: i32,
     bytes: u64,
     cancelled: c_int,
 ) {
-    core::record_completion(req_handle, source, tag, bytes, cancelled != 0);
+    // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread.
+    if let Some(tb) = unsafe { (thread_buf as *const crate::buffers::ThreadBuf).as_ref() } {
+        core::record_completion_on(tb, req_handle, source, tag, bytes, cancelled != 0);
+    }
 }
 
 /// World ranks as the C layer translated them; a negative value (`MPI_UNDEFINED`: a spawned or
@@ -372,15 +398,28 @@ pub extern "C" fn evf_rust_charge(ticks: u64) {
     core::charge(ticks);
 }
 
+/// [`evf_rust_charge`] on this thread's buffer as the C layer caches it.
+///
+/// # Safety
+/// `thread_buf` must come from `evf_rust_thread_buf` called on this same thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rust_charge_on(thread_buf: *const c_void, ticks: u64) {
+    // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread.
+    if let Some(tb) = unsafe { (thread_buf as *const crate::buffers::ThreadBuf).as_ref() } {
+        core::charge_on(tb, ticks);
+    }
+}
+
 /// Events the C layer could not record (out of memory): counted and marked in the trace.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_lost(events: u64) {
     core::lost(events);
 }
 
+/// Returns 1 when the hook did more than count (a decision point, charged on its own).
 #[unsafe(no_mangle)]
-pub extern "C" fn evf_after_blocking_collective(comm: u32, func: u16) {
-    protocol::after_blocking_collective(comm, func);
+pub extern "C" fn evf_after_blocking_collective(comm: u32, func: u16) -> c_int {
+    c_int::from(protocol::after_blocking_collective(comm, func))
 }
 
 /// Entry of `MPI_Finalize` (the transport still works): the measured span ends here.

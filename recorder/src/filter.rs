@@ -9,7 +9,6 @@
 //! the previous recorded call's. `MPI_Init`, `MPI_Finalize` and `MPI_Pcontrol` are always
 //! recorded, so a trace shows where recording paused.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use format::FunctionId;
@@ -22,10 +21,8 @@ static EXCLUDED: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
 /// `MPI_Pcontrol(0)` was the last level set.
 static PAUSED: AtomicBool = AtomicBool::new(false);
 
-thread_local! {
-    /// The thread's last call was not recorded, so neither are its completions.
-    static SKIPPING: Cell<bool> = const { Cell::new(false) };
-}
+/// Some function is excluded (set by [`configure`]): calls must be checked one by one.
+static ANY_EXCLUDED: AtomicBool = AtomicBool::new(false);
 
 fn always_recorded(name: &str) -> bool {
     matches!(
@@ -89,6 +86,7 @@ pub fn configure(include: &[String], exclude: &[String]) -> Result<usize, String
         let i = usize::from(id);
         EXCLUDED[i / 64].fetch_or(1 << (i % 64), Ordering::Relaxed);
     }
+    ANY_EXCLUDED.store(!ids.is_empty(), Ordering::Relaxed);
     Ok(ids.len())
 }
 
@@ -97,24 +95,26 @@ pub fn pcontrol(level: i32) {
     PAUSED.store(level == 0, Ordering::Relaxed);
 }
 
-/// Whether a call of `func` is recorded now; remembered for its completions.
-#[inline]
+/// Whether a call of `func` is recorded now (the caller remembers it for the call's
+/// completions, `ThreadBuf::skipping`). Without filters and pauses this is two loads.
+#[inline(always)]
 pub fn admit_call(func: FunctionId) -> bool {
+    if !ANY_EXCLUDED.load(Ordering::Relaxed) && !PAUSED.load(Ordering::Relaxed) {
+        return true;
+    }
+    admit_call_filtered(func)
+}
+
+#[cold]
+#[inline(never)]
+fn admit_call_filtered(func: FunctionId) -> bool {
     let i = usize::from(func);
     let excluded = EXCLUDED
         .get(i / 64)
         .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (i % 64)) != 0);
     let paused = PAUSED.load(Ordering::Relaxed)
         && !FUNCTIONS.get(i).is_some_and(|(n, _)| always_recorded(n));
-    let admitted = !excluded && !paused;
-    SKIPPING.with(|s| s.set(!admitted));
-    admitted
-}
-
-/// Whether a completion belongs to a call that was recorded.
-#[inline]
-pub fn admit_completion() -> bool {
-    !SKIPPING.with(Cell::get)
+    !excluded && !paused
 }
 
 #[cfg(test)]

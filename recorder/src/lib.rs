@@ -38,6 +38,26 @@ pub mod functions {
     /// The covered-functions document generated from the same table.
     pub const FUNCTIONS_MD: &str = include_str!(concat!(env!("OUT_DIR"), "/FUNCTIONS.md"));
 
+    /// [`id_of`] at compile time (`FUNCTIONS.len()` if the name is not wrapped).
+    pub const fn const_id_of(name: &str) -> format::FunctionId {
+        let want = name.as_bytes();
+        let mut i = 0;
+        while i < FUNCTIONS.len() {
+            let have = FUNCTIONS[i].0.as_bytes();
+            if have.len() == want.len() {
+                let mut k = 0;
+                while k < want.len() && have[k] == want[k] {
+                    k += 1;
+                }
+                if k == want.len() {
+                    return i as format::FunctionId;
+                }
+            }
+            i += 1;
+        }
+        FUNCTIONS.len() as format::FunctionId
+    }
+
     /// The id of a wrapped function by its C name.
     pub fn id_of(name: &str) -> Option<format::FunctionId> {
         FUNCTIONS

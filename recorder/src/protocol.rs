@@ -20,7 +20,7 @@
 //! and reconstruct removes the pause from that stream only.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use format::{CommId, Event, FunctionId, SampleKind};
 use offload::config::{Config, Mode, SuspendAt};
@@ -130,7 +130,7 @@ pub fn on_init_done() {
             true
         }
     };
-    *PROTOCOL.lock().unwrap_or_else(|e| e.into_inner()) = Some(Protocol {
+    let mut protocol = Protocol {
         suspender,
         transport,
         barrier_id: functions::id_of("MPI_Barrier"),
@@ -139,7 +139,17 @@ pub fn on_init_done() {
         world_only: session.thread_level >= MPI_THREAD_MULTIPLE,
         failed,
         off_announced: false,
-    });
+    };
+    WORLD_ONLY.store(protocol.world_only, Ordering::Relaxed);
+    let barrier_only = match (protocol.suspend_at, protocol.barrier_id) {
+        (SuspendAt::Barrier, Some(id)) => u32::from(id),
+        // No barrier to suspend at: the locked path finds every collective ineligible.
+        (SuspendAt::Barrier, None) => NOT_BARRIER_ONLY - 1,
+        _ => NOT_BARRIER_ONLY,
+    };
+    BARRIER_ONLY.store(barrier_only, Ordering::Relaxed);
+    refill_quiet(&mut protocol);
+    *PROTOCOL.lock().unwrap_or_else(|e| e.into_inner()) = Some(protocol);
     RUNNING.store(true, Ordering::Release);
 }
 
@@ -181,50 +191,68 @@ fn flush_all() -> FlushReport {
 }
 
 /// Called at the end of every blocking collective (and blocking neighbourhood collective), after
-/// its record was stored, on whichever thread made it.
-pub fn after_blocking_collective(comm: CommId, func: FunctionId) {
+/// its record was stored, on whichever thread made it. Returns whether it did more than count (a
+/// decision point: its time is measured and charged on its own, so the wrapper's cost sample must
+/// not include it).
+///
+/// Most collectives only count towards the next decision point. Those take no lock and no
+/// read-modify-write: whether a collective counts is read from flags set at init and the
+/// lock-free "spans the world" bitset, and the suspender hands out in advance how many counting
+/// collectives may pass ([`QUIET_LEFT`], a plain load and store: the collectives that count are
+/// ordered by the program, one at a time per rank).
+#[inline]
+pub fn after_blocking_collective(comm: CommId, func: FunctionId) -> bool {
     if !RUNNING.load(Ordering::Acquire) {
+        return false;
+    }
+    let eligible = if WORLD_ONLY.load(Ordering::Relaxed) {
+        comm == WORLD_COMM
+    } else {
+        comm == WORLD_COMM || crate::comm_spans_world(comm)
+    };
+    let barrier_only = BARRIER_ONLY.load(Ordering::Relaxed);
+    if !eligible || (barrier_only != NOT_BARRIER_ONLY && u32::from(func) != barrier_only) {
+        return false;
+    }
+    let left = QUIET_LEFT.load(Ordering::Relaxed);
+    if left > 0 {
+        if left != u64::MAX {
+            QUIET_LEFT.store(left - 1, Ordering::Relaxed);
+        }
+        return false;
+    }
+    after_blocking_collective_locked(comm, func)
+}
+
+/// Eligible collectives that may pass the hook without the protocol's lock before the next one
+/// the suspender must see; already counted by the suspender when handed out
+/// ([`offload::Suspender::pass_quietly`]). `u64::MAX`: none will ever act (mode off).
+static QUIET_LEFT: AtomicU64 = AtomicU64::new(0);
+/// Only collectives on `MPI_COMM_WORLD` itself count (see the module docs); set at init.
+static WORLD_ONLY: AtomicBool = AtomicBool::new(false);
+/// With `--suspend-at barrier`, the function id of `MPI_Barrier`; else [`NOT_BARRIER_ONLY`].
+static BARRIER_ONLY: AtomicU32 = AtomicU32::new(NOT_BARRIER_ONLY);
+const NOT_BARRIER_ONLY: u32 = u32::MAX;
+
+/// Hands the suspender's coming counting-only calls to the lock-free gate (under the lock).
+fn refill_quiet(p: &mut Protocol) {
+    // Mode local also calls the suspender from `after_buffer_growth`, between collectives: no
+    // calls are handed out ahead there.
+    if p.suspender.settings().mode == Mode::Local {
+        QUIET_LEFT.store(0, Ordering::Relaxed);
         return;
     }
-    // Every 32nd call on a thread is timed, to keep the estimate of what this hook costs when it
-    // only counts (`hook_estimate`), which the call's record charged to the next event.
-    let sampled = HOOK_CALLS.with(|n| {
-        let k = n.get();
-        n.set(k.wrapping_add(1));
-        k < 8 || k.is_multiple_of(32)
-    });
-    let hook_began = sampled.then(crate::clock::now);
-    let acted = after_blocking_collective_locked(comm, func);
-    if let (Some(began), false) = (hook_began, acted) {
-        let measured = crate::clock::now().wrapping_sub(began);
-        let old = HOOK_ESTIMATE.load(Ordering::Relaxed);
-        // Preempted or faulted: says nothing about the hook.
-        if old == 0 || measured < 8 * old {
-            let new = if old == 0 {
-                measured
-            } else {
-                (3 * old + measured.min(4 * old)) / 4
-            };
-            HOOK_ESTIMATE.store(new, Ordering::Relaxed);
-        }
+    let quiet = p.suspender.quiet_calls();
+    if quiet != u64::MAX {
+        p.suspender.pass_quietly(quiet);
     }
+    QUIET_LEFT.store(quiet, Ordering::Relaxed);
 }
 
-thread_local! {
-    static HOOK_CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-/// Ticks the collective hook takes when it only counts (no decision): charged as recorder cost
-/// (DP) by every blocking collective's record, since the hook runs after that record was stored.
-static HOOK_ESTIMATE: AtomicU64 = AtomicU64::new(0);
-
-/// The hook's estimated cost in ticks (see [`HOOK_ESTIMATE`]).
-#[inline]
-pub fn hook_estimate() -> u64 {
-    HOOK_ESTIMATE.load(Ordering::Relaxed)
-}
-
-/// The hook's work; says whether it did more than count (a decision, measured and charged on
-/// its own).
+/// The hook's work when the gate let nothing pass; says whether it did more than count (a
+/// decision, measured and charged on its own).
+#[cold]
+#[inline(never)]
 fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
     let mut guard = PROTOCOL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(p) = guard.as_mut() else {
@@ -300,6 +328,7 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
             rank()
         );
     }
+    refill_quiet(p);
     may_act
 }
 

@@ -69,8 +69,12 @@ fn a_session_through_the_hooks_reads_back_exactly() {
         ffi::evf_rec_call(&isend);
         ffi::evf_rec_call(&call("MPI_Waitall", 50_200, u32::MAX, -1, -1, 0));
     }
-    ffi::evf_rec_completion(0xabc, 2, 9, 100, 0);
-    ffi::evf_rec_completion(0xdef, 0, 0, 0, 0);
+    let tb = ffi::evf_rust_thread_buf();
+    // SAFETY: this thread's own buffer.
+    unsafe {
+        ffi::evf_rec_completion(tb, 0xabc, 2, 9, 100, 0);
+        ffi::evf_rec_completion(tb, 0xdef, 0, 0, 0, 0);
+    }
 
     // A polling loop: 50 probes that find nothing fold into one record; the one that finds the
     // message is a call.
