@@ -12,7 +12,7 @@ use common::{
 };
 
 /// Fixed work per iteration (register-only), so that every run does the same computation; 64 KiB
-/// of user records per iteration and S = 256 KiB make a flush every 4 iterations, so that the
+/// of user records per iteration and S = 128 KiB make a flush every 2 iterations, so that the
 /// traced run is far (+20 to +35 % here) from the untraced one and a reconstruction that removed
 /// nothing could not pass the bound below.
 const ITERATIONS: u32 = 60;
@@ -29,7 +29,7 @@ fn validates_a_real_program(mpi: Mpi) {
         .arg(&work)
         .arg("--png")
         .arg(&png)
-        .args(["--threshold", "256KiB", "--decision-interval", "2ms", "--"])
+        .args(["--threshold", "128KiB", "--decision-interval", "2ms", "--"])
         .args(mpi.launch(2))
         .arg(apps(mpi).join("iterative"))
         .args([
