@@ -1,6 +1,5 @@
-//! `f(0..n)` on a few threads: the first pass reads ranks in parallel.
-//!
-//! `reconstruct::pipeline` still has its own copy of these two; it should use these.
+//! `f(0..n)` on a few threads: the first pass reads ranks in parallel, and reconstruction's
+//! passes use the same two functions.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
