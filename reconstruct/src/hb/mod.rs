@@ -430,6 +430,14 @@ struct Lane<I> {
     pending_removed: u64,
 }
 
+impl<I> Lane<I> {
+    /// Moves the lane's later events by `shift`, keeping the largest forward move for the report.
+    fn set_shift(&mut self, shift: i64) {
+        self.shift = shift;
+        self.max_shift = self.max_shift.max(shift.max(0) as u64);
+    }
+}
+
 /// Events that may follow a run of polls before the call that waits (the successful poll, its
 /// completions, a probe's receive): beyond this the run is taken as not waiting for anything.
 const POLL_TAIL: usize = 8;
@@ -731,8 +739,7 @@ impl Shared<'_> {
             {
                 let start = c.start.saturating_add_signed(lane.shift);
                 if start < *last {
-                    lane.shift += (*last - start) as i64;
-                    lane.max_shift = lane.max_shift.max(lane.shift.max(0) as u64);
+                    lane.set_shift(lane.shift + (*last - start) as i64);
                 }
                 *last = (*last).max(c.start.saturating_add_signed(lane.shift));
             }

@@ -249,8 +249,7 @@ impl Shared<'_> {
             };
             end = self.replayed_end(lane, &call, base, base_recorded, dp_after, dependency);
             let old_shift = lane.shift;
-            lane.shift = end as i64 - raw_end as i64;
-            lane.max_shift = lane.max_shift.max(lane.shift.max(0) as u64);
+            lane.set_shift(end as i64 - raw_end as i64);
             if poll_run.is_some() {
                 start = place_poll_run(lane, old_shift, &call);
             } else {
@@ -267,8 +266,7 @@ impl Shared<'_> {
                 // shifted end, and not before it started or before it ended as recorded.
                 end = required.max(start).max(raw_end).min(end);
             }
-            lane.shift = end as i64 - raw_end as i64;
-            lane.max_shift = lane.max_shift.max(lane.shift.max(0) as u64);
+            lane.set_shift(end as i64 - raw_end as i64);
         }
         if let Some(Event::Call(c)) = lane.held.first_mut() {
             c.start = start;
