@@ -198,19 +198,22 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                                         .collect();
                                     let inner: u64 = costs[..costs.len() - 1].iter().sum();
                                     let last = costs[costs.len() - 1];
+                                    // The recorder's cost inside the loop is spent inside it: a
+                                    // loop shorter than that cost ends late.
+                                    let end = arrival.max(t + inner);
                                     runs[r].events.push(Event::Polls(format::PollRun {
                                         func: TEST,
                                         comm: 0,
                                         peer: NO_RANK,
                                         tag: NO_TAG,
                                         start: t,
-                                        end: arrival,
+                                        end,
                                         count: POLLS_PER_RUN,
-                                        busy: (arrival - t).saturating_sub(inner),
+                                        busy: (end - t) - inner,
                                         inner_cost: inner,
                                         cost: last as u32,
                                     }));
-                                    t = arrival + last;
+                                    t = end + last;
                                 }
                                 let after =
                                     record(TEST, t, t + TEST_NS, NO_RANK, NO_REQUEST, &mut runs);
@@ -611,4 +614,280 @@ fn without_waits_the_replay_equals_subtract() {
     reconstruct(&dir, &a, Model::Replay);
     reconstruct(&dir, &b, Model::Subtract);
     assert_eq!(replayed_calls(&a, 2), replayed_calls(&b, 2));
+}
+
+// Properties over random programs: any deadlock-free schedule of messages (blocking,
+// nonblocking, polled) and barriers over 2–6 ranks, with any work between the calls and any
+// recorder cost.
+
+use proptest::prelude::*;
+
+#[derive(Clone, Copy, Debug)]
+enum Delivery {
+    Blocking,
+    Nonblocking,
+    Polled,
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// `from` sends one message to `to`; each side works `before`/`after` ns first.
+    Message {
+        from: u32,
+        to: u32,
+        delivery: Delivery,
+        before: u64,
+        after: u64,
+    },
+    /// Every rank works its own time, then all meet.
+    Barrier(Vec<u64>),
+}
+
+/// Every rank's calls in global step order. Sends never block in the simulator, so each step
+/// can run once every earlier step has: the schedule cannot deadlock.
+fn program(ranks: usize, steps: &[Step]) -> Vec<Vec<Op>> {
+    let mut ops = vec![Vec::new(); ranks];
+    for (k, step) in steps.iter().enumerate() {
+        let request = k as u64 + 1;
+        match step {
+            Step::Message {
+                from,
+                to,
+                delivery,
+                before,
+                after,
+            } => {
+                let (s, r) = (*from as usize, *to as usize);
+                ops[s].push(Op::Compute(*before));
+                ops[r].push(Op::Compute(*after));
+                match delivery {
+                    Delivery::Blocking => {
+                        ops[s].push(Op::Send(*to));
+                        ops[r].push(Op::Recv(*from));
+                    }
+                    Delivery::Nonblocking => {
+                        ops[s].extend([Op::Isend(*to, request), Op::Wait(request)]);
+                        ops[r].extend([
+                            Op::Irecv(*from, request),
+                            Op::Compute(*after / 2),
+                            Op::Wait(request),
+                        ]);
+                    }
+                    Delivery::Polled => {
+                        ops[s].push(Op::Send(*to));
+                        ops[r].extend([Op::Irecv(*from, request), Op::PollWait(request)]);
+                    }
+                }
+            }
+            Step::Barrier(work) => {
+                for (rank_ops, w) in ops.iter_mut().zip(work) {
+                    rank_ops.extend([Op::Compute(*w), Op::Barrier]);
+                }
+            }
+        }
+    }
+    ops
+}
+
+fn schedule() -> impl Strategy<Value = (usize, Vec<Step>)> {
+    (2usize..=6).prop_flat_map(|ranks| {
+        let message = (
+            0..ranks as u32,
+            1..ranks as u32,
+            prop_oneof![
+                Just(Delivery::Blocking),
+                Just(Delivery::Nonblocking),
+                Just(Delivery::Polled)
+            ],
+            0u64..6_000,
+            0u64..6_000,
+        )
+            .prop_map(move |(from, hop, delivery, before, after)| Step::Message {
+                from,
+                to: (from + hop) % ranks as u32,
+                delivery,
+                before,
+                after,
+            });
+        let barrier = proptest::collection::vec(0u64..6_000, ranks).prop_map(Step::Barrier);
+        let step = prop_oneof![4 => message, 1 => barrier];
+        (Just(ranks), proptest::collection::vec(step, 1..30))
+    })
+}
+
+/// Each message of a run as (source, destination, send start, end of the call that completed
+/// the receive), in the run's own times: the pairs the program made, whatever the timing.
+fn program_messages(runs: &[Run]) -> Vec<(u32, u32, u64, u64)> {
+    let mut sends: HashMap<(u32, u32), VecDeque<u64>> = HashMap::new();
+    let mut receives: Vec<(u32, u32, u64)> = Vec::new();
+    for (r, run) in runs.iter().enumerate() {
+        let rank = r as u32;
+        let mut last_end = 0;
+        for e in &run.events {
+            match e {
+                Event::Call(c) => {
+                    last_end = c.end;
+                    if (c.func == SEND || c.func == ISEND) && c.peer >= 0 {
+                        sends
+                            .entry((rank, c.peer as u32))
+                            .or_default()
+                            .push_back(c.start);
+                    }
+                }
+                Event::Completion(done) if done.source >= 0 => {
+                    receives.push((done.source as u32, rank, last_end));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut pairs: Vec<_> = receives
+        .into_iter()
+        .map(|(from, to, end)| {
+            let start = sends.get_mut(&(from, to)).unwrap().pop_front().unwrap();
+            (from, to, start, end)
+        })
+        .collect();
+    pairs.sort_unstable();
+    pairs
+}
+
+/// The matcher's pairs in the same form (times back in the run's own clock).
+fn matched_pairs(
+    dir: &std::path::Path,
+) -> (Vec<(u32, u32, u64, u64)>, reconstruct::matches::HbReport) {
+    let trace = Trace::open(dir).unwrap();
+    let (matches, report) = reconstruct::matches::matched_messages(&trace).unwrap();
+    let mut pairs: Vec<_> = matches
+        .iter()
+        .map(|m| (m.source, m.dest, m.send_start, m.recv_end))
+        .collect();
+    pairs.sort_unstable();
+    (pairs, report)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The matcher pairs every message of the program, and the same ones whatever the recorded
+    /// times: without any recorder cost, with the usual one, and with a cost drawn at random.
+    #[test]
+    fn matching_pairs_what_the_program_sent_whatever_the_timing(
+        (ranks, steps) in schedule(),
+        seed in 0u64..1_000,
+    ) {
+        let ops = program(ranks, &steps);
+        let random_cost = |rank: u32, k: usize| {
+            (u64::from(rank) * 7_919 + k as u64 * 104_729 + seed * 31) % 5_000
+        };
+        let timings: [(&str, Vec<Run>); 3] = [
+            ("untraced", simulate(&ops, |_, _| 0)),
+            ("usual", simulate(&ops, recorder_cost)),
+            ("random", simulate(&ops, random_cost)),
+        ];
+        for (name, runs) in &timings {
+            let dir = temp_dir(&format!("prop-match-{name}"));
+            write(&dir, runs);
+            let (got, report) = matched_pairs(&dir);
+            let want = program_messages(runs);
+            // Matched times are in the trace's global clock; move them back to the run's.
+            let shift = got.first().zip(want.first()).map(|(g, w)| g.2 as i64 - w.2 as i64);
+            let got: Vec<_> = got
+                .iter()
+                .map(|&(f, t, s, e)| {
+                    let d = shift.unwrap_or(0);
+                    (f, t, (s as i64 - d) as u64, (e as i64 - d) as u64)
+                })
+                .collect();
+            prop_assert_eq!(&got, &want, "{} timing: matched pairs differ from the program's", name);
+            prop_assert_eq!(report.unmatched_sends + report.unmatched_receives, 0, "{}: {:?}", name, report);
+            prop_assert_eq!(
+                report.recorded_message_violations + report.recorded_collective_violations,
+                0,
+                "{}: {:?}", name, report
+            );
+        }
+    }
+
+    /// Both models write calls that do not run backwards, do not overlap on a rank, and keep
+    /// every message's receive after its send; the written trace matches like the input did.
+    /// Subtract keeps causality only with the happened-before repair (`--hb`): removing one
+    /// rank's cost can let a barrier's exit pass its partner's entry, which it then counts.
+    #[test]
+    fn both_models_keep_causality_and_the_matching(
+        (ranks, steps) in schedule(),
+    ) {
+        let ops = program(ranks, &steps);
+        let traced = simulate(&ops, recorder_cost);
+        let dir = temp_dir("prop-model");
+        write(&dir, &traced);
+        let (_, before) = matched_pairs(&dir);
+        for (model, hb) in [(Model::Subtract, true), (Model::Replay, false)] {
+            let out = temp_dir(&format!("prop-model-{model:?}"));
+            let opts = Options { remove: Remove::Both, model, hb, ..Options::default() };
+            let summary =
+                rebuild::reconstruct(&Trace::open(&dir).unwrap(), &out, &opts, &mut |_, _| {}).unwrap();
+            prop_assert_eq!(summary.hb.violations_after, 0, "{:?}: {:?}", model, summary.hb);
+            for (r, calls) in replayed_calls(&out, ranks).iter().enumerate() {
+                for (k, &(start, end)) in calls.iter().enumerate() {
+                    prop_assert!(start <= end, "{:?}: rank {} call {} runs backwards", model, r, k);
+                    if k > 0 {
+                        prop_assert!(calls[k - 1].1 <= start, "{:?}: rank {} call {} overlaps", model, r, k);
+                    }
+                }
+            }
+            let (pairs, after) = matched_pairs(&out);
+            prop_assert_eq!(after.messages, before.messages, "{:?}", model);
+            prop_assert_eq!(after.unmatched_sends + after.unmatched_receives, 0, "{:?}: {:?}", model, after);
+            prop_assert_eq!(
+                after.recorded_message_violations + after.recorded_collective_violations,
+                0,
+                "{:?}: {:?}", model, after
+            );
+            for (from, to, send_start, recv_end) in pairs {
+                prop_assert!(send_start <= recv_end, "{:?}: {}→{} received before sent", model, from, to);
+            }
+        }
+    }
+}
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// The replay's estimates are each an upper bound of the true value, so it never makes the
+    /// program faster than it ran untraced, and never slower than it ran traced. One exception
+    /// is allowed for: an `MPI_Test` that found its message as it started in the traced run (no
+    /// run of polls before it), but whose message the replay moves later, ends at the arrival,
+    /// where the untraced program polled once more and its successful test ended one test
+    /// later. A loop the recorder's cost made overrun its arrival gets no allowance.
+    #[test]
+    fn the_replay_lies_between_untraced_and_traced((ranks, steps) in schedule()) {
+        let ops = program(ranks, &steps);
+        let untraced = simulate(&ops, |_, _| 0);
+        let traced = simulate(&ops, recorder_cost);
+        let dir = temp_dir("prop-bounds");
+        let out = temp_dir("prop-bounds-out");
+        write(&dir, &traced);
+        let replay = reconstruct(&dir, &out, Model::Replay);
+        // Polled receives whose traced test found the message at once (no run of polls).
+        let polled = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Message { delivery: Delivery::Polled, .. }))
+            .count();
+        let loops = traced
+            .iter()
+            .flat_map(|run| &run.events)
+            .filter(|e| matches!(e, Event::Polls(_)))
+            .count();
+        let found_at_once = (polled - loops) as u64;
+        let fastest = (untraced_span(&untraced) - found_at_once * TEST_NS) as f64 / 1e9;
+        let slowest = untraced_span(&traced) as f64 / 1e9;
+        prop_assert!(
+            replay.reconstructed_s >= fastest - 0.5e-9,
+            "replayed {} s, untraced {} s", replay.reconstructed_s, untraced_span(&untraced) as f64 / 1e9
+        );
+        prop_assert!(
+            replay.reconstructed_s <= slowest + 0.5e-9,
+            "replayed {} s, traced {} s", replay.reconstructed_s, slowest
+        );
+    }
 }

@@ -239,15 +239,16 @@ impl Shared<'_> {
                 .and_then(|_| poll_run_before(lane, &call));
             // A loop of polls and the call that ends it are one wait, begun where the loop began
             // after the program's own work inside the loop.
-            let (base, base_recorded, dp_after) = match &poll_run {
-                Some(l) => (
-                    l.base.saturating_add_signed(lane.shift),
-                    l.base.saturating_add(lane.held_removed),
-                    lane.held_removed.saturating_sub(lane.pending_removed),
+            end = match &poll_run {
+                Some(l) => self.replayed_loop_end(lane, &call, l, dependency),
+                None => self.replayed_end(
+                    lane,
+                    &call,
+                    start,
+                    call.start.saturating_add(lane.held_removed),
+                    dependency,
                 ),
-                None => (start, call.start.saturating_add(lane.held_removed), 0),
             };
-            end = self.replayed_end(lane, &call, base, base_recorded, dp_after, dependency);
             let old_shift = lane.shift;
             lane.set_shift(end as i64 - raw_end as i64);
             if poll_run.is_some() {
@@ -298,15 +299,13 @@ impl Shared<'_> {
     }
 
     /// The replayed end of the held call whose wait begins at `start` (replayed times) and
-    /// `recorded_start` (as recorded); `dp_after` is the recorder's cost spent between the last
-    /// poll of a loop before the call and the call (none is spent inside a blocking call).
+    /// `recorded_start` (as recorded).
     fn replayed_end<I>(
         &self,
         lane: &Lane<I>,
         call: &format::MpiCall,
         start: u64,
         recorded_start: u64,
-        dp_after: u64,
         dependency: Dependency,
     ) -> u64 {
         let duration = call.end.saturating_sub(call.start);
@@ -323,9 +322,9 @@ impl Shared<'_> {
         let recorded_end = call.end.saturating_add(lane.held_removed) as i64;
         let replayed = replayed.max(0) as u64;
         if recorded > recorded_start + intrinsic as i64 {
-            // It waited: what it spent after its dependency was there stays (less the recorder's
-            // cost in it), the wait does not.
-            let after = (recorded_end - recorded - dp_after as i64).max(0) as u64;
+            // It waited: what it spent after its dependency was there stays, the wait does not
+            // (a blocking call has no recorder cost inside it).
+            let after = (recorded_end - recorded).max(0) as u64;
             start
                 .saturating_add(intrinsic)
                 .max(replayed.saturating_add(after))
@@ -335,12 +334,53 @@ impl Shared<'_> {
     }
 }
 
+impl Shared<'_> {
+    /// The replayed end of the call that ends a polling loop. A loop that polled at all began
+    /// before its dependency was there, so it waited; it ends `after` the dependency, where
+    /// `after` is what followed the later of the loop's last poll and the dependency as
+    /// recorded (the call that found it and the program's work before that call, without the
+    /// recorder's cost), plus the part of the loop past the dependency that one untraced poll
+    /// can explain. The rest of the loop's
+    /// overrun is the recorder's cost inside it: polls made slower by the recorder notice an
+    /// arrival later, and fewer of them fit.
+    fn replayed_loop_end<I>(
+        &self,
+        lane: &Lane<I>,
+        call: &format::MpiCall,
+        run: &PollRun,
+        dependency: Dependency,
+    ) -> u64 {
+        let start = run.base.saturating_add_signed(lane.shift);
+        let duration = call.end.saturating_sub(call.start);
+        let (Some(est), Some(replayed), Some(recorded)) = (
+            self.ctx.estimates.as_ref(),
+            dependency.replayed,
+            dependency.recorded,
+        ) else {
+            return start.saturating_add(duration);
+        };
+        let intrinsic = est.intrinsic(self.intrinsic_class(lane, call), duration);
+        let run_end = run.end.saturating_add(lane.pending_removed) as i64;
+        let recorded_end = call.end.saturating_add(lane.held_removed) as i64;
+        let dp_after = lane.held_removed.saturating_sub(lane.pending_removed) as i64;
+        let tail = (recorded_end - run_end.max(recorded) - dp_after).max(0) as u64;
+        let overrun = (run_end - recorded).clamp(0, run.poll_period as i64) as u64;
+        start
+            .saturating_add(intrinsic)
+            .max((replayed.max(0) as u64).saturating_add(tail + overrun))
+    }
+}
+
 /// A run of polls right before a call that waits (pending on its lane, unshifted).
 struct PollRun {
     /// Where the wait would begin if the first poll had found what it waited for: the run's
     /// start plus the program's own work between the polls (neither the polls nor the
     /// recorder's cost inside the run), plus what came between the run and the call.
     base: u64,
+    /// The run's end (the end of its last poll).
+    end: u64,
+    /// One poll's own time without the recorder (the loop's busy time over its polls).
+    poll_period: u64,
 }
 
 fn poll_run_before<I>(lane: &Lane<I>, call: &format::MpiCall) -> Option<PollRun> {
@@ -351,6 +391,8 @@ fn poll_run_before<I>(lane: &Lane<I>, call: &format::MpiCall) -> Option<PollRun>
     let between = call.start.saturating_sub(p.end);
     Some(PollRun {
         base: p.start.saturating_add(work).saturating_add(between),
+        end: p.end,
+        poll_period: p.busy / p.count.max(1),
     })
 }
 
