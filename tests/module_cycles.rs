@@ -129,7 +129,11 @@ struct Module {
 fn load_crate(root: &Path) -> Vec<Module> {
     let mut modules = Vec::new();
     // (module path, file, directory its children live in)
-    let mut todo = vec![(Vec::new(), root.to_path_buf(), root.parent().unwrap().to_path_buf())];
+    let mut todo = vec![(
+        Vec::new(),
+        root.to_path_buf(),
+        root.parent().unwrap().to_path_buf(),
+    )];
     while let Some((path, file, child_dir)) = todo.pop() {
         let code = code_only(&fs::read_to_string(&file).unwrap());
         for (name, custom) in declared_children(&code) {
@@ -222,7 +226,10 @@ fn references(module: &Module, known: &BTreeSet<Vec<String>>) -> BTreeMap<Vec<St
     let mut i = 0;
     while i < code.len() {
         let rest = &code[i..];
-        let preceded_by_ident = code[..i].chars().next_back().is_some_and(|c| is_ident_char(c) || c == ':');
+        let preceded_by_ident = code[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| is_ident_char(c) || c == ':');
         let anchor = ["crate::", "super::", "self::"]
             .into_iter()
             .find(|a| rest.starts_with(a) && !preceded_by_ident);
@@ -276,7 +283,11 @@ fn cycles(edges: &BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>>) -> Vec<V
         s.next += 1;
         s.stack.push(v.clone());
         s.on_stack.insert(v.clone());
-        let targets: Vec<Vec<String>> = s.edges.get(v).map(|m| m.keys().cloned().collect()).unwrap_or_default();
+        let targets: Vec<Vec<String>> = s
+            .edges
+            .get(v)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
         for w in &targets {
             if !s.index.contains_key(w) {
                 visit(s, w);
@@ -321,7 +332,11 @@ fn cycles(edges: &BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>>) -> Vec<V
 }
 
 fn show(path: &[String]) -> String {
-    if path.is_empty() { "crate".to_string() } else { path.join("::") }
+    if path.is_empty() {
+        "crate".to_string()
+    } else {
+        path.join("::")
+    }
 }
 
 /// The cycles of every crate, as printable lines.
@@ -330,8 +345,12 @@ fn workspace_cycles(workspace: &Path) -> Vec<String> {
     for root in crate_roots(workspace) {
         let modules = load_crate(&root);
         let known: BTreeSet<Vec<String>> = modules.iter().map(|m| m.path.clone()).collect();
-        let files: BTreeMap<Vec<String>, &PathBuf> = modules.iter().map(|m| (m.path.clone(), &m.file)).collect();
-        let edges: BTreeMap<_, _> = modules.iter().map(|m| (m.path.clone(), references(m, &known))).collect();
+        let files: BTreeMap<Vec<String>, &PathBuf> =
+            modules.iter().map(|m| (m.path.clone(), &m.file)).collect();
+        let edges: BTreeMap<_, _> = modules
+            .iter()
+            .map(|m| (m.path.clone(), references(m, &known)))
+            .collect();
         for component in cycles(&edges) {
             let members: BTreeSet<&Vec<String>> = component.iter().collect();
             let mut lines = vec![format!(
@@ -362,7 +381,12 @@ fn workspace_cycles(workspace: &Path) -> Vec<String> {
 fn no_module_imports_one_that_imports_it_back() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
     let report = workspace_cycles(workspace);
-    assert!(report.is_empty(), "{} import cycle(s):\n{}", report.len(), report.join("\n"));
+    assert!(
+        report.is_empty(),
+        "{} import cycle(s):\n{}",
+        report.len(),
+        report.join("\n")
+    );
 }
 
 /// The checker itself must see a cycle when there is one, and not see one that is parent/child.
@@ -372,14 +396,34 @@ fn the_checker_finds_a_planted_cycle_and_ignores_nesting() {
     let src = dir.join("src");
     fs::create_dir_all(src.join("parent")).unwrap();
     fs::write(dir.join("Cargo.toml"), "[package]\nname = \"planted\"\n").unwrap();
-    fs::write(src.join("lib.rs"), "mod a;\nmod b;\nmod parent;\npub use crate::a::A;\n").unwrap();
-    fs::write(src.join("a.rs"), "use crate::{b::{B, other}, parent};\npub struct A;\n").unwrap();
+    fs::write(
+        src.join("lib.rs"),
+        "mod a;\nmod b;\nmod parent;\npub use crate::a::A;\n",
+    )
+    .unwrap();
+    fs::write(
+        src.join("a.rs"),
+        "use crate::{b::{B, other}, parent};\npub struct A;\n",
+    )
+    .unwrap();
     fs::write(src.join("b.rs"), "// crate::a::A in a comment is not an import\npub fn f() { let _ = \"crate::a\"; super::a::A; }\n").unwrap();
-    fs::write(src.join("parent/mod.rs"), "mod child;\nuse self::child::C;\npub struct P;\n").unwrap();
-    fs::write(src.join("parent/child.rs"), "use super::P;\nuse crate::parent::P as Q;\npub struct C;\n").unwrap();
+    fs::write(
+        src.join("parent/mod.rs"),
+        "mod child;\nuse self::child::C;\npub struct P;\n",
+    )
+    .unwrap();
+    fs::write(
+        src.join("parent/child.rs"),
+        "use super::P;\nuse crate::parent::P as Q;\npub struct C;\n",
+    )
+    .unwrap();
     let report = workspace_cycles(&dir);
     fs::remove_dir_all(&dir).unwrap();
     assert_eq!(report.len(), 1, "{report:?}");
-    assert!(report[0].contains("a -> b") && report[0].contains("b -> a"), "{}", report[0]);
+    assert!(
+        report[0].contains("a -> b") && report[0].contains("b -> a"),
+        "{}",
+        report[0]
+    );
     assert!(!report[0].contains("parent"), "{}", report[0]);
 }
