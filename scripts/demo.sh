@@ -23,7 +23,7 @@ ef=target/release/evenflush
 demo=target/demo
 rm -rf "$demo"
 mkdir -p "$demo"
-bash experiments/apps/build.sh openmpi "$demo/apps" >/dev/null
+bash workloads/build.sh openmpi "$demo/apps" >/dev/null
 # A fixed amount of work per iteration (not a calibrated time) so that all runs do the same work,
 # register-only (`--mem 0`, ~4 ms per iteration): memory-bound work varies by ±10 % between runs
 # on a shared machine, which would hide what the demo shows.

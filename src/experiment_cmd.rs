@@ -1,4 +1,4 @@
-//! `evenflush experiment`: experiments on the real machine (the experiments crate does the work;
+//! `evenflush experiment`: experiments on the real machine (the harness crate does the work;
 //! this is the CLI glue, like `simulate_cmd`).
 
-pub use experiments::swap::args::{ExperimentArgs, run};
+pub use harness::swap::args::{ExperimentArgs, run};

@@ -13,7 +13,7 @@ mod report_cmd;
 mod run;
 mod simulate_cmd;
 mod timeline_cmd;
-mod validate;
+mod validate_cmd;
 mod window_args;
 
 use std::path::PathBuf;
@@ -56,7 +56,7 @@ enum Cmd {
         the program must call MPI_Init/MPI_Finalize from C or C++). Every recorder flag of \
         `run` applies to the traced runs."
     )]
-    Validate(run_args::ValidateArgs),
+    Validate(validate_cmd::ValidateArgs),
     /// Summarise a trace: ranks, hosts, writers, events, calls per function, user events, span, suspensions.
     #[command(
         after_help = "Example:\n  evenflush info trace --json\n  evenflush info out/nodeA out/nodeB   # node-local directories of one run (see `collect`)"
@@ -120,7 +120,7 @@ fn main() -> ExitCode {
             .into_request()
             .and_then(run::run)
             .map(|code| ExitCode::from(code.clamp(0, 255) as u8)),
-        Cmd::Validate(args) => run_args::validate(args).map(|()| ExitCode::SUCCESS),
+        Cmd::Validate(args) => validate_cmd::validate(args).map(|()| ExitCode::SUCCESS),
         Cmd::Info { dirs, json } => info::info(&dirs, json).map(|()| ExitCode::SUCCESS),
         Cmd::Collect(a) => collect_cmd::run(&a),
         Cmd::Reconstruct(a) => reconstruct_cmd::run(&a).map(|()| ExitCode::SUCCESS),

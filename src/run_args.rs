@@ -56,32 +56,6 @@ fn settings_from(matches: &ArgMatches) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `validate`'s own flags; the recorder's settings flags are added as for `run`.
-#[derive(Args)]
-pub struct ValidateArgs {
-    /// Interleaved pairs of runs (untraced, traced).
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
-    /// Working directory for the runs' traces and the clock probe.
-    #[arg(long, default_value = "evenflush-validate")]
-    work: PathBuf,
-    /// Keep every traced run's trace and reconstruction in the working directory.
-    #[arg(long)]
-    keep: bool,
-    #[arg(long)]
-    json: bool,
-    /// Also draw every run as a dot (untraced, traced, T(G+), T(G)) against the untraced noise
-    /// band into this PNG.
-    #[arg(long, value_name = "FILE")]
-    png: Option<PathBuf>,
-    #[arg(long, value_parser = ["openmpi", "mpich"])]
-    mpi: Option<String>,
-    #[arg(last = true, required = true, value_name = "MPIRUN ...")]
-    command: Vec<String>,
-    #[arg(skip)]
-    settings: BTreeMap<String, String>,
-}
-
 pub fn parse_cli() -> Result<Cli, clap::Error> {
     let command = Cli::command()
         .mut_subcommand("run", with_setting_flags)
@@ -94,36 +68,6 @@ pub fn parse_cli() -> Result<Cli, clap::Error> {
         _ => {}
     }
     Ok(cli)
-}
-
-pub fn validate(args: ValidateArgs) -> Result<()> {
-    Config::from_lookup(|name| args.settings.get(name).cloned()).map_err(|e| anyhow!("{e}"))?;
-    if args.png.is_some() {
-        // A missing font is found before the runs, not after them.
-        views::export::timeline::register_font()?;
-    }
-    let req = crate::validate::Request {
-        command: args.command,
-        mpi: args.mpi.as_deref().map(|m| match m {
-            "mpich" => Mpi::Mpich,
-            _ => Mpi::OpenMpi,
-        }),
-        reps: args.reps,
-        work: args.work,
-        keep: args.keep,
-        settings: args.settings,
-    };
-    let v = crate::validate::validate(&req)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        print!("{}", crate::validate::render(&v));
-    }
-    if let Some(png) = &args.png {
-        crate::validate::plot::draw(&v, png)?;
-        eprintln!("evenflush: wrote {}", png.display());
-    }
-    Ok(())
 }
 
 impl RunArgs {

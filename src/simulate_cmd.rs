@@ -1,4 +1,4 @@
-//! `evenflush simulate`: the virtual-time simulation of the suspension protocol (the experiments
+//! `evenflush simulate`: the virtual-time simulation of the suspension protocol (the sim
 //! crate does the work; this is the CLI glue).
 
-pub use experiments::cli::{Args, simulate};
+pub use sim::cli::{Args, simulate};

@@ -1,7 +1,7 @@
 //! The recorder's memory awareness, on real jobs under both MPIs (issue: memory awareness):
 //! - a collective-free phase that records several times `--limit` stays bounded by compressing
 //!   in memory, with no local flush, and the compressed chunks reach the disk at the next
-//!   flushing suspension with nothing lost (tests/programs/collective_free.c);
+//!   flushing suspension with nothing lost (workloads/collective_free.c);
 //! - records that compress poorly fall back to a counted local flush;
 //! - `Memory` and `Threshold` records are written, and `--threshold auto` sizes S from what the
 //!   node (or the job's memory cgroup) has free;

@@ -366,7 +366,7 @@ fn check_info_with(info: &Value, what: &str, writer: &str) {
         RANKS * ITERATIONS * RECORDS,
         "{what}"
     );
-    // Start barrier, one per iteration, end barrier (experiments/apps/iterative.c).
+    // Start barrier, one per iteration, end barrier (workloads/iterative.c).
     assert_eq!(
         info["functions"]["MPI_Barrier"],
         RANKS * (ITERATIONS + 2),

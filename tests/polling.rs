@@ -1,6 +1,6 @@
 //! Polls that find nothing are folded (format::PollRun): a polling loop must cost the trace a
 //! handful of records, yet every call the program made must still be counted, by the trace, by
-//! `info` and by `report`, before and after reconstruction. tests/programs/polling.c counts its
+//! `info` and by `report`, before and after reconstruction. workloads/polling.c counts its
 //! own polls (MPI_Test, MPI_Iprobe, MPI_Testsome), under both MPIs.
 
 #[macro_use]

@@ -20,7 +20,7 @@ apps = os.path.join(out, f"apps-{mpi}")
 probe = os.path.join(out, f"pause_probe-{mpi}.so")
 cc = {"openmpi": "mpicc.openmpi", "mpich": "mpicc.mpich"}[mpi]
 os.makedirs(out, exist_ok=True)
-subprocess.run(["bash", os.path.join(root, "experiments/apps/build.sh"), mpi, apps], check=True,
+subprocess.run(["bash", os.path.join(root, "workloads/build.sh"), mpi, apps], check=True,
                stdout=subprocess.DEVNULL)
 subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", probe,
                 os.path.join(root, "benches/fidelity/pause_probe.c")], check=True)

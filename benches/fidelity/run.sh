@@ -24,8 +24,7 @@ ef=$PWD/target/release/evenflush
 out=$PWD/target/fidelity
 apps=$out/apps-$mpi
 mkdir -p "$out"
-bash experiments/apps/build.sh "$mpi" "$apps" >/dev/null
-bash tests/programs/build.sh "$mpi" "$apps" >/dev/null
+bash workloads/build.sh "$mpi" "$apps" >/dev/null
 case "$mpi" in
 openmpi) mpirun=(mpirun.openmpi --oversubscribe -np 2) ;;
 mpich) mpirun=(mpirun.mpich -np 2) ;;

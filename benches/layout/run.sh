@@ -24,7 +24,7 @@ mpich) launch=(mpirun.mpich -np "$ranks") ;;
 *) echo "usage: $0 [openmpi|mpich] [ranks] [reps] [shared|node]" >&2; exit 2 ;;
 esac
 mkdir -p "$work"
-bash experiments/apps/build.sh "$mpi" "$work/apps-$mpi" >/dev/null
+bash workloads/build.sh "$mpi" "$work/apps-$mpi" >/dev/null
 app=("$work/apps-$mpi/iterative" --iterations "$iterations" --work-units 100 --mem 0
      --record-bytes 65536 --records 1)
 flags=(--threshold 256KiB --decision-interval 0)

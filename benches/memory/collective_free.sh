@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The perturbation of each way to bound memory in a phase without collectives (the paper's open
-# problem 1), against the untraced program: tests/programs/collective_free (2 ranks, K phases of
+# problem 1), against the untraced program: workloads/collective_free (2 ranks, K phases of
 # N MPI_Sendrecv each, one MPI_Barrier per phase).
 #
 # Interleaved per repetition (U C L U C L ...):
@@ -30,13 +30,13 @@ work=target/memory-bench
 py=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$work"
-bash tests/programs/build.sh "$mpi" "$work/programs-$mpi" >/dev/null
+bash workloads/build.sh "$mpi" "$work/workloads-$mpi" >/dev/null
 case "$mpi" in
 openmpi) launch=(mpirun.openmpi --oversubscribe -np 2) ;;
 mpich) launch=(mpirun.mpich -np 2) ;;
 *) echo "usage: $0 [openmpi|mpich] [reps]" >&2; exit 2 ;;
 esac
-prog=("$work/programs-$mpi/collective_free" --iterations "$n" --phases "$k" --work "$work_steps")
+prog=("$work/workloads-$mpi/collective_free" --iterations "$n" --phases "$k" --work "$work_steps")
 half=$($py -c "import sys; v=sys.argv[1]; u={'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}; n=[x for x in u if v.endswith(x)]; print(int(float(v[:-3])*u[n[0]]/2) if n else int(v)//2)" "$limit")
 
 span_of() { sed -n 's/.*span_s=\([0-9.]*\).*/\1/p' <<<"$1" | tail -1; }

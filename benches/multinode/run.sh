@@ -62,7 +62,7 @@ stats() { sort -g | awk '{v[NR]=$1} END {
 
 for mpi in $mpis; do
   apps=$work/apps-$mpi
-  bash "$root/experiments/apps/build.sh" "$mpi" "$apps" >/dev/null
+  bash "$root/workloads/build.sh" "$mpi" "$apps" >/dev/null
   prog=("$apps/iterative" --iterations "$iterations" --work-units "$units" --mem 0
         --record-bytes 65536 --records 4)
   : > "$work/$mpi.A"; : > "$work/$mpi.B"; : > "$work/$mpi.G"; : > "$work/$mpi.S"; : > "$work/$mpi.R"

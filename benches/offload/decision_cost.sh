@@ -22,7 +22,7 @@ mpich) launch=(mpirun.mpich -np 2) ;;
 *) echo "usage: $0 [openmpi|mpich] [pairs] [split|blocking]" >&2; exit 2 ;;
 esac
 mkdir -p "$work"
-bash experiments/apps/build.sh "$mpi" "$work/apps-$mpi" >/dev/null
+bash workloads/build.sh "$mpi" "$work/apps-$mpi" >/dev/null
 app=("$work/apps-$mpi/iterative" --iterations "$iterations" --work-units 0 --mem 0 --record-bytes 0)
 total() { sed -n 's/^total_s=//p'; }
 run() { rm -rf "$work/trace"; "$ef" run --out "$work/trace" "$@" -- "${launch[@]}" "${app[@]}" | total; }

@@ -16,7 +16,7 @@ mpich) launch=(mpirun.mpich -np 2) ;;
 *) echo "usage: $0 [openmpi|mpich] [out-dir]" >&2; exit 2 ;;
 esac
 rm -rf "$work"; mkdir -p "$work"
-bash experiments/apps/build.sh "$mpi" "$work/apps" >/dev/null
+bash workloads/build.sh "$mpi" "$work/apps" >/dev/null
 
 field() { # field JSON-FILE PATH... : prints one number from `evenflush info --json`
   /usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))

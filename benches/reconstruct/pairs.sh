@@ -15,7 +15,7 @@ mpich) launch=(mpirun.mpich -bind-to core -np 2) ;;
 *) echo "usage: $0 [openmpi|mpich] [pairs] [out-dir]" >&2; exit 2 ;;
 esac
 rm -rf "$work"; mkdir -p "$work"
-bash experiments/apps/build.sh "$mpi" "$work/apps" >/dev/null
+bash workloads/build.sh "$mpi" "$work/apps" >/dev/null
 # The paper's 520 barriers; a fixed amount of register-only work per iteration (`--mem 0`, ~4 ms
 # here): memory-bound work varies by ±10 % from run to run on this VM (caches and memory bandwidth
 # shared with other tenants), which would drown the effect measured; register work by ~1 %.

@@ -25,7 +25,7 @@ mpich) launch=(mpirun.mpich -np "$ranks") ;;
 *) echo "usage: $0 [openmpi|mpich] [ranks] [reps] [flags...]" >&2; exit 2 ;;
 esac
 mkdir -p "$work"
-bash experiments/apps/build.sh "$mpi" "$work/apps-$mpi" >/dev/null
+bash workloads/build.sh "$mpi" "$work/apps-$mpi" >/dev/null
 app=("$work/apps-$mpi/iterative" --iterations "$iterations" --work-units "$units" --mem 0 --record-bytes 0)
 csv="$work/$mpi-$ranks.csv"
 echo "rep,untraced_s,traced_s,flushes" > "$csv"

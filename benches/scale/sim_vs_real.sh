@@ -31,7 +31,7 @@ ef=target/release/evenflush
 work=target/sim-vs-real
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$work"
-bash experiments/apps/build.sh "$mpi" "$work/apps-$mpi" >/dev/null
+bash workloads/build.sh "$mpi" "$work/apps-$mpi" >/dev/null
 py=/usr/bin/python3
 
 launcher() { # launcher P: the mpirun command line

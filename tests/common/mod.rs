@@ -90,7 +90,8 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Builds `tests/programs` for `mpi` once per test binary and returns the directory of binaries.
+/// Builds `tests/programs` and the shared `workloads` (halo, polling, ...) for `mpi` once per test
+/// binary and returns the directory of binaries.
 pub fn programs(mpi: Mpi) -> PathBuf {
     static BUILT: OnceLock<Mutex<BTreeMap<&'static str, PathBuf>>> = OnceLock::new();
     let built = BUILT.get_or_init(|| Mutex::new(BTreeMap::new()));
@@ -99,19 +100,21 @@ pub fn programs(mpi: Mpi) -> PathBuf {
         return dir.clone();
     }
     let dir = scratch_root().join(format!("programs-{}", mpi.name()));
-    let out = Command::new("bash")
-        .arg(repo_root().join("tests/programs/build.sh"))
-        .arg(mpi.name())
-        .arg(&dir)
-        .output()
-        .expect("run tests/programs/build.sh");
-    assert!(
-        out.status.success(),
-        "building the test programs for {} failed:\n{}{}",
-        mpi.name(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for script in ["tests/programs/build.sh", "workloads/build.sh"] {
+        let out = Command::new("bash")
+            .arg(repo_root().join(script))
+            .arg(mpi.name())
+            .arg(&dir)
+            .output()
+            .unwrap_or_else(|e| panic!("run {script}: {e}"));
+        assert!(
+            out.status.success(),
+            "building the test programs for {} failed ({script}):\n{}{}",
+            mpi.name(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     built.insert(mpi.name(), dir.clone());
     dir
 }
@@ -385,12 +388,14 @@ pub fn read_trace(dir: &Path) -> Vec<RankEvents> {
     ranks
 }
 
-/// The iterative workload of the offload and reconstruct tests (experiments/apps/iterative.c).
+/// The iterative workload of the offload and reconstruct tests (workloads/iterative.c).
 pub const ITERATIONS: u32 = 200;
 /// User record bytes per rank and iteration: 12.5 MiB per rank over the run.
 pub const RECORD_BYTES: u32 = 65536;
 pub const RECORDS: u32 = 4;
 
+/// Builds `workloads/` (iterative, halo, ...) alone for `mpi` once per test binary and returns the
+/// directory of binaries.
 pub fn apps(mpi: Mpi) -> std::path::PathBuf {
     static BUILT: std::sync::Mutex<Vec<(Mpi, std::path::PathBuf)>> =
         std::sync::Mutex::new(Vec::new());
@@ -400,7 +405,7 @@ pub fn apps(mpi: Mpi) -> std::path::PathBuf {
     }
     let dir = scratch(&format!("apps-{}", mpi.name()));
     let out = Command::new("bash")
-        .arg(repo_root().join("experiments/apps/build.sh"))
+        .arg(repo_root().join("workloads/build.sh"))
         .arg(mpi.name())
         .arg(&dir)
         .output()

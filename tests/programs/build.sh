@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build every bundled test program for one MPI implementation.
+# Build every bundled test program for one MPI implementation. The programs the tests share with
+# the demo and the benches (halo, polling, ...) are in workloads/, built by its own build.sh.
 #   build.sh <openmpi|mpich> <outdir>
 # Open MPI uses mpicc/mpif90, MPICH uses mpicc.mpich/mpif90.mpich. The
 # compilers can be overridden with MPICC / MPIF90 (e.g. for another install).
@@ -25,13 +26,15 @@ for tool in "$cc" "$fc"; do
 done
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# common.h, the helpers of every bundled program, is the workloads'.
+workloads=$(cd "$src/../../workloads" && pwd)
 mkdir -p "$outdir"
 # Each Fortran build writes .mod files into its own scratch directory so
 # two builds (one per MPI) can run side by side without clobbering.
 moddir=$(mktemp -d)
 trap 'rm -rf "$moddir"' EXIT
 
-cflags=(-O2 -g -Wall -Wextra -std=c11 -I"$src")
+cflags=(-O2 -g -Wall -Wextra -std=c11 -I"$workloads")
 fflags=(-O2 -g -Wall -J"$moddir")
 
 build_c() {
@@ -48,7 +51,6 @@ build_f() {
 
 echo "building test programs for $flavour into $outdir"
 build_c ring
-build_c halo
 build_c collectives
 build_c split
 build_c anysource
@@ -58,9 +60,7 @@ build_c user_records -ldl
 build_c sigterm
 build_c deadlock
 build_c pcontrol
-build_c polling
 build_c in_status
-build_c collective_free
 build_f fortran_ring
 build_f fortran_f08
 # The recorder's smoke programs (tests/smoke.rs): every wrapped family, abnormal ends, Fortran.

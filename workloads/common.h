@@ -1,9 +1,9 @@
 /*
- * Helpers shared by the bundled test programs. Kept header-only so every
+ * Helpers shared by the bundled programs (workloads/ and tests/programs/). Kept header-only so every
  * program still builds from a single source file plus this header.
  */
-#ifndef EVENFLUSH_TEST_PROGRAMS_COMMON_H
-#define EVENFLUSH_TEST_PROGRAMS_COMMON_H
+#ifndef EVENFLUSH_WORKLOADS_COMMON_H
+#define EVENFLUSH_WORKLOADS_COMMON_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -8,7 +8,8 @@ use anyhow::{Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use offload::config::{parse_duration, parse_size};
 
-use super::{MpiImpl, Options, plan};
+use super::{Options, plan};
+use crate::mpi::MpiImpl;
 
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
@@ -89,7 +90,7 @@ pub struct SwapArgs {
     /// The evenflush binary used for the traced runs [default: this executable].
     #[arg(long, value_name = "PATH")]
     pub evenflush: Option<PathBuf>,
-    /// The workload binary [default: experiments/apps/iterative.c built for `--mpi` into OUT/apps].
+    /// The workload binary [default: workloads/iterative.c built for `--mpi` into OUT/apps].
     #[arg(long, value_name = "PATH")]
     pub app: Option<PathBuf>,
     /// The MPI implementation the workload is built and launched with.

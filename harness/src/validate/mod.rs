@@ -6,7 +6,9 @@
 //! Both sides measure the same interval: "end of `MPI_Init` to start of `MPI_Finalize`, the
 //! longest over ranks", which is the span reconstruction reports. Untraced runs get it from a
 //! tiny preload (`span_probe.c`, built here with the MPI's own compiler wrapper) that reads the
-//! clock at those two points and nothing else.
+//! clock at those two points and nothing else. Traced runs go through `evenflush run` (this
+//! process's own executable); how a launch line hands settings to the ranks is the CLI's knowledge,
+//! lent through [`Launcher`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,7 +21,7 @@ use trace::Trace;
 use trace::progress::Bar;
 use views::info;
 
-use crate::mpi::Mpi;
+use crate::mpi::MpiImpl;
 
 pub mod plot;
 
@@ -86,13 +88,27 @@ pub struct Validation {
 
 pub struct Request {
     pub command: Vec<String>,
-    pub mpi: Option<Mpi>,
+    pub mpi: Option<MpiImpl>,
     pub reps: usize,
     /// Where runs, traces and the probe go; kept afterwards only with `keep`.
     pub work: PathBuf,
     pub keep: bool,
     /// `EVENFLUSH_*` settings for the traced runs.
     pub settings: BTreeMap<String, String>,
+}
+
+/// What validate takes from `evenflush run`'s launcher, so that an untraced run starts exactly as
+/// a traced one does.
+pub trait Launcher {
+    /// The MPI `command` runs under, when `--mpi` did not say.
+    fn detect_mpi(&self, command: &[String]) -> Result<MpiImpl>;
+    /// `command` with `env` handed to every rank through the launcher's own option.
+    fn with_rank_env(
+        &self,
+        mpi: MpiImpl,
+        command: &[String],
+        env: &BTreeMap<String, String>,
+    ) -> Vec<String>;
 }
 
 pub const DEFINITION: &str = "end of MPI_Init to start of MPI_Finalize, longest over ranks";
@@ -147,14 +163,11 @@ fn error_of(untraced: &[f64], measured: &[f64]) -> Error {
 }
 
 /// Builds the span probe for `mpi` into `dir` with the MPI's compiler wrapper.
-fn build_probe(mpi: Mpi, dir: &Path) -> Result<PathBuf> {
+fn build_probe(mpi: MpiImpl, dir: &Path) -> Result<PathBuf> {
     let src = dir.join("span_probe.c");
     let lib = dir.join(format!("span_probe_{}.so", mpi.name()));
     std::fs::write(&src, PROBE_SOURCE)?;
-    let cc = match mpi {
-        Mpi::OpenMpi => "mpicc.openmpi",
-        Mpi::Mpich => "mpicc.mpich",
-    };
+    let cc = mpi.compiler();
     let out = Command::new(cc)
         .args(["-O2", "-shared", "-fPIC", "-o"])
         .arg(&lib)
@@ -186,7 +199,13 @@ fn run_quiet(argv: &[String], env: &BTreeMap<String, String>, what: &str) -> Res
     Ok(())
 }
 
-fn untraced_once(req: &Request, mpi: Mpi, probe: &Path, rep: usize) -> Result<f64> {
+fn untraced_once(
+    req: &Request,
+    launcher: &dyn Launcher,
+    mpi: MpiImpl,
+    probe: &Path,
+    rep: usize,
+) -> Result<f64> {
     let span_file = req.work.join(format!("untraced-{rep}.span"));
     let _ = std::fs::remove_file(&span_file);
     let mut env = BTreeMap::new();
@@ -195,7 +214,7 @@ fn untraced_once(req: &Request, mpi: Mpi, probe: &Path, rep: usize) -> Result<f6
         "EVENFLUSH_SPAN_FILE".to_string(),
         span_file.display().to_string(),
     );
-    let argv = crate::run::with_rank_env(mpi, &req.command, &env);
+    let argv = launcher.with_rank_env(mpi, &req.command, &env);
     run_quiet(&argv, &env, &format!("untraced run {rep}"))?;
     let text = std::fs::read_to_string(&span_file).with_context(|| {
         format!(
@@ -209,7 +228,7 @@ fn untraced_once(req: &Request, mpi: Mpi, probe: &Path, rep: usize) -> Result<f6
         .with_context(|| format!("bad span {text:?}"))
 }
 
-fn traced_once(req: &Request, mpi: Mpi, rep: usize) -> Result<Pair> {
+fn traced_once(req: &Request, mpi: MpiImpl, rep: usize) -> Result<Pair> {
     let trace = req.work.join(format!("traced-{rep}"));
     let rebuilt = req.work.join(format!("traced-{rep}.rebuilt"));
     for d in [&trace, &rebuilt] {
@@ -270,13 +289,13 @@ fn traced_once(req: &Request, mpi: Mpi, rep: usize) -> Result<Pair> {
     })
 }
 
-pub fn validate(req: &Request) -> Result<Validation> {
+pub fn validate(req: &Request, launcher: &dyn Launcher) -> Result<Validation> {
     if req.reps < 2 {
         bail!("--reps must be at least 2 (the noise floor needs two untraced runs)");
     }
     let mpi = match req.mpi {
         Some(m) => m,
-        None => crate::run::detect_mpi(&req.command)?.0,
+        None => launcher.detect_mpi(&req.command)?,
     };
     std::fs::create_dir_all(&req.work)
         .with_context(|| format!("cannot create {}", req.work.display()))?;
@@ -285,7 +304,7 @@ pub fn validate(req: &Request) -> Result<Validation> {
     let mut pairs = Vec::new();
     for rep in 0..req.reps {
         bar.update(rep as u64, req.reps as u64);
-        let untraced_s = untraced_once(req, mpi, &probe, rep)?;
+        let untraced_s = untraced_once(req, launcher, mpi, &probe, rep)?;
         let mut pair = traced_once(req, mpi, rep)?;
         pair.untraced_s = untraced_s;
         pairs.push(pair);

@@ -30,7 +30,7 @@ use std::task::{Context, Poll, Waker};
 use offload::transport::ReduceOp;
 use offload::{AsyncTransport, FlushReport, Tag, TransportError};
 
-use super::model::{NetModel, Rng};
+use crate::model::{NetModel, Rng};
 
 /// Local clocks read `LOCAL_EPOCH_NS + offset + true·rate`, so that negative offsets stay positive.
 pub const LOCAL_EPOCH_NS: f64 = 1.0e12;

@@ -8,8 +8,8 @@ use clap::Parser;
 use offload::config::{Mode, parse_size};
 use offload::{ClockScheme, Decision, Remedy};
 
-use crate::sim::{SimConfig, SimResult, simulate as run_one};
 use crate::studies;
+use crate::{SimConfig, SimResult, simulate as run_one};
 
 /// Flags of `evenflush simulate`. The defaults are the paper's first experiment: 32 ranks, 520
 /// barriers, 58 s untraced, 33 MB/s disks, M = 896 MB, S = 512 MB.

@@ -8,8 +8,13 @@
 //! directly (it is arithmetic); the protocol phase runs one future per rank in the event-driven
 //! [`world::World`]. Baselines are computed alongside from the same random draws: the untraced run
 //! and the traced run that keeps everything in memory without swapping (the paper's G+).
+//!
+//! Built on it: [`studies`] (the paper's Table 1, the scale study to a million ranks) and [`cli`],
+//! `evenflush simulate` and the `evenflush-sim` binary.
 
+pub mod cli;
 pub mod model;
+pub mod studies;
 pub mod world;
 
 use std::cell::RefCell;

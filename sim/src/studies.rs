@@ -5,7 +5,7 @@ use std::path::Path;
 use offload::{ClockScheme, Decision, Mode};
 use serde::Serialize;
 
-use crate::sim::{SimConfig, SimResult, simulate};
+use crate::{SimConfig, SimResult, simulate};
 
 /// Table 1 of the paper, seconds: M (MB), mem (MB), T, T1, R(T1), T2, R(T2), T3, R(T3), Ts, R(Ts),
 /// Ta, R(Ta). T = no offload; 1/2/3 = dynamic with S = 512/256/128 MB; s = static (S = 512);

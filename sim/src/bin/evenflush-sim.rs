@@ -3,5 +3,5 @@
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
-    experiments::cli::simulate(experiments::cli::Args::parse())
+    sim::cli::simulate(sim::cli::Args::parse())
 }

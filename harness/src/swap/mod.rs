@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+use crate::mpi::MpiImpl;
 use plan::{Cell, Config};
 use report::{Row, Setup};
 use system::{JobCgroup, Machine};
@@ -51,7 +52,7 @@ pub struct Options {
     /// Static mode's suspension time when flushing; `None`: measured.
     pub static_long: Option<Duration>,
     pub evenflush: PathBuf,
-    /// The workload binary; `None`: built from experiments/apps into the output directory.
+    /// The workload binary; `None`: built from workloads/ into the output directory.
     pub app: Option<PathBuf>,
     pub mpi: MpiImpl,
     /// Memory-streaming work instead of register work plus page touches.
@@ -151,39 +152,6 @@ impl Progress {
     }
 }
 
-/// The MPI implementation of the experiment's job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum MpiImpl {
-    Openmpi,
-    Mpich,
-}
-
-impl MpiImpl {
-    pub fn name(self) -> &'static str {
-        match self {
-            MpiImpl::Openmpi => "openmpi",
-            MpiImpl::Mpich => "mpich",
-        }
-    }
-
-    pub fn default_launcher(self) -> &'static str {
-        match self {
-            MpiImpl::Openmpi => "mpirun",
-            MpiImpl::Mpich => "mpirun.mpich",
-        }
-    }
-
-    /// Launcher flags placing one rank per core: Open MPI binds 2 ranks to cores by default but
-    /// refuses more ranks than cores without `--oversubscribe`; MPICH's launcher binds nothing
-    /// unless asked.
-    fn launcher_flags(self) -> &'static [&'static str] {
-        match self {
-            MpiImpl::Openmpi => &["--oversubscribe"],
-            MpiImpl::Mpich => &["-bind-to", "core"],
-        }
-    }
-}
-
 /// The setup line of the report: the options, with the swap actually available and static mode's
 /// suspension time as measured (or given).
 fn setup_of(opts: &Options, swap: u64, static_long_s: f64) -> Setup {
@@ -209,7 +177,11 @@ fn work_description(opts: &Options) -> String {
 }
 
 fn build_app(out: &Path, mpi: MpiImpl) -> Result<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("apps/build.sh");
+    // The workloads are the workspace's, beside this crate.
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the harness crate is inside the workspace");
+    let script = workspace.join("workloads/build.sh");
     let dir = out.join("apps");
     let status = std::process::Command::new("bash")
         .arg(&script)

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 mod skip;
 
 use clap::Parser;
-use experiments::swap::args::{Experiment, ExperimentArgs};
-use experiments::swap::{self, plan::Config, system};
+use harness::swap::args::{Experiment, ExperimentArgs};
+use harness::swap::{self, plan::Config, system};
 
 #[derive(Parser)]
 struct Cli {

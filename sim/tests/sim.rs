@@ -1,8 +1,8 @@
 //! The simulator runs the offload crate's protocol; these tests check it against the protocol's
 //! own guarantees and against closed-form expectations on small worlds.
 
-use experiments::sim::{SimConfig, simulate, tree_depth};
 use offload::{ClockScheme, Decision, Mode, Remedy};
+use sim::{SimConfig, simulate, tree_depth};
 
 /// A small world with every source of noise switched off.
 fn quiet(ranks: usize, iterations: u64) -> SimConfig {
@@ -204,7 +204,7 @@ fn modes_behave_as_the_paper_describes() {
 #[test]
 fn cli_runs_the_named_modes_and_studies_plot() {
     use clap::Parser;
-    let args = experiments::cli::Args::try_parse_from([
+    let args = sim::cli::Args::try_parse_from([
         "simulate",
         "--ranks",
         "4",
@@ -222,20 +222,20 @@ fn cli_runs_the_named_modes_and_studies_plot() {
     .unwrap();
     let config = args.config().unwrap();
     assert_eq!(config.settings.threshold_bytes, 16 << 20);
-    let results = experiments::cli::run_modes(&config, &args.modes().unwrap()).unwrap();
+    let results = sim::cli::run_modes(&config, &args.modes().unwrap()).unwrap();
     let names: Vec<&str> = results.iter().map(|r| r.mode.as_str()).collect();
     assert_eq!(names, ["untraced", "dynamic", "off"]);
     assert!(results[1].flushes >= 3);
-    let table = experiments::cli::render_runs(&results);
+    let table = sim::cli::render_runs(&results);
     assert!(table.contains("dynamic") && table.contains("untraced"));
     assert!(
-        experiments::cli::Args::try_parse_from(["simulate", "--mode", "fast"])
+        sim::cli::Args::try_parse_from(["simulate", "--mode", "fast"])
             .unwrap()
             .modes()
             .is_err()
     );
 
-    let points = experiments::studies::scale_study(
+    let points = sim::studies::scale_study(
         &config,
         5..=6,
         &[
@@ -248,7 +248,7 @@ fn cli_runs_the_named_modes_and_studies_plot() {
     .unwrap();
     assert_eq!(points.len(), 4);
     let png = std::env::temp_dir().join(format!("evenflush-scale-{}.png", std::process::id()));
-    experiments::studies::plot_scale(&points, &png).unwrap();
+    sim::studies::plot_scale(&points, &png).unwrap();
     let bytes = std::fs::read(&png).unwrap();
     std::fs::remove_file(&png).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
@@ -265,7 +265,7 @@ fn args_work_as_a_subcommand_of_the_cli() {
     }
     #[derive(Subcommand)]
     enum Cmd {
-        Simulate(experiments::cli::Args),
+        Simulate(sim::cli::Args),
     }
     Cli::command().debug_assert();
     let cli = Cli::try_parse_from(["evenflush", "simulate", "--ranks", "65536", "--json"]).unwrap();
@@ -282,7 +282,7 @@ fn split_decision_cost_without_a_flush_does_not_grow_with_p() {
     // at 2^16 to stay fast; paper-notes/scale.md has the study up to 2^20). The blocking decision
     // at the same P is there to show the measure can tell them apart.
     let config = SimConfig::default();
-    let points = experiments::studies::scale_study(
+    let points = sim::studies::scale_study(
         &config,
         5..=16,
         &[
