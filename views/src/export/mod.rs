@@ -11,14 +11,6 @@
 
 pub mod flows;
 pub mod otf2;
-#[cfg(have_otf2)]
-mod otf2_comms;
-#[cfg(have_otf2)]
-mod otf2_ffi;
-#[cfg(have_otf2)]
-mod otf2_io;
-#[cfg(have_otf2)]
-mod otf2_rma;
 pub mod perfetto;
 pub mod perfetto_proto;
 pub mod timeline;
