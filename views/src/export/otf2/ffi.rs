@@ -245,6 +245,8 @@ macro_rules! records {
     ($($name:ident => $sys:ident($($arg:ident: $ty:ty),*);)*) => {
         impl EvtWriter<'_> {
             $(
+                // The C record's own arguments, one for one.
+                #[allow(clippy::too_many_arguments)]
                 pub fn $name(&self, time: OTF2_TimeStamp, $($arg: $ty),*) -> OTF2_ErrorCode {
                     // SAFETY: `self.ptr` is a live event writer of an open archive (a handle
                     // borrows the open event files and is closed only by consuming it), a null
@@ -327,6 +329,8 @@ macro_rules! definitions {
     ($($name:ident => $sys:ident($($arg:ident: $ty:ty),*);)*) => {
         impl GlobalDefWriter<'_> {
             $(
+                // The C definition's own arguments, one for one.
+                #[allow(clippy::too_many_arguments)]
                 pub fn $name(&self, $($arg: $ty),*) -> OTF2_ErrorCode {
                     // SAFETY: `self.ptr` is the live global definition writer of an open archive
                     // (the handle borrows the archive), and every argument is a plain value.
