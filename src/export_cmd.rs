@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use trace::Trace;
 use trace::progress::Bar;
 use views::export::perfetto_proto::{self, ProtoOptions};
-use views::export::{ExportError, otf2, perfetto};
+use views::export::{ExportError, chrome_json, otf2};
 
 use crate::window_args::WindowArgs;
 
@@ -101,7 +101,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             )
         }),
         ExportFormat::ChromeJson => {
-            perfetto::export_window(&trace, &args.out, &window, &mut progress).map(|s| {
+            chrome_json::export_window(&trace, &args.out, &window, &mut progress).map(|s| {
                 warn_skipped(&s.skipped);
                 format!(
                     "wrote {}: {}; {} slices, {} message flows ({} matched messages, {} crossing \

@@ -20,7 +20,7 @@ use format::{
     rank_file_name,
 };
 use trace::Trace;
-use views::export::{perfetto, perfetto_proto, timeline};
+use views::export::{chrome_json, perfetto_proto, timeline};
 
 const WORLD: u32 = 4096;
 const ITERATIONS: u64 = 3;
@@ -190,7 +190,7 @@ fn child(step: &str, dir: &Path) {
             } else {
                 dir.with_extension("json")
             };
-            let s = perfetto::export(&trace, &out, &mut |_, _| {}).expect("perfetto");
+            let s = chrome_json::export(&trace, &out, &mut |_, _| {}).expect("perfetto");
             let size = std::fs::metadata(&out).map_or(0, |m| m.len());
             if out.is_file() {
                 let _ = std::fs::remove_file(&out);

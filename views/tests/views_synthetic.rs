@@ -14,7 +14,7 @@ use format::{Completion, Event, Marker, Suspension};
 use reconstruct::matches::matched_messages;
 use trace::Trace;
 use trace::window::WindowSpec;
-use views::export::{otf2, perfetto, perfetto_proto, timeline};
+use views::export::{chrome_json, otf2, perfetto_proto, timeline};
 use views::report::{Report, profile_trace, size_bin};
 
 const ROUNDS: u64 = 5;
@@ -222,7 +222,7 @@ fn perfetto_has_one_flow_per_message() {
     write_pair(&dir);
     let trace = Trace::open(&dir).unwrap();
     let out = dir.join("out.json");
-    let summary = perfetto::export(&trace, &out, &mut |_, _| {}).unwrap();
+    let summary = chrome_json::export(&trace, &out, &mut |_, _| {}).unwrap();
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let (messages, _) = matched_messages(&trace).unwrap();

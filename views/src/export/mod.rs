@@ -1,25 +1,20 @@
 //! Views of a trace for other tools: Perfetto's protobuf trace ([`perfetto_proto`]), Chrome trace
-//! JSON ([`perfetto`]), OTF2 archives ([`otf2`], when built against the OTF2 library) and a Gantt
-//! picture ([`timeline`]). The first two put a message's arrow on its calls' own slices
-//! ([`flows`]).
+//! JSON ([`chrome_json`]), OTF2 archives ([`otf2`], when built against the OTF2 library) and a
+//! Gantt picture ([`timeline`]). The first two are formats of one walk ([`exporter`]) that puts a
+//! message's arrow on its calls' own slices ([`flows`]).
 //!
 //! All of them stream the trace rank by rank ([`trace::open::for_each_event`]) after the first
 //! metadata pass ([`trace::scan`]), mapping every time to the global clock through
 //! [`trace::clock::TimeMap`]. Message arrows come from one happened-before pass over every lane
 //! ([`reconstruct::matches::for_each_match`]), handed over as they are matched: a view writes or
-//! samples them then, so no list of every message is kept.
+//! samples them then, so no list of every message is kept. OTF2 has no arrows (its readers match
+//! the messages themselves) and writes one rank at a time, as its library's per-location buffers
+//! want.
 
+pub mod chrome_json;
+pub mod exporter;
 pub mod flows;
 pub mod otf2;
-#[cfg(have_otf2)]
-mod otf2_comms;
-#[cfg(have_otf2)]
-mod otf2_ffi;
-#[cfg(have_otf2)]
-mod otf2_io;
-#[cfg(have_otf2)]
-mod otf2_rma;
-pub mod perfetto;
 pub mod perfetto_proto;
 pub mod timeline;
 

@@ -12,7 +12,7 @@
 //!   `terminating_flow_ids` on the end of the call that completed the receive (the end, not the
 //!   begin: a receive is often posted before the send starts, and Perfetto links flow ends in
 //!   time order);
-//! - the buffer fill counter as in the JSON view ([`super::perfetto`]).
+//! - the buffer fill counter as in the JSON view ([`super::chrome_json`]).
 //!
 //! Size: every lane (rank, stream) is one packet sequence (`trusted_packet_sequence_id`), whose
 //! first packet clears its incremental state and sets the defaults every later packet leans on:
@@ -23,27 +23,22 @@
 //! which does not move the incremental clock. The packets are then deflated in chunks into
 //! `compressed_packets`, as Perfetto's own tracing service does.
 //!
-//! Streaming: everything is written by the happened-before pass as it shows each event
-//! ([`reconstruct::matches::for_each_match`]); memory is the matching's in-flight state plus one chunk.
+//! Streaming: everything is written by the walk as it shows each event ([`super::exporter`]);
+//! memory is the matching's in-flight state plus one chunk.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use format::raw::{CallContext, call_record_len, completion_record_len};
-use format::{Event, FunctionId, Marker, RawBuf, StringId};
+use format::{Event, FunctionId, Marker, StringId};
 
-use super::flows::{CallFlows, FlowBinder, LooseEnd};
+use super::exporter::{self, BufferFill, EdgeMark, Exporter, FILL_SAMPLE_EVERY, Walk, Walked};
+use super::flows::{CallFlows, LooseEnd};
 use super::{CallKind, CommTable, End, ExportError};
-use reconstruct::matches::for_each_match;
 use trace::Skipped;
 use trace::Trace;
-use trace::clock::TimeMap;
-use trace::definitions::RankMeta;
 use trace::funcs::FuncClass;
-use trace::lanes::LaneId;
-use trace::scan::scan;
 use trace::window::Window;
 
 /// What the export wrote.
@@ -82,7 +77,6 @@ impl Default for ProtoOptions {
     }
 }
 
-const COUNTER_EVERY: u64 = 64;
 /// Uncompressed bytes per `compressed_packets` chunk: large enough for deflate to find the
 /// repetition, small next to any trace worth exporting.
 const CHUNK: usize = 1 << 20;
@@ -252,11 +246,6 @@ struct RankState {
     names: HashMap<FunctionId, (String, CallKind)>,
     strings: HashMap<StringId, String>,
     comms: CommTable,
-    fill: u64,
-    /// The previous call as the recorder's buffer encoded it (the fill counter uses real record
-    /// sizes; kept per rank, not per thread, which misjudges a few bytes per thread switch).
-    call_ctx: CallContext,
-    since_counter: u64,
     counter_uuid: u64,
 }
 
@@ -328,26 +317,19 @@ impl<W: Write> Writer<W> {
     }
 }
 
-struct State<'m, W: Write> {
-    w: Writer<W>,
+/// The Perfetto protobuf export: [`Exporter`] callbacks writing packets.
+struct PerfettoProto {
+    path: PathBuf,
+    w: Writer<BufWriter<File>>,
     seqs: Vec<Seq>,
     ranks: Vec<RankState>,
-    binder: FlowBinder,
-    flows: CallFlows,
-    scratch: RawBuf,
-    metas: &'m [RankMeta],
-    done: u64,
-    total: u64,
-    window: Window,
-    /// Per lane: whether its rank is in the window.
-    kept: Vec<bool>,
     /// Per lane: the user regions open, and whether each one's begin was written.
     regions: Vec<Vec<bool>>,
     /// The sequence of the edge marks (after the lanes'), when the window cuts anything.
     edge_seq: Option<usize>,
 }
 
-impl<W: Write> State<'_, W> {
+impl PerfettoProto {
     /// Starts an event packet of sequence `li` at time `t`: the delta on the sequence's
     /// incremental clock, or the absolute boot-clock time when `t` is earlier than its last.
     fn start_event(&mut self, li: usize, t: u64) {
@@ -427,9 +409,9 @@ impl<W: Write> State<'_, W> {
         self.w.end_packet();
     }
 
-    fn counter(&mut self, li: usize, t: u64) {
-        let rank = &self.ranks[self.seqs[li].rank];
-        let (uuid, value) = (rank.counter_uuid, rank.fill);
+    /// A sample of the buffer fill counter of the rank of sequence `li`.
+    fn counter(&mut self, li: usize, t: u64, value: u64) {
+        let uuid = self.ranks[self.seqs[li].rank].counter_uuid;
         self.start_event(li, t);
         self.w.packet.msg(TP_TRACK_EVENT, |te| {
             te.uint(TE_TYPE, TYPE_COUNTER);
@@ -440,261 +422,25 @@ impl<W: Write> State<'_, W> {
         self.w.summary.counters += 1;
     }
 
-    fn loose_ends(&mut self) {
-        let loose: Vec<LooseEnd> = self.binder.take_loose().collect();
-        for l in loose {
-            self.loose_end(l);
-        }
-    }
-
-    /// A flow end no call carries: an instant of its own on the lane, at the match's time.
-    fn loose_end(&mut self, l: LooseEnd) {
-        let Some(li) = self.binder.lane_index(l.lane) else {
-            return;
-        };
-        // An end outside the window has its edge mark instead (see `on_match`).
-        if !self.kept[li] || !self.window.contains(l.ts.max(0) as u64) {
-            return;
-        }
-        let field = match l.end {
-            End::Send => TE_FLOW_IDS,
-            End::Recv => TE_TERMINATING_FLOW_IDS,
-        };
-        self.instant(li, l.ts.max(0) as u64, NameKey::Fixed("message"), |te| {
-            te.fixed64(field, l.id)
-        });
-        self.w.summary.flow_ends += 1;
-    }
-
-    /// A matched message: one crossing the window's edge gets its outside end as a mark on the
-    /// edge track, at the window's edge (or at its own time, for a rank outside the subset).
-    fn on_match(&mut self, m: &reconstruct::matches::MessageMatch) {
-        self.binder.on_match(m);
-        let Some(leaving) = self
-            .window
-            .ends(m.source, m.send_start, m.dest, m.recv_end)
-            .leaving()
-        else {
-            return;
-        };
-        self.w.summary.messages_crossing += 1;
-        let Some(edge) = self.edge_seq else {
-            return;
-        };
-        let Some(sli) = self.binder.lane_index(LaneId {
-            rank: m.send.rank,
-            stream: m.send.stream,
-        }) else {
-            return;
-        };
-        let id = super::flows::flow_id(sli, m.send.index);
-        let (rank, t, field) = if leaving {
-            (m.dest, m.recv_end, TE_TERMINATING_FLOW_IDS)
-        } else {
-            (m.source, m.send_start, TE_FLOW_IDS)
-        };
-        let label = self.window.outside_label(leaving, rank, t);
-        self.start_event(edge, self.window.clamp(t));
-        self.w.packet.msg(TP_TRACK_EVENT, |te| {
-            te.uint(TE_TYPE, TYPE_INSTANT);
-            te.bytes(TE_NAME, label.as_bytes());
-            te.fixed64(field, id);
-        });
-        self.w.end_packet();
-        self.w.summary.edge_marks += 1;
-        self.w.summary.flow_ends += 1;
-    }
-
-    fn misc_len(&mut self, e: &Event) -> u64 {
-        self.scratch.clear();
-        self.scratch.push_event(e);
-        self.scratch.bytes() as u64
-    }
-
-    fn on_event(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
-        let drawn = super::as_drawn(e, |e| self.on_record(lane, e, progress));
-        // One record, however many slices it gives.
-        self.done -= drawn.saturating_sub(1);
-    }
-
-    fn on_record(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
-        self.done += 1;
-        if self.done.is_multiple_of(1 << 16) {
-            progress(self.done, self.total);
-        }
-        let mut flows = std::mem::take(&mut self.flows);
-        self.binder.on_event(lane, e, &mut flows);
-        let Some(li) = self.binder.lane_index(lane) else {
-            self.flows = flows;
-            return;
-        };
-        let ri = self.seqs[li].rank;
-        if !self.kept[li] {
-            self.flows = flows;
-            self.loose_ends();
-            return;
-        }
-        let mut reset = false;
-        let mut now = self.seqs[li].last;
-        let win = self.window.clone();
-        match e {
-            Event::Call(c) => {
-                let r = &mut self.ranks[ri];
-                r.fill += call_record_len(c, &r.call_ctx) as u64;
-                r.call_ctx = CallContext {
-                    prev_end: c.end,
-                    prev_comm: c.comm,
-                };
-                let (start, end) = (c.start, c.end.max(c.start));
-                let rank = &self.ranks[ri];
-                let kind = rank.names.get(&c.func).map_or(CallKind::Other, |n| n.1);
-                let world = |r: i32| {
-                    rank.comms
-                        .world_rank(c.comm, r)
-                        .map_or(i64::from(r), i64::from)
-                };
-                let peer = (c.peer >= 0).then(|| world(c.peer));
-                let root = (kind == CallKind::Collective && c.root >= 0).then(|| world(c.root));
-                if !win.overlaps(start, end) {
-                    self.flows = flows;
-                    self.loose_ends();
-                    return;
-                }
-                // Cut to the window; a flow end whose instant lies outside it is an edge mark.
-                let (start, end) = win.clip(start, end);
-                let out = flows.out.filter(|_| win.contains(c.start));
-                let ins_kept = win.contains(c.end);
-                if !ins_kept {
-                    flows.ins.clear();
-                }
-                self.begin(li, start, NameKey::Func(c.func), |te| {
-                    if let Some(peer) = peer {
-                        te.annotation(A_PEER, peer);
-                        te.annotation(A_TAG, i64::from(c.tag));
-                    }
-                    if c.bytes > 0 {
-                        te.annotation(A_BYTES, c.bytes as i64);
-                    }
-                    if c.comm != u32::MAX {
-                        te.annotation(A_COMM, i64::from(c.comm));
-                    }
-                    if let Some(root) = root {
-                        te.annotation(A_ROOT, root);
-                    }
-                    if let Some(id) = out {
-                        te.fixed64(TE_FLOW_IDS, id);
-                    }
-                });
-                self.end(li, end, |te| {
-                    for &(id, _) in &flows.ins {
-                        te.fixed64(TE_TERMINATING_FLOW_IDS, id);
-                    }
-                });
-                self.w.summary.flow_ends += u64::from(out.is_some()) + flows.ins.len() as u64;
-                now = end;
-            }
-            Event::Completion(c) => self.ranks[ri].fill += completion_record_len(c) as u64,
-            Event::Region(r) => {
-                self.ranks[ri].fill += self.misc_len(e);
-                // Regions begun before the window are left out; one open at its end closes there.
-                if r.begin {
-                    let shown = win.contains(r.time);
-                    self.regions[li].push(shown);
-                    if shown {
-                        self.begin(li, r.time, NameKey::Str(r.name), |_| {});
-                    }
-                } else if self.regions[li].pop().unwrap_or(win.is_everything()) {
-                    self.end(li, r.time.min(win.to), |_| {});
-                }
-                now = r.time;
-            }
-            Event::Suspension(s) => {
-                self.ranks[ri].fill += self.misc_len(e);
-                let (start, end) = (s.start, s.end.max(s.start));
-                if !win.overlaps(start, end) {
-                    let flushed = s.flushed && s.bytes_raw > 0;
-                    if flushed {
-                        self.ranks[ri].fill = 0;
-                    }
-                    self.flows = flows;
-                    self.after_record(ri, li, flushed, start);
-                    return;
-                }
-                let (start, end) = win.clip(start, end);
-                self.begin(li, start, NameKey::Fixed("suspension"), |te| {
-                    te.annotation(A_SEQ, s.seq as i64);
-                    te.msg(TE_DEBUG_ANNOTATIONS, |d| {
-                        d.uint(DA_NAME_IID, A_FLUSHED);
-                        d.uint(DA_BOOL, u64::from(s.flushed));
-                    });
-                });
-                if s.flushed && s.bytes_raw > 0 {
-                    // Before the flush's slice, so that the sequence's times keep increasing.
-                    self.counter(li, start);
-                    self.ranks[ri].fill = 0;
-                    reset = true;
-                    // The write comes first in a suspension; the rest waits for Z.
-                    let write_end = start.saturating_add(s.write_ns).min(end);
-                    self.begin(li, start, NameKey::Fixed("flush"), |te| {
-                        te.annotation(A_BYTES_RAW, s.bytes_raw as i64);
-                        te.annotation(A_WRITE_NS, s.write_ns as i64);
-                    });
-                    self.end(li, write_end, |_| {});
-                }
-                self.end(li, end, |_| {});
-                now = end;
-            }
-            Event::Marker(m) => {
-                self.ranks[ri].fill += self.misc_len(e);
-                let (time, what) = (m.time(), m.label());
-                if win.contains(time) {
-                    self.instant(li, time, NameKey::Fixed(what), |_| {});
-                }
-                if let Marker::LocalFlush { .. } | Marker::Compressed { .. } = m {
-                    if win.contains(time) {
-                        self.counter(li, time);
-                    }
-                    self.ranks[ri].fill = 0;
-                    reset = true;
-                }
-                now = time;
-            }
-            Event::CommDef { id, members } => {
-                self.ranks[ri].fill += self.misc_len(e);
-                self.ranks[ri].comms.define(*id, members);
-            }
-            Event::StringDef { id, text } => {
-                self.ranks[ri].fill += self.misc_len(e);
-                self.ranks[ri].strings.insert(*id, text.clone());
-            }
-            _ => self.ranks[ri].fill += self.misc_len(e),
-        }
-        self.flows = flows;
-        self.after_record(ri, li, reset, now);
-    }
-
-    /// The fill counter's sample, where due and inside the window, and the loose flow ends.
-    fn after_record(&mut self, ri: usize, li: usize, reset: bool, now: u64) {
-        let rank = &mut self.ranks[ri];
-        rank.since_counter += 1;
-        if reset || rank.since_counter >= COUNTER_EVERY {
-            rank.since_counter = 0;
-            if self.window.contains(now) {
-                self.counter(li, now);
+    /// The fill counter's sample, where due and inside the window.
+    fn sample(&mut self, walk: &Walk, li: usize, fill: &mut BufferFill, reset: bool, now: u64) {
+        fill.since_sample += 1;
+        if reset || fill.since_sample >= FILL_SAMPLE_EVERY {
+            fill.since_sample = 0;
+            if walk.window.contains(now) {
+                self.counter(li, now, fill.bytes);
             }
         }
-        self.loose_ends();
     }
 
     /// Per lane: the packet that starts its sequence (incremental state cleared, defaults,
     /// clock, annotation names) and its thread track; per rank, on its first lane, the process
     /// and counter tracks.
-    fn start_sequences(&mut self) {
+    fn start_sequences(&mut self, walk: &Walk) {
         let mut li = 0;
-        let metas = self.metas;
-        for meta in metas {
+        for meta in walk.metas {
             let rank = meta.rank;
-            let kept = self.window.has_rank(rank);
+            let kept = walk.window.has_rank(rank);
             for (k, &stream) in meta.streams.iter().enumerate() {
                 if !kept {
                     li += 1;
@@ -734,7 +480,7 @@ impl<W: Write> State<'_, W> {
             let seq = self.seqs[edge].id;
             self.sequence_start(seq, EDGE_THREAD_UUID, false);
             // Its own pid, after every rank's (rank + 1).
-            let pid = i64::from(self.window.world_size()) + 1;
+            let pid = i64::from(walk.window.world_size()) + 1;
             self.process_track(seq, EDGE_PROCESS_UUID, pid, b"outside window");
             let thread = ThreadTrack {
                 uuid: EDGE_THREAD_UUID,
@@ -821,6 +567,253 @@ struct ThreadTrack {
     tid: i64,
 }
 
+impl Exporter for PerfettoProto {
+    type Summary = ProtoSummary;
+    type Options = (PathBuf, ProtoOptions);
+
+    fn begin(walk: &Walk, (path, options): (PathBuf, ProtoOptions)) -> Result<Self, ExportError> {
+        let file = File::create(&path).map_err(|e| ExportError::io(&path, e))?;
+        let mut seqs: Vec<Seq> = walk
+            .lane_rank
+            .iter()
+            .enumerate()
+            .map(|(li, &ri)| Seq {
+                id: li as u64 + 1,
+                last: 0,
+                iids: HashMap::new(),
+                rank: ri,
+            })
+            .collect();
+        let ranks = walk
+            .metas
+            .iter()
+            .map(|meta| RankState {
+                names: meta
+                    .functions
+                    .iter()
+                    .map(|(id, name)| (*id, (name.clone(), CallKind::of(FuncClass::of(name)))))
+                    .collect(),
+                strings: HashMap::new(),
+                comms: CommTable::default(),
+                counter_uuid: counter_uuid(meta.rank),
+            })
+            .collect();
+        let lanes = seqs.len();
+        let edge_seq = (!walk.window.is_everything()).then(|| {
+            seqs.push(Seq {
+                id: lanes as u64 + 1,
+                last: 0,
+                iids: HashMap::new(),
+                rank: 0,
+            });
+            lanes
+        });
+        let mut proto = PerfettoProto {
+            path,
+            w: Writer {
+                out: BufWriter::with_capacity(1 << 20, file),
+                compress: options.compress,
+                chunk: Pb::default(),
+                packet: Pb::default(),
+                summary: ProtoSummary::default(),
+                failed: None,
+            },
+            seqs,
+            ranks,
+            regions: vec![Vec::new(); lanes],
+            edge_seq,
+        };
+        proto.start_sequences(walk);
+        Ok(proto)
+    }
+
+    fn record(
+        &mut self,
+        walk: &Walk,
+        li: usize,
+        e: &Event,
+        flows: &mut CallFlows,
+        fill: &mut BufferFill,
+    ) {
+        let ri = self.seqs[li].rank;
+        if !walk.kept[li] {
+            return;
+        }
+        let mut reset = false;
+        let mut now = self.seqs[li].last;
+        let win = walk.window;
+        match e {
+            Event::Call(c) => {
+                let (start, end) = (c.start, c.end.max(c.start));
+                let rank = &self.ranks[ri];
+                let kind = rank.names.get(&c.func).map_or(CallKind::Other, |n| n.1);
+                let world = |r: i32| {
+                    rank.comms
+                        .world_rank(c.comm, r)
+                        .map_or(i64::from(r), i64::from)
+                };
+                let peer = (c.peer >= 0).then(|| world(c.peer));
+                let root = (kind == CallKind::Collective && c.root >= 0).then(|| world(c.root));
+                if !win.overlaps(start, end) {
+                    return;
+                }
+                // Cut to the window; a flow end whose instant lies outside it is an edge mark.
+                let (start, end) = win.clip(start, end);
+                let out = flows.out.filter(|_| win.contains(c.start));
+                let ins_kept = win.contains(c.end);
+                if !ins_kept {
+                    flows.ins.clear();
+                }
+                self.begin(li, start, NameKey::Func(c.func), |te| {
+                    if let Some(peer) = peer {
+                        te.annotation(A_PEER, peer);
+                        te.annotation(A_TAG, i64::from(c.tag));
+                    }
+                    if c.bytes > 0 {
+                        te.annotation(A_BYTES, c.bytes as i64);
+                    }
+                    if c.comm != u32::MAX {
+                        te.annotation(A_COMM, i64::from(c.comm));
+                    }
+                    if let Some(root) = root {
+                        te.annotation(A_ROOT, root);
+                    }
+                    if let Some(id) = out {
+                        te.fixed64(TE_FLOW_IDS, id);
+                    }
+                });
+                self.end(li, end, |te| {
+                    for &(id, _) in &flows.ins {
+                        te.fixed64(TE_TERMINATING_FLOW_IDS, id);
+                    }
+                });
+                self.w.summary.flow_ends += u64::from(out.is_some()) + flows.ins.len() as u64;
+                now = end;
+            }
+            Event::Region(r) => {
+                // Regions begun before the window are left out; one open at its end closes there.
+                if r.begin {
+                    let shown = win.contains(r.time);
+                    self.regions[li].push(shown);
+                    if shown {
+                        self.begin(li, r.time, NameKey::Str(r.name), |_| {});
+                    }
+                } else if self.regions[li].pop().unwrap_or(win.is_everything()) {
+                    self.end(li, r.time.min(win.to), |_| {});
+                }
+                now = r.time;
+            }
+            Event::Suspension(s) => {
+                let (start, end) = (s.start, s.end.max(s.start));
+                if !win.overlaps(start, end) {
+                    let flushed = s.flushed && s.bytes_raw > 0;
+                    if flushed {
+                        fill.bytes = 0;
+                    }
+                    self.sample(walk, li, fill, flushed, start);
+                    return;
+                }
+                let (start, end) = win.clip(start, end);
+                self.begin(li, start, NameKey::Fixed("suspension"), |te| {
+                    te.annotation(A_SEQ, s.seq as i64);
+                    te.msg(TE_DEBUG_ANNOTATIONS, |d| {
+                        d.uint(DA_NAME_IID, A_FLUSHED);
+                        d.uint(DA_BOOL, u64::from(s.flushed));
+                    });
+                });
+                if s.flushed && s.bytes_raw > 0 {
+                    // Before the flush's slice, so that the sequence's times keep increasing.
+                    self.counter(li, start, fill.bytes);
+                    fill.bytes = 0;
+                    reset = true;
+                    // The write comes first in a suspension; the rest waits for Z.
+                    let write_end = start.saturating_add(s.write_ns).min(end);
+                    self.begin(li, start, NameKey::Fixed("flush"), |te| {
+                        te.annotation(A_BYTES_RAW, s.bytes_raw as i64);
+                        te.annotation(A_WRITE_NS, s.write_ns as i64);
+                    });
+                    self.end(li, write_end, |_| {});
+                }
+                self.end(li, end, |_| {});
+                now = end;
+            }
+            Event::Marker(m) => {
+                let (time, what) = (m.time(), m.label());
+                if win.contains(time) {
+                    self.instant(li, time, NameKey::Fixed(what), |_| {});
+                }
+                if let Marker::LocalFlush { .. } | Marker::Compressed { .. } = m {
+                    if win.contains(time) {
+                        self.counter(li, time, fill.bytes);
+                    }
+                    fill.bytes = 0;
+                    reset = true;
+                }
+                now = time;
+            }
+            Event::CommDef { id, members } => self.ranks[ri].comms.define(*id, members),
+            Event::StringDef { id, text } => {
+                self.ranks[ri].strings.insert(*id, text.clone());
+            }
+            _ => {}
+        }
+        self.sample(walk, li, fill, reset, now);
+    }
+
+    /// A flow end no call carries: an instant of its own on the lane, at the match's time.
+    fn loose_end(&mut self, _walk: &Walk, li: usize, l: &LooseEnd) {
+        let field = match l.end {
+            End::Send => TE_FLOW_IDS,
+            End::Recv => TE_TERMINATING_FLOW_IDS,
+        };
+        self.instant(li, l.ts.max(0) as u64, NameKey::Fixed("message"), |te| {
+            te.fixed64(field, l.id)
+        });
+        self.w.summary.flow_ends += 1;
+    }
+
+    /// A mark on the edge track, at the window's edge (or at its own time, for a rank outside
+    /// the subset).
+    fn edge_mark(&mut self, walk: &Walk, mark: &EdgeMark) {
+        let Some(edge) = self.edge_seq else {
+            return;
+        };
+        let window = walk.window;
+        let (rank, t, id, leaving) = (mark.rank, mark.t, mark.id, mark.leaving());
+        let field = if leaving {
+            TE_TERMINATING_FLOW_IDS
+        } else {
+            TE_FLOW_IDS
+        };
+        let label = window.outside_label(leaving, rank, t);
+        self.start_event(edge, window.clamp(t));
+        self.w.packet.msg(TP_TRACK_EVENT, |te| {
+            te.uint(TE_TYPE, TYPE_INSTANT);
+            te.bytes(TE_NAME, label.as_bytes());
+            te.fixed64(field, id);
+        });
+        self.w.end_packet();
+        self.w.summary.edge_marks += 1;
+        self.w.summary.flow_ends += 1;
+    }
+
+    fn finish(mut self, walk: &Walk, walked: Walked) -> Result<ProtoSummary, ExportError> {
+        self.w.flush_chunk();
+        let mut w = self.w;
+        if let Some(e) = w.failed.take() {
+            return Err(ExportError::io(&self.path, e));
+        }
+        w.out.flush().map_err(|e| ExportError::io(&self.path, e))?;
+        let mut summary = w.summary;
+        summary.events_read = walked.events_read;
+        summary.messages_matched = walked.messages_matched;
+        summary.messages_crossing = walked.messages_crossing;
+        summary.window = walk.window.describe();
+        summary.skipped = walked.skipped;
+        Ok(summary)
+    }
+}
+
 /// Writes `trace` as a Perfetto protobuf trace to `out`. `progress(done, total)` in events.
 pub fn export(
     trace: &Trace,
@@ -842,111 +835,7 @@ pub fn export_window(
     window: &Window,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ProtoSummary, ExportError> {
-    let metas = scan(trace)?;
-    let total: u64 = metas.iter().map(|m| m.events).sum();
-    let file = std::fs::File::create(out).map_err(|e| ExportError::io(out, e))?;
-    let binder = FlowBinder::new(&metas);
-    let mut seqs = Vec::with_capacity(binder.lanes());
-    let mut ranks = Vec::with_capacity(metas.len());
-    for (ri, meta) in metas.iter().enumerate() {
-        for &stream in &meta.streams {
-            let li = binder
-                .lane_index(LaneId {
-                    rank: meta.rank,
-                    stream,
-                })
-                .expect("every stream of the metadata is a lane");
-            debug_assert_eq!(li, seqs.len());
-            seqs.push(Seq {
-                id: li as u64 + 1,
-                last: 0,
-                iids: HashMap::new(),
-                rank: ri,
-            });
-        }
-        ranks.push(RankState {
-            names: meta
-                .functions
-                .iter()
-                .map(|(id, name)| (*id, (name.clone(), CallKind::of(FuncClass::of(name)))))
-                .collect(),
-            strings: HashMap::new(),
-            comms: CommTable::default(),
-            fill: 0,
-            call_ctx: CallContext::default(),
-            since_counter: 0,
-            counter_uuid: counter_uuid(meta.rank),
-        });
-    }
-    let kept: Vec<bool> = seqs
-        .iter()
-        .map(|s| window.has_rank(metas[s.rank].rank))
-        .collect();
-    let lanes = seqs.len();
-    let edge_seq = (!window.is_everything()).then(|| {
-        seqs.push(Seq {
-            id: lanes as u64 + 1,
-            last: 0,
-            iids: HashMap::new(),
-            rank: 0,
-        });
-        lanes
-    });
-    let mut state = State {
-        w: Writer {
-            out: BufWriter::with_capacity(1 << 20, file),
-            compress: options.compress,
-            chunk: Pb::default(),
-            packet: Pb::default(),
-            summary: ProtoSummary::default(),
-            failed: None,
-        },
-        seqs,
-        ranks,
-        binder,
-        flows: CallFlows::default(),
-        scratch: RawBuf::with_block_size(4096),
-        metas: &metas,
-        done: 0,
-        total,
-        window: window.clone(),
-        kept,
-        regions: vec![Vec::new(); lanes],
-        edge_seq,
-    };
-    state.start_sequences();
-    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
-    let state = RefCell::new(state);
-    let report = for_each_match(
-        trace,
-        &metas,
-        &maps,
-        |map, t, cur| map.absolute(map.global_ns(t, cur)),
-        |lane, e| state.borrow_mut().on_event(lane, e, progress),
-        |m| {
-            let mut s = state.borrow_mut();
-            s.on_match(m);
-            s.loose_ends();
-        },
-    )?;
-    let mut state = state.into_inner();
-    let binder = std::mem::replace(&mut state.binder, FlowBinder::new(&[]));
-    for l in binder.finish() {
-        state.loose_end(l);
-    }
-    state.w.flush_chunk();
-    let mut w = state.w;
-    if let Some(e) = w.failed.take() {
-        return Err(ExportError::io(out, e));
-    }
-    w.out.flush().map_err(|e| ExportError::io(out, e))?;
-    let mut summary = w.summary;
-    summary.events_read = state.done;
-    summary.messages_matched = report.messages;
-    summary.window = window.describe();
-    summary.skipped = metas.iter().flat_map(|m| m.skipped.clone()).collect();
-    progress(total, total);
-    Ok(summary)
+    exporter::run::<PerfettoProto>(trace, window, (out.to_path_buf(), options), progress)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Hand-written declarations of the part of the OTF2 3.0 C API (libopen-trace-format2) the
-//! exporter uses, checked against Debian's `/usr/include/otf2/*.h`. Linked by `build.rs`.
+//! exporter uses, checked against Debian's `/usr/include/otf2/*.h`. Linked by `build.rs`. Only
+//! [`super`] calls them; everything else in the export goes through its safe wrappers.
 #![allow(non_camel_case_types, dead_code)]
 
 use std::ffi::{c_char, c_int, c_void};

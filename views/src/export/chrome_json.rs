@@ -19,35 +19,32 @@
 //!   flush. Sampled every 64 events and at every drop.
 //!
 //! Times are the global clock (rank 0's, suspensions kept), in microseconds with nanosecond
-//! decimals. Everything is written by the happened-before pass as it shows each event, lanes
+//! decimals. Everything is written by the walk ([`super::exporter`]) as it shows each event, lanes
 //! interleaved (the format does not care about order), so that a call's flow ends are known when
 //! its slice is written ([`super::flows`]); no list of the messages is kept. With several
 //! recording threads in a rank the buffer fill adds their events in the order the pass shows
 //! them, not the order they were recorded.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use format::raw::{CallContext, call_record_len, completion_record_len};
-use format::{Event, FunctionId, Marker, RawBuf};
+use format::{Event, FunctionId, Marker};
 
-use super::flows::{CallFlows, FlowBinder, LooseEnd};
+use super::exporter::{self, BufferFill, EdgeMark, Exporter, FILL_SAMPLE_EVERY, Walk, Walked};
+use super::flows::{CallFlows, LooseEnd};
 use super::{CallKind, CommTable, End, ExportError, function_table};
-use reconstruct::matches::for_each_match;
 use trace::Skipped;
 use trace::Trace;
-use trace::clock::TimeMap;
 use trace::funcs::FuncClass;
 use trace::lanes::LaneId;
-use trace::scan::scan;
 use trace::window::Window;
 
 /// What the export wrote.
 #[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct PerfettoSummary {
+pub struct ChromeJsonSummary {
     pub events_read: u64,
     pub slices: u64,
     /// Message flows written: one per matched message.
@@ -63,24 +60,10 @@ pub struct PerfettoSummary {
     pub skipped: Vec<Skipped>,
 }
 
-const COUNTER_EVERY: u64 = 64;
-
 /// Nanoseconds as microseconds with three decimals (exact, no float formatting).
 fn us(ns: i64) -> String {
     let ns = ns.max(0);
     format!("{}.{:03}", ns / 1000, ns % 1000)
-}
-
-struct RankState {
-    rank: u32,
-    funcs: HashMap<FunctionId, (String, FuncClass)>,
-    comms: CommTable,
-    fill: u64,
-    /// The previous call as the recorder's buffer encoded it (the fill counter uses real record
-    /// sizes; kept per rank, not per thread, which misjudges a few bytes per thread switch).
-    call_ctx: CallContext,
-    since_counter: u64,
-    last_ns: i64,
 }
 
 struct Json<W: Write> {
@@ -88,7 +71,7 @@ struct Json<W: Write> {
     first: bool,
     line: String,
     failed: Option<std::io::Error>,
-    summary: PerfettoSummary,
+    summary: ChromeJsonSummary,
 }
 
 impl<W: Write> Json<W> {
@@ -169,123 +152,104 @@ impl<W: Write> Json<W> {
     }
 }
 
-struct State<W: Write> {
-    out: Json<W>,
-    ranks: Vec<RankState>,
-    lane_rank: Vec<usize>,
-    binder: FlowBinder,
-    flows: CallFlows,
-    scratch: RawBuf,
-    done: u64,
-    total: u64,
-    window: Window,
-    /// Per lane: whether its rank is in the window.
-    kept: Vec<bool>,
+/// One rank as the JSON shows it.
+struct RankState {
+    rank: u32,
+    funcs: HashMap<FunctionId, (String, FuncClass)>,
+    comms: CommTable,
+    /// The end of the last thing written on the rank: where a fill sample goes.
+    last_ns: i64,
 }
 
-impl<W: Write> State<W> {
-    fn loose_ends(&mut self) {
-        let loose: Vec<LooseEnd> = self.binder.take_loose().collect();
-        for l in loose {
-            self.loose_end(l);
+/// The Chrome JSON export: [`Exporter`] callbacks writing trace events.
+struct ChromeJson {
+    path: PathBuf,
+    out: Json<BufWriter<File>>,
+    ranks: Vec<RankState>,
+}
+
+impl Exporter for ChromeJson {
+    type Summary = ChromeJsonSummary;
+    type Options = PathBuf;
+
+    fn begin(walk: &Walk, path: PathBuf) -> Result<Self, ExportError> {
+        let file = File::create(&path).map_err(|e| ExportError::io(&path, e))?;
+        let mut json = Json {
+            w: BufWriter::with_capacity(1 << 20, file),
+            first: true,
+            line: String::with_capacity(512),
+            failed: None,
+            summary: ChromeJsonSummary::default(),
+        };
+        json.w
+            .write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
+            .map_err(|e| ExportError::io(&path, e))?;
+        let window = walk.window;
+        if !window.is_everything() {
+            let pid = window.world_size();
+            let _ = write!(
+                json.line,
+                "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"args\":{{\"name\":\"outside window\"}}}},\n\
+                 {{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"messages crossing the window's edge\"}}}}"
+            );
+            json.emit();
         }
-        self.out.emit();
+        let mut ranks = Vec::with_capacity(walk.metas.len());
+        for meta in walk.metas {
+            let rank = meta.rank;
+            if window.has_rank(rank) {
+                let _ = write!(
+                    json.line,
+                    "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{rank},\"args\":{{\"name\":\"rank {rank}\"}}}},\n\
+                     {{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{rank},\"args\":{{\"sort_index\":{rank}}}}}"
+                );
+                for s in &meta.streams {
+                    let _ = write!(
+                        json.line,
+                        ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{rank},\"tid\":{s},\"args\":{{\"name\":\"thread {s}\"}}}}"
+                    );
+                }
+                json.emit();
+            }
+            ranks.push(RankState {
+                rank,
+                funcs: function_table(meta),
+                comms: CommTable::default(),
+                last_ns: 0,
+            });
+        }
+        Ok(ChromeJson {
+            path,
+            out: json,
+            ranks,
+        })
     }
 
-    /// A flow end no call carries; one outside the window has its edge mark instead.
-    fn loose_end(&mut self, l: LooseEnd) {
-        let kept = self
-            .binder
-            .lane_index(l.lane)
-            .is_some_and(|li| self.kept[li]);
-        if kept && self.window.contains(l.ts.max(0) as u64) {
-            self.out.flow_slice(l.lane, l.ts, l.id, l.end);
-        }
-    }
-
-    /// A matched message: one crossing the window's edge gets its outside end as a zero-length
-    /// slice in the `outside window` process, at the window's edge (or at its own time, for a
-    /// rank outside the subset).
-    fn on_match(&mut self, m: &reconstruct::matches::MessageMatch) {
-        self.binder.on_match(m);
-        let Some(leaving) = self
-            .window
-            .ends(m.source, m.send_start, m.dest, m.recv_end)
-            .leaving()
-        else {
-            return;
-        };
-        self.out.summary.messages_crossing += 1;
-        let Some(sli) = self.binder.lane_index(LaneId {
-            rank: m.send.rank,
-            stream: m.send.stream,
-        }) else {
-            return;
-        };
-        let id = super::flows::flow_id(sli, m.send.index);
-        let (rank, t, dir) = if leaving {
-            (m.dest, m.recv_end, "flow_in")
-        } else {
-            (m.source, m.send_start, "flow_out")
-        };
-        let label =
-            serde_json::to_string(&self.window.outside_label(leaving, rank, t)).unwrap_or_default();
-        let out = &mut self.out;
-        out.sep();
-        let _ = write!(
-            out.line,
-            "{{\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{},\"dur\":0,\"name\":{label},\"cat\":\"window edge\",\"args\":{{\"rank\":{rank},\"time_s\":{:.9}}},\"bind_id\":{id},\"{dir}\":true}}",
-            self.window.world_size(),
-            us(self.window.clamp(t) as i64),
-            self.window.seconds(t)
-        );
-        if leaving {
-            out.summary.flows += 1;
-        }
-        out.summary.edge_marks += 1;
-        out.emit();
-    }
-
-    fn on_event(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
-        let drawn = super::as_drawn(e, |e| self.on_record(lane, e, progress));
-        // One record, however many slices it gives.
-        self.done -= drawn.saturating_sub(1);
-    }
-
-    fn on_record(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
-        self.done += 1;
-        if self.done.is_multiple_of(1 << 16) {
-            progress(self.done, self.total);
-        }
-        let mut flows = std::mem::take(&mut self.flows);
-        self.binder.on_event(lane, e, &mut flows);
-        let Some(li) = self.binder.lane_index(lane) else {
-            self.flows = flows;
-            return;
-        };
-        let rs = &mut self.ranks[self.lane_rank[li]];
+    fn record(
+        &mut self,
+        walk: &Walk,
+        li: usize,
+        e: &Event,
+        flows: &mut CallFlows,
+        fill: &mut BufferFill,
+    ) {
+        let lane = walk.lanes[li];
+        let rs = &mut self.ranks[walk.lane_rank[li]];
         let (rank, stream) = (rs.rank, lane.stream);
         let out = &mut self.out;
         let mut counter_reset = false;
-        let win = &self.window;
+        let win = walk.window;
         // Everything of a rank outside the window, or outside its time, is still counted into
         // the buffer fill, but not written.
-        let kept = self.kept[li];
+        let kept = walk.kept[li];
         match e {
             Event::Call(c) => {
-                rs.fill += call_record_len(c, &rs.call_ctx) as u64;
-                rs.call_ctx = CallContext {
-                    prev_end: c.end,
-                    prev_comm: c.comm,
-                };
                 let (name, class) = rs
                     .funcs
                     .get(&c.func)
                     .cloned()
                     .unwrap_or_else(|| (format!("function#{}", c.func), FuncClass::Other));
                 if !kept || !win.overlaps(c.start, c.end) {
-                    self.flows = flows;
-                    self.loose_ends();
                     return;
                 }
                 // Cut to the window; a flow end whose instant lies outside it is an edge mark.
@@ -343,15 +307,10 @@ impl<W: Write> State<W> {
                     out.child_flow_slice(lane, (start, end), ts, id);
                 }
             }
-            Event::Completion(c) => rs.fill += completion_record_len(c) as u64,
             Event::Suspension(s) if !kept || !win.overlaps(s.start, s.end) => {
-                rs.fill += misc_len(&mut self.scratch, e);
-                if s.flushed && s.bytes_raw > 0 {
-                    rs.fill = 0;
-                }
+                fill.empty_if(s.flushed && s.bytes_raw > 0);
             }
             Event::Suspension(s) => {
-                rs.fill += misc_len(&mut self.scratch, e);
                 let (cs, ce) = win.clip(s.start, s.end);
                 let start = cs as i64;
                 let end = (ce as i64).max(start);
@@ -381,19 +340,18 @@ impl<W: Write> State<W> {
                         s.bytes_stored
                     );
                     out.summary.slices += 1;
-                    out.counter(rank, start, rs.fill);
-                    rs.fill = 0;
+                    out.counter(rank, start, fill.bytes);
+                    fill.bytes = 0;
                     counter_reset = true;
                 }
             }
             Event::Marker(m) if !kept || !win.contains(m.time()) => {
-                rs.fill += misc_len(&mut self.scratch, e);
-                if let Marker::LocalFlush { .. } | Marker::Compressed { .. } = m {
-                    rs.fill = 0;
-                }
+                fill.empty_if(matches!(
+                    m,
+                    Marker::LocalFlush { .. } | Marker::Compressed { .. }
+                ));
             }
             Event::Marker(m) => {
-                rs.fill += misc_len(&mut self.scratch, e);
                 let (time, what) = (m.time(), m.label());
                 let t = time as i64;
                 rs.last_ns = t;
@@ -404,27 +362,68 @@ impl<W: Write> State<W> {
                     serde_json::to_string(&format!("{m:?}")).unwrap_or_default()
                 );
                 if let Marker::LocalFlush { .. } | Marker::Compressed { .. } = m {
-                    out.counter(rank, t, rs.fill);
-                    rs.fill = 0;
+                    out.counter(rank, t, fill.bytes);
+                    fill.bytes = 0;
                     counter_reset = true;
                 }
             }
-            Event::CommDef { id, members } => {
-                rs.fill += misc_len(&mut self.scratch, e);
-                rs.comms.define(*id, members);
-            }
-            _ => rs.fill += misc_len(&mut self.scratch, e),
+            Event::CommDef { id, members } => rs.comms.define(*id, members),
+            _ => {}
         }
-        rs.since_counter += 1;
-        if counter_reset || rs.since_counter >= COUNTER_EVERY {
-            rs.since_counter = 0;
+        fill.since_sample += 1;
+        if counter_reset || fill.since_sample >= FILL_SAMPLE_EVERY {
+            fill.since_sample = 0;
             if kept && win.contains(rs.last_ns.max(0) as u64) {
-                out.counter(rank, rs.last_ns, rs.fill);
+                out.counter(rank, rs.last_ns, fill.bytes);
             }
         }
         out.emit();
-        self.flows = flows;
-        self.loose_ends();
+    }
+
+    fn loose_end(&mut self, _walk: &Walk, _li: usize, l: &LooseEnd) {
+        self.out.flow_slice(l.lane, l.ts, l.id, l.end);
+        self.out.emit();
+    }
+
+    /// A zero-length slice in the `outside window` process, bound to the message's flow.
+    fn edge_mark(&mut self, walk: &Walk, mark: &EdgeMark) {
+        let window = walk.window;
+        let (rank, t, id) = (mark.rank, mark.t, mark.id);
+        let leaving = mark.leaving();
+        let dir = if leaving { "flow_in" } else { "flow_out" };
+        let label =
+            serde_json::to_string(&window.outside_label(leaving, rank, t)).unwrap_or_default();
+        let out = &mut self.out;
+        out.sep();
+        let _ = write!(
+            out.line,
+            "{{\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{},\"dur\":0,\"name\":{label},\"cat\":\"window edge\",\"args\":{{\"rank\":{rank},\"time_s\":{:.9}}},\"bind_id\":{id},\"{dir}\":true}}",
+            window.world_size(),
+            us(window.clamp(t) as i64),
+            window.seconds(t)
+        );
+        if leaving {
+            out.summary.flows += 1;
+        }
+        out.summary.edge_marks += 1;
+        out.emit();
+    }
+
+    fn finish(self, walk: &Walk, walked: Walked) -> Result<ChromeJsonSummary, ExportError> {
+        let io = |e| ExportError::io(&self.path, e);
+        let mut json = self.out;
+        if let Some(e) = json.failed.take() {
+            return Err(io(e));
+        }
+        json.w.write_all(b"\n]}\n").map_err(io)?;
+        json.w.flush().map_err(io)?;
+        let mut summary = json.summary;
+        summary.events_read = walked.events_read;
+        summary.messages_matched = walked.messages_matched;
+        summary.messages_crossing = walked.messages_crossing;
+        summary.window = walk.window.describe();
+        summary.skipped = walked.skipped;
+        Ok(summary)
     }
 }
 
@@ -433,7 +432,7 @@ pub fn export(
     trace: &Trace,
     out: &Path,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<PerfettoSummary, ExportError> {
+) -> Result<ChromeJsonSummary, ExportError> {
     let window = Window::everything(trace.world_size);
     export_window(trace, out, &window, progress)
 }
@@ -446,111 +445,6 @@ pub fn export_window(
     out: &Path,
     window: &Window,
     progress: &mut dyn FnMut(u64, u64),
-) -> Result<PerfettoSummary, ExportError> {
-    let metas = scan(trace)?;
-    let total: u64 = metas.iter().map(|m| m.events).sum();
-    let file = std::fs::File::create(out).map_err(|e| ExportError::io(out, e))?;
-    let io = |e| ExportError::io(out, e);
-    let mut json = Json {
-        w: BufWriter::with_capacity(1 << 20, file),
-        first: true,
-        line: String::with_capacity(512),
-        failed: None,
-        summary: PerfettoSummary::default(),
-    };
-    json.w
-        .write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
-        .map_err(io)?;
-    let mut ranks = Vec::with_capacity(metas.len());
-    let mut lane_rank = Vec::new();
-    let mut kept = Vec::new();
-    if !window.is_everything() {
-        let pid = window.world_size();
-        let _ = write!(
-            json.line,
-            "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"args\":{{\"name\":\"outside window\"}}}},\n\
-             {{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"messages crossing the window's edge\"}}}}"
-        );
-        json.emit();
-    }
-    for (ri, meta) in metas.iter().enumerate() {
-        let rank = meta.rank;
-        let keep = window.has_rank(rank);
-        kept.extend(meta.streams.iter().map(|_| keep));
-        lane_rank.extend(meta.streams.iter().map(|_| ri));
-        if keep {
-            let _ = write!(
-                json.line,
-                "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{rank},\"args\":{{\"name\":\"rank {rank}\"}}}},\n\
-                 {{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{rank},\"args\":{{\"sort_index\":{rank}}}}}"
-            );
-            for s in &meta.streams {
-                let _ = write!(
-                    json.line,
-                    ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{rank},\"tid\":{s},\"args\":{{\"name\":\"thread {s}\"}}}}"
-                );
-            }
-            json.emit();
-        }
-        ranks.push(RankState {
-            rank,
-            funcs: function_table(meta),
-            comms: CommTable::default(),
-            fill: 0,
-            call_ctx: CallContext::default(),
-            since_counter: 0,
-            last_ns: 0,
-        });
-    }
-    let state = RefCell::new(State {
-        out: json,
-        ranks,
-        lane_rank,
-        binder: FlowBinder::new(&metas),
-        flows: CallFlows::default(),
-        scratch: RawBuf::with_block_size(4096),
-        done: 0,
-        total,
-        window: window.clone(),
-        kept,
-    });
-    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
-    let report = for_each_match(
-        trace,
-        &metas,
-        &maps,
-        |map, t, cur| map.absolute(map.global_ns(t, cur)),
-        |lane, e| state.borrow_mut().on_event(lane, e, progress),
-        |m| {
-            let mut s = state.borrow_mut();
-            s.on_match(m);
-            s.loose_ends();
-        },
-    )?;
-    let mut state = state.into_inner();
-    let binder = std::mem::replace(&mut state.binder, FlowBinder::new(&[]));
-    for l in binder.finish() {
-        state.loose_end(l);
-        state.out.emit();
-    }
-    let mut json = state.out;
-    if let Some(e) = json.failed.take() {
-        return Err(io(e));
-    }
-    json.w.write_all(b"\n]}\n").map_err(io)?;
-    json.w.flush().map_err(io)?;
-    let mut summary = json.summary;
-    summary.events_read = state.done;
-    summary.messages_matched = report.messages;
-    summary.window = window.describe();
-    summary.skipped = metas.iter().flat_map(|m| m.skipped.clone()).collect();
-    progress(total, total);
-    Ok(summary)
-}
-
-/// Raw in-memory size of a non-call event, measured by the reference buffer itself.
-fn misc_len(scratch: &mut RawBuf, e: &Event) -> u64 {
-    scratch.clear();
-    scratch.push_event(e);
-    scratch.bytes() as u64
+) -> Result<ChromeJsonSummary, ExportError> {
+    exporter::run::<ChromeJson>(trace, window, out.to_path_buf(), progress)
 }

@@ -28,8 +28,9 @@ use std::collections::HashMap;
 
 use format::MpiCall;
 
-use super::ExportError;
-use super::otf2_ffi as ffi;
+use super::ffi;
+use super::location::Out;
+use crate::export::ExportError;
 
 /// What an RMA function does, by name (the `_c` large-count variants like their base).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,14 +106,6 @@ struct Pending {
     local_done: bool,
 }
 
-/// Where the records of one call go: its location's writer, and a counter-and-checker of every
-/// record written (the caller's event count and error handling).
-pub(super) struct Out<'a> {
-    /// A live event writer of the open archive.
-    pub w: *mut ffi::OTF2_EvtWriter,
-    pub done: &'a mut dyn FnMut(ffi::OTF2_ErrorCode, &'static str) -> Result<(), ExportError>,
-}
-
 /// One rank's one-sided state.
 #[derive(Default)]
 pub(super) struct RmaState {
@@ -139,12 +132,10 @@ impl RmaState {
         out: &mut Out,
     ) -> Result<(), ExportError> {
         let Some(win) = win else { return Ok(()) };
-        let (w, nil) = (out.w, std::ptr::null_mut());
+        let w = out.w;
         match kind {
             RmaCall::Create { .. } | RmaCall::Free | RmaCall::Fence => {
-                // SAFETY: `w` is a live event writer (the `Out` contract), the attribute list may
-                // be null, the rest are plain values. The same holds for every FFI call below.
-                let code = unsafe { ffi::OTF2_EvtWriter_RmaCollectiveBegin(w, nil, time) };
+                let code = w.rma_collective_begin(time);
                 (out.done)(code, "RmaCollectiveBegin")
             }
             RmaCall::Put | RmaCall::Get | RmaCall::Atomic { .. } if c.peer >= 0 => {
@@ -152,21 +143,12 @@ impl RmaState {
                 self.next_id += 1;
                 let target = c.peer as u32;
                 let code = match kind {
-                    // SAFETY: as above.
-                    RmaCall::Put => unsafe {
-                        ffi::OTF2_EvtWriter_RmaPut(w, nil, time, win, target, c.bytes, id)
-                    },
-                    // SAFETY: as above.
-                    RmaCall::Get => unsafe {
-                        ffi::OTF2_EvtWriter_RmaGet(w, nil, time, win, target, c.bytes, id)
-                    },
-                    // SAFETY: as above.
-                    RmaCall::Atomic { kind, fetches } => unsafe {
+                    RmaCall::Put => w.rma_put(time, win, target, c.bytes, id),
+                    RmaCall::Get => w.rma_get(time, win, target, c.bytes, id),
+                    RmaCall::Atomic { kind, fetches } => {
                         let received = if fetches { c.bytes } else { 0 };
-                        ffi::OTF2_EvtWriter_RmaAtomic(
-                            w, nil, time, win, target, kind, c.bytes, received, id,
-                        )
-                    },
+                        w.rma_atomic(time, win, target, kind, c.bytes, received, id)
+                    }
                     _ => return Ok(()),
                 };
                 (out.done)(code, "RmaPut/RmaGet/RmaAtomic")?;
@@ -183,33 +165,18 @@ impl RmaState {
                 Ok(())
             }
             RmaCall::Lock if c.peer >= 0 => {
-                // SAFETY: as above.
-                let code = unsafe {
-                    ffi::OTF2_EvtWriter_RmaRequestLock(
-                        w,
-                        nil,
-                        time,
-                        win,
-                        c.peer as u32,
-                        0,
-                        ffi::OTF2_LOCK_EXCLUSIVE,
-                    )
-                };
+                let code =
+                    w.rma_request_lock(time, win, c.peer as u32, 0, ffi::OTF2_LOCK_EXCLUSIVE);
                 (out.done)(code, "RmaRequestLock")
             }
             RmaCall::LockAll => {
-                // SAFETY: as above.
-                let code = unsafe {
-                    ffi::OTF2_EvtWriter_RmaRequestLock(
-                        w,
-                        nil,
-                        time,
-                        win,
-                        ffi::OTF2_UNDEFINED_UINT32,
-                        0,
-                        ffi::OTF2_LOCK_SHARED,
-                    )
-                };
+                let code = w.rma_request_lock(
+                    time,
+                    win,
+                    ffi::OTF2_UNDEFINED_UINT32,
+                    0,
+                    ffi::OTF2_LOCK_SHARED,
+                );
                 (out.done)(code, "RmaRequestLock")
             }
             _ => Ok(()),
@@ -227,14 +194,13 @@ impl RmaState {
         out: &mut Out,
     ) -> Result<(), ExportError> {
         let Some(win) = win else { return Ok(()) };
-        let (w, nil) = (out.w, std::ptr::null_mut());
+        let w = out.w;
         let target = (c.peer >= 0).then_some(c.peer as u32);
         match kind {
             RmaCall::Create { allocate } => {
                 self.allocated.insert(win, allocate);
                 if events {
-                    // SAFETY: as in `at_start`.
-                    let code = unsafe { ffi::OTF2_EvtWriter_RmaWinCreate(w, nil, time, win) };
+                    let code = w.rma_win_create(time, win);
                     (out.done)(code, "RmaWinCreate")?;
                 }
                 let op = if allocate {
@@ -248,8 +214,7 @@ impl RmaState {
                 // A correct program has nothing outstanding on a window it frees.
                 self.pending.retain(|p| p.win != win);
                 if events {
-                    // SAFETY: as in `at_start`.
-                    let code = unsafe { ffi::OTF2_EvtWriter_RmaWinDestroy(w, nil, time, win) };
+                    let code = w.rma_win_destroy(time, win);
                     (out.done)(code, "RmaWinDestroy")?;
                 }
                 let op = if self.allocated.remove(&win).unwrap_or(false) {
@@ -272,24 +237,12 @@ impl RmaState {
             RmaCall::Unlock => {
                 let Some(target) = target else { return Ok(()) };
                 self.complete(win, Some(target), true, time, out)?;
-                // SAFETY: as in `at_start`.
-                let code =
-                    unsafe { ffi::OTF2_EvtWriter_RmaReleaseLock(w, nil, time, win, target, 0) };
+                let code = w.rma_release_lock(time, win, target, 0);
                 (out.done)(code, "RmaReleaseLock")
             }
             RmaCall::UnlockAll => {
                 self.complete(win, None, true, time, out)?;
-                // SAFETY: as in `at_start`.
-                let code = unsafe {
-                    ffi::OTF2_EvtWriter_RmaReleaseLock(
-                        w,
-                        nil,
-                        time,
-                        win,
-                        ffi::OTF2_UNDEFINED_UINT32,
-                        0,
-                    )
-                };
+                let code = w.rma_release_lock(time, win, ffi::OTF2_UNDEFINED_UINT32, 0);
                 (out.done)(code, "RmaReleaseLock")
             }
             RmaCall::Flush { local, all } => {
@@ -318,16 +271,7 @@ impl RmaState {
             && !p.local_done
         {
             p.local_done = true;
-            // SAFETY: as in `at_start`.
-            let code = unsafe {
-                ffi::OTF2_EvtWriter_RmaOpCompleteNonBlocking(
-                    out.w,
-                    std::ptr::null_mut(),
-                    time,
-                    p.win,
-                    id,
-                )
-            };
+            let code = out.w.rma_op_complete_non_blocking(time, p.win, id);
             (out.done)(code, "RmaOpCompleteNonBlocking")?;
         }
         Ok(true)
@@ -343,7 +287,7 @@ impl RmaState {
         time: u64,
         out: &mut Out,
     ) -> Result<(), ExportError> {
-        let (w, nil) = (out.w, std::ptr::null_mut());
+        let w = out.w;
         let mut i = 0;
         while i < self.pending.len() {
             let p = &mut self.pending[i];
@@ -353,17 +297,12 @@ impl RmaState {
             }
             if !p.local_done {
                 p.local_done = true;
-                // SAFETY: as in `at_start`.
-                let code = unsafe {
-                    ffi::OTF2_EvtWriter_RmaOpCompleteNonBlocking(w, nil, time, win, p.id)
-                };
+                let code = w.rma_op_complete_non_blocking(time, win, p.id);
                 (out.done)(code, "RmaOpCompleteNonBlocking")?;
             }
             if remote {
                 let id = p.id;
-                // SAFETY: as in `at_start`.
-                let code =
-                    unsafe { ffi::OTF2_EvtWriter_RmaOpCompleteRemote(w, nil, time, win, id) };
+                let code = w.rma_op_complete_remote(time, win, id);
                 (out.done)(code, "RmaOpCompleteRemote")?;
                 self.pending.remove(i);
                 self.requests.retain(|_, r| *r != id);
@@ -382,20 +321,9 @@ fn collective_end(
     sync: u32,
     win: u32,
 ) -> Result<(), ExportError> {
-    // SAFETY: as in `RmaState::at_start`.
-    let code = unsafe {
-        ffi::OTF2_EvtWriter_RmaCollectiveEnd(
-            out.w,
-            std::ptr::null_mut(),
-            time,
-            op,
-            sync,
-            win,
-            ffi::OTF2_COLLECTIVE_ROOT_NONE,
-            0,
-            0,
-        )
-    };
+    let code = out
+        .w
+        .rma_collective_end(time, op, sync, win, ffi::OTF2_COLLECTIVE_ROOT_NONE, 0, 0);
     (out.done)(code, "RmaCollectiveEnd")
 }
 

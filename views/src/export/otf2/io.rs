@@ -26,9 +26,9 @@ use std::collections::{HashMap, VecDeque};
 
 use format::MpiCall;
 
-use super::ExportError;
-use super::otf2_ffi as ffi;
-use super::otf2_rma::Out;
+use super::ffi;
+use super::location::Out;
+use crate::export::ExportError;
 
 /// The one I/O paradigm and the one file definition of an archive.
 pub(super) const PARADIGM: u8 = 0;
@@ -161,20 +161,9 @@ impl IoState {
         };
         let id = self.next_id;
         self.next_id += 1;
-        // SAFETY: `out.w` is a live event writer (the `Out` contract), the attribute list may be
-        // null, the rest are plain values.
-        let code = unsafe {
-            ffi::OTF2_EvtWriter_IoOperationBegin(
-                out.w,
-                std::ptr::null_mut(),
-                time,
-                handle,
-                mode,
-                flags,
-                bytes,
-                id,
-            )
-        };
+        let code = out
+            .w
+            .io_operation_begin(time, handle, mode, flags, bytes, id);
         (out.done)(code, "IoOperationBegin")?;
         self.operations += 1;
         match kind {
@@ -203,23 +192,18 @@ impl IoState {
         time: u64,
         out: &mut Out,
     ) -> Result<(), ExportError> {
-        let (w, nil) = (out.w, std::ptr::null_mut());
+        let w = out.w;
         let in_call = self.in_call.take();
         match kind {
             IoCall::Open => {
                 if self.open_files == 0 {
-                    // SAFETY: as in `at_start`.
-                    let code = unsafe {
-                        ffi::OTF2_EvtWriter_IoCreateHandle(
-                            w,
-                            nil,
-                            time,
-                            handle,
-                            ffi::OTF2_IO_ACCESS_MODE_READ_WRITE,
-                            ffi::OTF2_IO_CREATION_FLAG_NONE,
-                            ffi::OTF2_IO_STATUS_FLAG_NONE,
-                        )
-                    };
+                    let code = w.io_create_handle(
+                        time,
+                        handle,
+                        ffi::OTF2_IO_ACCESS_MODE_READ_WRITE,
+                        ffi::OTF2_IO_CREATION_FLAG_NONE,
+                        ffi::OTF2_IO_STATUS_FLAG_NONE,
+                    );
                     (out.done)(code, "IoCreateHandle")?;
                     self.used = true;
                     self.any = true;
@@ -233,8 +217,7 @@ impl IoState {
                     // (a trace cut short), cannot complete on a destroyed handle.
                     self.requests.clear();
                     self.split.clear();
-                    // SAFETY: as in `at_start`.
-                    let code = unsafe { ffi::OTF2_EvtWriter_IoDestroyHandle(w, nil, time, handle) };
+                    let code = w.io_destroy_handle(time, handle);
                     (out.done)(code, "IoDestroyHandle")?;
                 }
                 self.open_files = self.open_files.saturating_sub(1);
@@ -242,9 +225,7 @@ impl IoState {
             }
             IoCall::Delete => {
                 self.any = true;
-                // SAFETY: as in `at_start`.
-                let code =
-                    unsafe { ffi::OTF2_EvtWriter_IoDeleteFile(w, nil, time, PARADIGM, FILE) };
+                let code = w.io_delete_file(time, PARADIGM, FILE);
                 (out.done)(code, "IoDeleteFile")
             }
             IoCall::Sync
@@ -258,9 +239,7 @@ impl IoState {
             }
             IoCall::Op { .. } => {
                 let Some(id) = in_call else { return Ok(()) };
-                // SAFETY: as in `at_start`.
-                let code =
-                    unsafe { ffi::OTF2_EvtWriter_IoOperationIssued(w, nil, time, handle, id) };
+                let code = w.io_operation_issued(time, handle, id);
                 (out.done)(code, "IoOperationIssued")
             }
             IoCall::SplitEnd => {
@@ -294,17 +273,7 @@ impl IoState {
 }
 
 fn complete(out: &mut Out, handle: u32, bytes: u64, id: u64, time: u64) -> Result<(), ExportError> {
-    // SAFETY: as in `IoState::at_start`.
-    let code = unsafe {
-        ffi::OTF2_EvtWriter_IoOperationComplete(
-            out.w,
-            std::ptr::null_mut(),
-            time,
-            handle,
-            bytes,
-            id,
-        )
-    };
+    let code = out.w.io_operation_complete(time, handle, bytes, id);
     (out.done)(code, "IoOperationComplete")
 }
 

@@ -21,8 +21,8 @@ use std::collections::HashMap;
 
 use format::NO_COMM;
 
-use super::ExportError;
-use super::otf2_ffi as ffi;
+use super::ffi::{self, GlobalDefWriter, check};
+use crate::export::ExportError;
 use trace::definitions::RankMeta;
 use trace::members::ListIds;
 use trace::members::Members;
@@ -304,63 +304,48 @@ impl CommDefs {
 
     /// Writes the groups, communicators and windows. `by_rank[r]` is world rank r's location;
     /// `name` gives the string id of every name of [`CommDefs::names`] and of "".
-    ///
-    /// # Safety
-    /// `gw` must be the live global definition writer of an open archive.
-    pub unsafe fn write(
+    pub fn write(
         &self,
-        gw: *mut ffi::OTF2_GlobalDefWriter,
+        gw: &GlobalDefWriter,
         by_rank: &[u64],
         name: &dyn Fn(&str) -> u32,
-        check: &dyn Fn(ffi::OTF2_ErrorCode, &str) -> Result<(), ExportError>,
     ) -> Result<(), ExportError> {
         let empty = name("");
-        // SAFETY: `gw` is live (the caller's promise); member arrays are valid for the lengths
-        // passed and outlive each call.
-        unsafe {
+        {
             check(
-                ffi::OTF2_GlobalDefWriter_WriteGroup(
-                    gw,
+                gw.write_group(
                     LOCATIONS_GROUP,
                     empty,
                     ffi::OTF2_GROUP_TYPE_COMM_LOCATIONS,
                     ffi::OTF2_PARADIGM_MPI,
                     ffi::OTF2_GROUP_FLAG_NONE,
-                    by_rank.len() as u32,
-                    by_rank.as_ptr(),
+                    by_rank,
                 ),
                 "WriteGroup (locations)",
             )?;
             check(
-                ffi::OTF2_GlobalDefWriter_WriteGroup(
-                    gw,
+                gw.write_group(
                     SELF_GROUP,
                     empty,
                     ffi::OTF2_GROUP_TYPE_COMM_SELF,
                     ffi::OTF2_PARADIGM_MPI,
                     ffi::OTF2_GROUP_FLAG_NONE,
-                    0,
-                    std::ptr::null(),
+                    &[],
                 ),
                 "WriteGroup (self)",
             )?;
         }
         for (i, members) in self.groups.iter().enumerate() {
             let members: Vec<u64> = members.iter().map(|&m| u64::from(m)).collect();
-            // SAFETY: as above.
             check(
-                unsafe {
-                    ffi::OTF2_GlobalDefWriter_WriteGroup(
-                        gw,
-                        i as u32 + 2,
-                        empty,
-                        ffi::OTF2_GROUP_TYPE_COMM_GROUP,
-                        ffi::OTF2_PARADIGM_MPI,
-                        ffi::OTF2_GROUP_FLAG_NONE,
-                        members.len() as u32,
-                        members.as_ptr(),
-                    )
-                },
+                gw.write_group(
+                    i as u32 + 2,
+                    empty,
+                    ffi::OTF2_GROUP_TYPE_COMM_GROUP,
+                    ffi::OTF2_PARADIGM_MPI,
+                    ffi::OTF2_GROUP_FLAG_NONE,
+                    &members,
+                ),
                 "WriteGroup (communicator)",
             )?;
         }
@@ -368,30 +353,23 @@ impl CommDefs {
         // there too: it was in use (so defined) before the call that created the child.
         for (c, comm) in self.comms.iter().enumerate() {
             let code = match comm.shape {
-                // SAFETY: as above.
-                Shape::Intra(_) | Shape::SelfLike => unsafe {
-                    ffi::OTF2_GlobalDefWriter_WriteComm(
-                        gw,
-                        c as u32,
-                        name(&comm.name),
-                        group_id(&comm.shape),
-                        comm.parent.unwrap_or(ffi::OTF2_UNDEFINED_COMM),
-                        ffi::OTF2_COMM_FLAG_NONE,
-                    )
-                },
-                // SAFETY: as above. The peer communicator Intercomm_create used is not in the
-                // trace, so there is no common communicator to name.
-                Shape::Inter(a, b) => unsafe {
-                    ffi::OTF2_GlobalDefWriter_WriteInterComm(
-                        gw,
-                        c as u32,
-                        name(&comm.name),
-                        a,
-                        b,
-                        ffi::OTF2_UNDEFINED_COMM,
-                        ffi::OTF2_COMM_FLAG_NONE,
-                    )
-                },
+                Shape::Intra(_) | Shape::SelfLike => gw.write_comm(
+                    c as u32,
+                    name(&comm.name),
+                    group_id(&comm.shape),
+                    comm.parent.unwrap_or(ffi::OTF2_UNDEFINED_COMM),
+                    ffi::OTF2_COMM_FLAG_NONE,
+                ),
+                // The peer communicator Intercomm_create used is not in the trace, so there is no
+                // common communicator to name.
+                Shape::Inter(a, b) => gw.write_inter_comm(
+                    c as u32,
+                    name(&comm.name),
+                    a,
+                    b,
+                    ffi::OTF2_UNDEFINED_COMM,
+                    ffi::OTF2_COMM_FLAG_NONE,
+                ),
             };
             check(code, "WriteComm")?;
         }
@@ -402,17 +380,8 @@ impl CommDefs {
             } else {
                 ffi::OTF2_RMA_WIN_FLAG_NONE
             };
-            // SAFETY: as above.
             check(
-                unsafe {
-                    ffi::OTF2_GlobalDefWriter_WriteRmaWin(
-                        gw,
-                        w as u32,
-                        name(&win.name),
-                        comm,
-                        flags,
-                    )
-                },
+                gw.write_rma_win(w as u32, name(&win.name), comm, flags),
                 "WriteRmaWin",
             )?;
         }

@@ -1,0 +1,292 @@
+//! The walk every arrow-drawing export shares: one happened-before pass over every lane
+//! ([`for_each_match`]) that hands each format ([`Exporter`]) the definitions, each record as
+//! drawn with the flow ends its call carries ([`super::flows`]), the flow ends no call carries,
+//! and the marks of messages crossing the window's edge. The formats ([`super::chrome_json`],
+//! [`super::perfetto_proto`]) only say how each of these is written.
+
+use std::cell::RefCell;
+
+use format::raw::{CallContext, call_record_len, completion_record_len};
+use format::{Event, RawBuf};
+
+use super::flows::{CallFlows, FlowBinder, LooseEnd, flow_id};
+use super::{End, ExportError};
+use reconstruct::matches::{MessageMatch, for_each_match};
+use trace::Skipped;
+use trace::Trace;
+use trace::clock::TimeMap;
+use trace::definitions::RankMeta;
+use trace::lanes::LaneId;
+use trace::scan::scan;
+use trace::window::Window;
+
+/// What a format is told of the trace before any event, and consults while writing.
+pub struct Walk<'t> {
+    /// Every rank's first-pass metadata, in lane order.
+    pub metas: &'t [RankMeta],
+    pub window: &'t Window,
+    /// Per lane (numbered rank by rank, streams ascending: [`FlowBinder::lane_index`]): its id,
+    /// its rank's position in `metas`, and whether its rank is in the window.
+    pub lanes: Vec<LaneId>,
+    pub lane_rank: Vec<usize>,
+    pub kept: Vec<bool>,
+}
+
+/// A matched message with one end inside the window and the other outside it: its outside end,
+/// to be drawn as a mark at the window's edge (or at its own time, for a rank outside the window).
+pub struct EdgeMark {
+    /// The flow id of the message (that of its send).
+    pub id: u64,
+    /// The outside end: the receive when the message leaves the window, else the send.
+    pub end: End,
+    /// The rank and global time of the outside end.
+    pub rank: u32,
+    pub t: u64,
+}
+
+impl EdgeMark {
+    pub fn leaving(&self) -> bool {
+        self.end == End::Recv
+    }
+}
+
+/// What the walk counted, for the format's summary.
+pub struct Walked {
+    pub events_read: u64,
+    pub messages_matched: u64,
+    pub messages_crossing: u64,
+    pub skipped: Vec<Skipped>,
+}
+
+/// One output format of the walk. Callbacks come in trace order per lane, lanes interleaved.
+pub trait Exporter: Sized {
+    type Summary;
+    /// Where and how to write.
+    type Options;
+
+    /// Opens the output and writes what precedes the events: the ranks' and lanes' definitions
+    /// (only those of ranks in the window) and, when the window cuts, the edge marks' track.
+    fn begin(walk: &Walk, options: Self::Options) -> Result<Self, ExportError>;
+
+    /// One record of lane `li` as drawn (a call, suspension, marker, definition, ...), with the
+    /// flow ends its call carries and its rank's buffer fill, already counting this record.
+    fn record(
+        &mut self,
+        walk: &Walk,
+        li: usize,
+        e: &Event,
+        flows: &mut CallFlows,
+        fill: &mut BufferFill,
+    );
+
+    /// A flow end no call carries, on lane `li`, inside the window.
+    fn loose_end(&mut self, walk: &Walk, li: usize, end: &LooseEnd);
+
+    /// The outside end of a message crossing the window's edge.
+    fn edge_mark(&mut self, walk: &Walk, mark: &EdgeMark);
+
+    /// Ends the output; `walked` is what the walk counted.
+    fn finish(self, walk: &Walk, walked: Walked) -> Result<Self::Summary, ExportError>;
+}
+
+/// Records between two samples of the buffer fill.
+pub const FILL_SAMPLE_EVERY: u64 = 64;
+
+/// The recorder's in-memory buffer size as a rank's events stream by: each event's raw record
+/// size (`format::raw`: a call 55 bytes, a completion 25, any other event 9 + its body), for the
+/// formats' `buffer fill` counter, which also resets it and decides when to sample it.
+#[derive(Default)]
+pub struct BufferFill {
+    pub bytes: u64,
+    /// The previous call as the recorder's buffer encoded it (kept per rank, not per thread,
+    /// which misjudges a few bytes per thread switch).
+    call_ctx: CallContext,
+    /// Records since the last sample.
+    pub since_sample: u64,
+}
+
+impl BufferFill {
+    /// Empties the buffer when `flushed`: the rank wrote it out.
+    pub fn empty_if(&mut self, flushed: bool) {
+        if flushed {
+            self.bytes = 0;
+        }
+    }
+
+    /// Adds `e`'s record; `scratch` measures a non-call event with the reference buffer itself.
+    fn add(&mut self, e: &Event, scratch: &mut RawBuf) {
+        self.bytes += match e {
+            Event::Call(c) => {
+                let len = call_record_len(c, &self.call_ctx) as u64;
+                self.call_ctx = CallContext {
+                    prev_end: c.end,
+                    prev_comm: c.comm,
+                };
+                len
+            }
+            Event::Completion(c) => completion_record_len(c) as u64,
+            _ => {
+                scratch.clear();
+                scratch.push_event(e);
+                scratch.bytes() as u64
+            }
+        };
+    }
+}
+
+struct Driver<'t, E> {
+    exporter: E,
+    walk: Walk<'t>,
+    binder: FlowBinder,
+    flows: CallFlows,
+    fills: Vec<BufferFill>,
+    scratch: RawBuf,
+    done: u64,
+    total: u64,
+    crossing: u64,
+}
+
+impl<E: Exporter> Driver<'_, E> {
+    fn on_event(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
+        let drawn = super::as_drawn(e, |e| self.on_record(lane, e, progress));
+        // One record, however many slices it gives.
+        self.done -= drawn.saturating_sub(1);
+    }
+
+    fn on_record(&mut self, lane: LaneId, e: &Event, progress: &mut dyn FnMut(u64, u64)) {
+        self.done += 1;
+        if self.done.is_multiple_of(1 << 16) {
+            progress(self.done, self.total);
+        }
+        let mut flows = std::mem::take(&mut self.flows);
+        self.binder.on_event(lane, e, &mut flows);
+        let Some(li) = self.binder.lane_index(lane) else {
+            self.flows = flows;
+            return;
+        };
+        let fill = &mut self.fills[self.walk.lane_rank[li]];
+        fill.add(e, &mut self.scratch);
+        self.exporter.record(&self.walk, li, e, &mut flows, fill);
+        self.flows = flows;
+        self.loose_ends();
+    }
+
+    fn loose_ends(&mut self) {
+        let loose: Vec<LooseEnd> = self.binder.take_loose().collect();
+        for l in loose {
+            self.loose_end(l);
+        }
+    }
+
+    /// A flow end no call carries; one outside the window has its edge mark instead.
+    fn loose_end(&mut self, l: LooseEnd) {
+        let Some(li) = self.binder.lane_index(l.lane) else {
+            return;
+        };
+        if self.walk.kept[li] && self.walk.window.contains(l.ts.max(0) as u64) {
+            self.exporter.loose_end(&self.walk, li, &l);
+        }
+    }
+
+    fn on_match(&mut self, m: &MessageMatch) {
+        self.binder.on_match(m);
+        let window = self.walk.window;
+        let Some(leaving) = window
+            .ends(m.source, m.send_start, m.dest, m.recv_end)
+            .leaving()
+        else {
+            return;
+        };
+        self.crossing += 1;
+        let Some(sli) = self.binder.lane_index(LaneId {
+            rank: m.send.rank,
+            stream: m.send.stream,
+        }) else {
+            return;
+        };
+        let (end, rank, t) = if leaving {
+            (End::Recv, m.dest, m.recv_end)
+        } else {
+            (End::Send, m.source, m.send_start)
+        };
+        let mark = EdgeMark {
+            id: flow_id(sli, m.send.index),
+            end,
+            rank,
+            t,
+        };
+        self.exporter.edge_mark(&self.walk, &mark);
+    }
+}
+
+/// Walks `trace` through `exporter`: what lies in `window` is written, ranks outside it are
+/// read (their messages are matched) but not written. `progress(done, total)` in events.
+pub fn run<E: Exporter>(
+    trace: &Trace,
+    window: &Window,
+    options: E::Options,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<E::Summary, ExportError> {
+    let metas = scan(trace)?;
+    let total: u64 = metas.iter().map(|m| m.events).sum();
+    let binder = FlowBinder::new(&metas);
+    let mut walk = Walk {
+        metas: &metas,
+        window,
+        lanes: Vec::with_capacity(binder.lanes()),
+        lane_rank: Vec::with_capacity(binder.lanes()),
+        kept: Vec::with_capacity(binder.lanes()),
+    };
+    for (ri, meta) in metas.iter().enumerate() {
+        let keep = window.has_rank(meta.rank);
+        for &stream in &meta.streams {
+            let lane = LaneId {
+                rank: meta.rank,
+                stream,
+            };
+            debug_assert_eq!(binder.lane_index(lane), Some(walk.lanes.len()));
+            walk.lanes.push(lane);
+            walk.lane_rank.push(ri);
+            walk.kept.push(keep);
+        }
+    }
+    let exporter = E::begin(&walk, options)?;
+    let driver = RefCell::new(Driver {
+        exporter,
+        walk,
+        binder,
+        flows: CallFlows::default(),
+        fills: metas.iter().map(|_| BufferFill::default()).collect(),
+        scratch: RawBuf::with_block_size(4096),
+        done: 0,
+        total,
+        crossing: 0,
+    });
+    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
+    let report = for_each_match(
+        trace,
+        &metas,
+        &maps,
+        |map, t, cur| map.absolute(map.global_ns(t, cur)),
+        |lane, e| driver.borrow_mut().on_event(lane, e, progress),
+        |m| {
+            let mut d = driver.borrow_mut();
+            d.on_match(m);
+            d.loose_ends();
+        },
+    )?;
+    let mut driver = driver.into_inner();
+    let binder = std::mem::replace(&mut driver.binder, FlowBinder::new(&[]));
+    for l in binder.finish() {
+        driver.loose_end(l);
+    }
+    let walked = Walked {
+        events_read: driver.done,
+        messages_matched: report.messages,
+        messages_crossing: driver.crossing,
+        skipped: metas.iter().flat_map(|m| m.skipped.clone()).collect(),
+    };
+    let summary = driver.exporter.finish(&driver.walk, walked)?;
+    progress(total, total);
+    Ok(summary)
+}
