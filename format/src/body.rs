@@ -1,6 +1,7 @@
 //! Record kinds and the fixed little-endian bodies of the rare ("misc") events. The same body bytes
 //! are used in the raw in-memory buffer and in the chunk payload, so a flush copies them verbatim.
 
+use crate::framing::CHUNK_VERSION;
 use crate::model::*;
 
 pub(crate) const KIND_CALL: u8 = 1;
@@ -36,20 +37,28 @@ pub(crate) mod polls_at {
     pub const LEN: usize = 58;
 }
 
-/// The highest event kind a chunk of `version` may hold (FORMAT.md "Event kinds"); `None` for a
-/// version this crate does not read.
+/// The highest event kind each chunk version may hold, version 1 first (FORMAT.md "Event kinds",
+/// "Versioning"). A new kind is a new row, which takes a new [`CHUNK_VERSION`]: the length ties the
+/// two, so neither compiles without the other.
+const MAX_KIND_BY_VERSION: [u8; CHUNK_VERSION as usize] = [
+    KIND_MARKER,
+    KIND_WRITER,
+    KIND_WIN_DEF,
+    KIND_THRESHOLD,
+    KIND_POLLS,
+    KIND_CALL_SITE,
+    KIND_EPOCH_GROUP,
+];
+
+/// The highest event kind a chunk of `version` may hold; `None` for a version this crate does not
+/// read.
 pub(crate) fn max_kind(version: u16) -> Option<u8> {
-    match version {
-        1 => Some(KIND_MARKER),
-        2 => Some(KIND_WRITER),
-        3 => Some(KIND_WIN_DEF),
-        4 => Some(KIND_THRESHOLD),
-        5 => Some(KIND_POLLS),
-        6 => Some(KIND_CALL_SITE),
-        7 => Some(KIND_EPOCH_GROUP),
-        _ => None,
-    }
+    let row = usize::from(version).checked_sub(1)?;
+    MAX_KIND_BY_VERSION.get(row).copied()
 }
+
+/// The highest kind of all: the newest version's.
+const LATEST_KIND: u8 = MAX_KIND_BY_VERSION[MAX_KIND_BY_VERSION.len() - 1];
 
 const MARKER_LOCAL_FLUSH: u8 = 1;
 const MARKER_RECORDING_STOPPED: u8 = 2;
@@ -86,7 +95,7 @@ pub(crate) fn max_marker(version: u16) -> u8 {
 }
 
 pub(crate) fn is_misc_kind(kind: u8) -> bool {
-    (KIND_USER..=KIND_EPOCH_GROUP).contains(&kind)
+    (KIND_USER..=LATEST_KIND).contains(&kind)
 }
 
 /// Bytes of `s` a `RankInfo` body keeps: its length field is a `u16`, so a longer string is cut
@@ -322,6 +331,42 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
             out.extend_from_slice(s.file.as_bytes());
             KIND_CALL_SITE
         }
+    }
+}
+
+/// The bytes [`put_misc_body`] writes for `e`, known before writing (a raw buffer reserves them
+/// ahead; debug builds check the two agree).
+pub(crate) fn misc_body_len(e: &Event) -> usize {
+    match e {
+        Event::Call(_) | Event::Completion(_) => 0,
+        Event::User(u) => 12 + u.payload.len(),
+        Event::Region(_) => 13,
+        Event::Suspension(_) => 4 * 8 + 1 + 5 * 8 + 3 * 8,
+        Event::CommDef { members, .. } => 4 + 4 * members.len(),
+        Event::Clock(_) => 25,
+        Event::StringDef { text, .. } => 4 + text.len(),
+        Event::FunctionDef { name, .. } => 2 + name.len(),
+        Event::Marker(m) => match m {
+            Marker::LocalFlush { .. } | Marker::Lost { .. } => 17,
+            Marker::RecordingStopped { .. }
+            | Marker::InitDone { .. }
+            | Marker::FinalizeStart { .. } => 9,
+            Marker::AbnormalEnd { .. } => 13,
+            Marker::Stuck { .. } => 31,
+            Marker::Compressed { .. } | Marker::MemoryLow { .. } => 25,
+        },
+        Event::RankInfo(r) => {
+            12 + 2 + str16_len(&r.host) + 2 + str16_len(&r.mpi_library) + r.run_id.len()
+        }
+        Event::Writer(w) => 7 + w.reason.len(),
+        Event::RemoteGroup { members, .. } | Event::EpochGroup { members, .. } => {
+            4 + 4 * members.len()
+        }
+        Event::WinDef { .. } => 8,
+        Event::Memory(_) => 65,
+        Event::Threshold(_) => 29,
+        Event::Polls(_) => polls_at::LEN,
+        Event::CallSite(s) => 20 + s.file.len(),
     }
 }
 

@@ -11,13 +11,17 @@
 use std::path::Path;
 
 use crate::body::{KIND_CALL, KIND_COMPLETION, max_kind, max_marker};
-use crate::chunk::{CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_VERSION, ChunkHeader};
+use crate::chunk::{ChunkEncoder, EncodedChunk};
+use crate::framing::{
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_VERSION, CODEC_ZSTD, ChunkHeader, FILE_MAGIC, FileHeader,
+    encode_file_header,
+};
 use crate::group::{GROUP_HEADER_FIXED_LEN, GROUP_MAGIC, GroupHeader, encode_group_header};
 use crate::model::*;
-use crate::reader::ChunkReader;
+use crate::raw::RawBuf;
+use crate::reader::{ChunkReader, RankFile};
 use crate::synthetic::{self, HaloConfig, Rng};
-use crate::writer::{FileHeader, RankFileWriter, encode_file_header};
-use crate::{ChunkEncoder, EncodedChunk, RankFile, RawBuf};
+use crate::writer::RankFileWriter;
 
 /// Everything the fuzz target does with one input: the bytes as they are, then with every
 /// chunk-shaped region's and the group header's checksums made valid, so mutations reach the
@@ -426,7 +430,7 @@ pub fn seed_corpus() -> Vec<(String, Vec<u8>)> {
     seeds.push((
         "malformed-zstd-garbage.bin".into(),
         with_payload(
-            &edit_header(stored.bytes.clone(), |h| h.codec = crate::chunk::CODEC_ZSTD),
+            &edit_header(stored.bytes.clone(), |h| h.codec = CODEC_ZSTD),
             vec![0x28, 0xB5, 0x2F, 0xFD, 0xFF, 0xFF, 0xFF, 0xFF],
         ),
     ));
@@ -487,7 +491,7 @@ pub fn read_in_full(data: &[u8]) -> Result<u64, String> {
         for m in &index.members {
             read(&mut ChunkReader::over_segments(data, &m.segments, path))?;
         }
-    } else if data.starts_with(&crate::writer::FILE_MAGIC) {
+    } else if data.starts_with(&FILE_MAGIC) {
         let file = RankFile::from_bytes(data.to_vec(), "seed.evf").map_err(|e| e.to_string())?;
         read(&mut file.chunks())?;
     } else {
@@ -544,4 +548,34 @@ pub fn mutate(input: &[u8], other: &[u8], rng: &mut Rng) -> Vec<u8> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::body::{KIND_USER, marker_kind};
+
+    /// The seed corpus holds every kind only if [`every_kind`] has one of each: a kind or marker
+    /// added to the format without a sample there fails here.
+    #[test]
+    fn every_kind_holds_every_misc_kind_and_marker() {
+        let all = every_kind();
+        let kinds: BTreeSet<u8> = all
+            .iter()
+            .filter(|e| !matches!(e, Event::Call(_) | Event::Completion(_)))
+            .map(|e| crate::body::put_misc_body(&mut Vec::new(), e))
+            .collect();
+        let latest = max_kind(CHUNK_VERSION).expect("this crate reads its own version");
+        assert_eq!(kinds, (KIND_USER..=latest).collect());
+        let markers: BTreeSet<u8> = all
+            .iter()
+            .filter_map(|e| match e {
+                Event::Marker(m) => Some(marker_kind(m)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(markers, (1..=max_marker(CHUNK_VERSION)).collect());
+    }
 }

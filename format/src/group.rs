@@ -12,10 +12,11 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use crate::chunk::{CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_MIN_VERSION, CHUNK_VERSION, ChunkHeader};
 use crate::error::FormatError;
-use crate::reader::{TailKind, Truncation, parse_file_header};
-use crate::writer::{FILE_MAGIC, FileHeader, MAX_PRODUCER_LEN};
+use crate::framing::{
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_MIN_VERSION, CHUNK_VERSION, ChunkHeader, FILE_MAGIC,
+    FileHeader, MAX_PRODUCER_LEN, TailKind, Truncation, parse_file_header, producer_cut,
+};
 
 /// Magic at the start of every group file.
 pub const GROUP_MAGIC: [u8; 8] = *b"EVFGROUP";
@@ -56,7 +57,7 @@ pub fn parse_group_file_name(name: &str) -> Option<u32> {
 
 /// The bytes of a group header (FORMAT.md "Group files").
 pub fn encode_group_header(h: &GroupHeader) -> Vec<u8> {
-    let producer = crate::writer::producer_cut(&h.producer);
+    let producer = producer_cut(&h.producer);
     let total = GROUP_HEADER_FIXED_LEN + producer.len() + 4;
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(&GROUP_MAGIC);
@@ -322,9 +323,9 @@ pub fn scan_group(bytes: &[u8], path: &Path) -> Result<GroupIndex, FormatError> 
 mod tests {
     use super::*;
     use crate::chunk::ChunkEncoder;
+    use crate::framing::encode_file_header;
     use crate::model::{ClockCalibration, Event, Marker};
     use crate::raw::RawBuf;
-    use crate::writer::encode_file_header;
 
     fn rank_header(rank: u32, world: u32) -> Vec<u8> {
         encode_file_header(&FileHeader {

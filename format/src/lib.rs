@@ -4,6 +4,7 @@
 mod body;
 pub mod chunk;
 pub mod error;
+pub mod framing;
 pub mod funcs;
 pub mod fuzzing;
 pub mod group;
@@ -21,12 +22,11 @@ pub mod writer;
 
 pub use chunk::{ChunkEncoder, EncodedChunk, EventBuf};
 pub use error::FormatError;
+pub use framing::{FileHeader, TailKind, Truncation, encode_file_header};
 pub use group::{GroupHeader, GroupIndex, GroupMember, group_file_name};
 pub use model::*;
 pub use parts::{DirListing, GroupFile, RankPart, list_dir};
 pub use raw::RawBuf;
-pub use reader::{
-    Chunk, ChunkReader, MiscEvents, RankFile, RankFileEntry, TailKind, Truncation, open_dir,
-};
+pub use reader::{Chunk, ChunkReader, MiscEvents, RankFile, RankFileEntry, open_dir};
 pub use walk::{ChunkWalk, WalkIssue};
-pub use writer::{FileHeader, RankFileWriter, encode_file_header, rank_file_name};
+pub use writer::{RankFileWriter, rank_file_name};

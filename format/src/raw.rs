@@ -390,7 +390,7 @@ impl RawBuf {
                 // The size is only reserved ahead (so the block need not grow); the length
                 // field is written from what the encoder actually produced, the one source of
                 // truth for a body's layout.
-                self.make_room(MISC_RECORD_HEADER_LEN + misc_body_len(other));
+                self.make_room(MISC_RECORD_HEADER_LEN + body::misc_body_len(other));
                 let start = self.current.len();
                 self.open_poll = match other {
                     Event::Polls(run) => Some((start + MISC_RECORD_HEADER_LEN, *run)),
@@ -404,7 +404,7 @@ impl RawBuf {
                     .copy_from_slice(&body_len.to_le_bytes());
                 debug_assert_eq!(
                     body_len as usize,
-                    misc_body_len(other),
+                    body::misc_body_len(other),
                     "size hint out of date"
                 );
                 self.events += 1;
@@ -562,41 +562,6 @@ impl RawBuf {
             .chain(std::iter::once(&self.current))
             .map(|b| b.as_slice())
             .filter(|b| !b.is_empty())
-    }
-}
-
-/// The body size the encoder will write, to reserve room ahead (checked in debug builds).
-fn misc_body_len(e: &Event) -> usize {
-    match e {
-        Event::Call(_) | Event::Completion(_) => 0,
-        Event::User(u) => 12 + u.payload.len(),
-        Event::Region(_) => 13,
-        Event::Suspension(_) => 4 * 8 + 1 + 5 * 8 + 3 * 8,
-        Event::CommDef { members, .. } => 4 + 4 * members.len(),
-        Event::Clock(_) => 25,
-        Event::StringDef { text, .. } => 4 + text.len(),
-        Event::FunctionDef { name, .. } => 2 + name.len(),
-        Event::Marker(m) => match m {
-            Marker::LocalFlush { .. } | Marker::Lost { .. } => 17,
-            Marker::RecordingStopped { .. }
-            | Marker::InitDone { .. }
-            | Marker::FinalizeStart { .. } => 9,
-            Marker::AbnormalEnd { .. } => 13,
-            Marker::Stuck { .. } => 31,
-            Marker::Compressed { .. } | Marker::MemoryLow { .. } => 25,
-        },
-        Event::RankInfo(r) => {
-            12 + 2 + body::str16_len(&r.host) + 2 + body::str16_len(&r.mpi_library) + r.run_id.len()
-        }
-        Event::Writer(w) => 7 + w.reason.len(),
-        Event::RemoteGroup { members, .. } | Event::EpochGroup { members, .. } => {
-            4 + 4 * members.len()
-        }
-        Event::WinDef { .. } => 8,
-        Event::Memory(_) => 65,
-        Event::Threshold(_) => 29,
-        Event::Polls(_) => body::polls_at::LEN,
-        Event::CallSite(s) => 20 + s.file.len(),
     }
 }
 

@@ -5,41 +5,18 @@ use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use crate::chunk::{
-    CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_MIN_VERSION, CHUNK_VERSION, CODEC_NONE, CODEC_ZSTD,
-    ChunkHeader, ColumnCursor, Columns, ENCODING_COLUMNS_V1, MAX_RAW_LEN, MiscCursor,
-    split_columns,
-};
+use crate::chunk::decode::{ColumnCursor, Columns, MiscCursor, split_columns};
 use crate::error::FormatError;
-use crate::model::{ClockCalibration, Event};
-use crate::writer::{
-    FILE_HEADER_FIXED_LEN, FILE_MAGIC, FILE_VERSION, FileHeader, MAX_PRODUCER_LEN,
-    clock_source_from,
+use crate::framing::{
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_MIN_VERSION, CHUNK_VERSION, CODEC_NONE, CODEC_ZSTD,
+    ChunkHeader, ENCODING_COLUMNS_V1, FileHeader, MAX_RAW_LEN, TailKind, Truncation,
+    parse_file_header,
 };
+use crate::model::Event;
 
 /// Payloads up to this size are decompressed into a buffer allocated up front; bigger claimed
 /// sizes grow the buffer only as real bytes arrive, so a lying length cannot reserve memory.
 const PREALLOCATE_LIMIT: u64 = 64 << 20;
-
-/// How the chunk sequence of a file ended, when it did not end exactly at the end of the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Truncation {
-    /// Byte offset of the first byte not part of a complete, valid chunk.
-    pub offset: u64,
-    pub kind: TailKind,
-    pub reason: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TailKind {
-    /// The file ends inside a chunk (a crash or a full disk during a write): every chunk before
-    /// `offset` is complete and valid.
-    Cut,
-    /// The rest of the file is zero bytes (space allocated but never written).
-    ZeroFilled,
-    /// A damaged chunk stopped the reader; the matching error was returned by the iterator.
-    Damaged,
-}
 
 enum Data {
     Map(memmap2::Mmap),
@@ -167,120 +144,6 @@ impl RankFile {
             current: None,
         }
     }
-}
-
-/// Parses and verifies a file header; returns it and its length in bytes.
-pub fn parse_file_header(bytes: &[u8], path: &Path) -> Result<(FileHeader, usize), FormatError> {
-    let p = || path.to_path_buf();
-    if bytes.len() < FILE_HEADER_FIXED_LEN + 4 {
-        let prefix = bytes.len().min(FILE_MAGIC.len());
-        if bytes[..prefix] != FILE_MAGIC[..prefix] {
-            return Err(FormatError::BadMagic {
-                path: p(),
-                offset: 0,
-                what: "file",
-                found: bytes[..prefix].to_vec(),
-            });
-        }
-        return Err(FormatError::Truncated {
-            path: p(),
-            offset: 0,
-            what: "file header",
-            needed: (FILE_HEADER_FIXED_LEN + 4) as u64,
-            available: bytes.len() as u64,
-        });
-    }
-    if bytes[..8] != FILE_MAGIC {
-        return Err(FormatError::BadMagic {
-            path: p(),
-            offset: 0,
-            what: "file",
-            found: bytes[..8].to_vec(),
-        });
-    }
-    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
-    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap_or_default());
-    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default());
-    let version = u16_at(8);
-    let total = u32_at(12) as u64;
-    let producer_len = u32_at(64) as u64;
-    if producer_len > MAX_PRODUCER_LEN as u64
-        || total != FILE_HEADER_FIXED_LEN as u64 + producer_len + 4
-    {
-        // Either the version changed the layout or the lengths are damaged; the version decides.
-        if version != FILE_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                path: p(),
-                offset: 0,
-                what: "file",
-                version,
-                supported: FILE_VERSION,
-            });
-        }
-        return Err(FormatError::BadLength {
-            path: p(),
-            offset: 12,
-            what: "file header length",
-            value: total,
-            reason: "does not match the producer length",
-        });
-    }
-    let total = total as usize;
-    if bytes.len() < total {
-        return Err(FormatError::Truncated {
-            path: p(),
-            offset: 0,
-            what: "file header",
-            needed: total as u64,
-            available: bytes.len() as u64,
-        });
-    }
-    let stored = u32_at(total - 4);
-    let computed = crc32c::crc32c(&bytes[..total - 4]);
-    if stored != computed {
-        return Err(FormatError::ChecksumMismatch {
-            path: p(),
-            offset: 0,
-            what: "file header",
-            stored,
-            computed,
-        });
-    }
-    if version != FILE_VERSION {
-        return Err(FormatError::UnsupportedVersion {
-            path: p(),
-            offset: 0,
-            what: "file",
-            version,
-            supported: FILE_VERSION,
-        });
-    }
-    let bad = |reason| FormatError::BadHeader {
-        path: p(),
-        offset: 0,
-        reason,
-    };
-    if u16_at(10) != 0 {
-        return Err(bad("unknown file flags"));
-    }
-    let source = clock_source_from(bytes[28]).ok_or_else(|| bad("unknown clock source"))?;
-    let producer = std::str::from_utf8(&bytes[FILE_HEADER_FIXED_LEN..total - 4])
-        .map_err(|_| bad("producer is not UTF-8"))?
-        .to_owned();
-    let header = FileHeader {
-        rank: u32_at(16),
-        world_size: u32_at(20),
-        part: u32_at(24),
-        clock: ClockCalibration {
-            source,
-            ticks_per_sec: f64::from_bits(u64_at(32)),
-            tick_at_epoch: u64_at(40),
-            realtime_ns: u64_at(48),
-        },
-        created_unix_ns: u64_at(56),
-        producer,
-    };
-    Ok((header, total))
 }
 
 /// A verified, decompressed chunk. Its events are decoded lazily by [`Chunk::events`].
@@ -764,4 +627,60 @@ pub fn open_dir(dir: impl AsRef<Path>) -> Result<Vec<RankFileEntry>, FormatError
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunk::ChunkEncoder;
+    use crate::chunk::decode::BLOCK;
+    use crate::framing::{FileHeader, encode_file_header};
+    use crate::model::ClockCalibration;
+    use crate::raw::RawBuf;
+    use crate::synthetic::{HaloConfig, generate};
+
+    fn halo_events(iterations: u64) -> Vec<Event> {
+        let cfg = HaloConfig {
+            world_size: 4,
+            rank: 1,
+            iterations,
+            ..HaloConfig::default()
+        };
+        let mut out = Vec::new();
+        generate(&cfg, |e| out.push(e.clone()));
+        out
+    }
+
+    #[test]
+    fn block_decoding_crosses_block_boundaries_and_reads_misc_events_alone() {
+        // Several blocks of calls and completions, with a partial last block.
+        let events = halo_events(3 * BLOCK as u64 + 17);
+        let mut raw = RawBuf::new();
+        for e in &events {
+            raw.push_event(e);
+        }
+        let chunk = ChunkEncoder::new(1).encode(0, 0, 0, &raw);
+        let mut file = encode_file_header(&FileHeader {
+            rank: 0,
+            world_size: 4,
+            part: 0,
+            clock: ClockCalibration::default(),
+            created_unix_ns: 0,
+            producer: "test".into(),
+        });
+        file.extend_from_slice(&chunk.bytes);
+        let file = RankFile::from_bytes(file, "blocks.evf").unwrap();
+        let chunks: Vec<_> = file.chunks().map(Result::unwrap).collect();
+        assert_eq!(chunks.len(), 1);
+        let decoded: Vec<Event> = chunks[0].events().collect();
+        assert_eq!(decoded, events);
+        let misc: Vec<Event> = chunks[0].misc_events().collect();
+        let want: Vec<Event> = events
+            .iter()
+            .filter(|e| !matches!(e, Event::Call(_) | Event::Completion(_)))
+            .cloned()
+            .collect();
+        assert!(!want.is_empty());
+        assert_eq!(misc, want);
+    }
 }

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::reader::{Chunk, ChunkReader, RankFile, TailKind};
+use crate::framing::TailKind;
+use crate::reader::{Chunk, ChunkReader, RankFile};
 
 /// Something the walk could not read or chose not to read, with where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]

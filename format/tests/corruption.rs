@@ -1,8 +1,8 @@
 mod common;
 
 use common::*;
-use format::chunk::{CHUNK_HEADER_LEN, ChunkHeader};
-use format::reader::TailKind;
+use format::framing::TailKind;
+use format::framing::{CHUNK_HEADER_LEN, ChunkHeader};
 use format::*;
 
 /// A small file with a few chunks mixing every event kind.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use format::chunk::{CHUNK_HEADER_LEN, CHUNK_VERSION, ChunkHeader};
+use format::framing::{CHUNK_HEADER_LEN, CHUNK_VERSION, ChunkHeader};
 use format::fuzzing::{check, mutate, read_in_full, seed_corpus};
 use format::synthetic::Rng;
 

@@ -5,9 +5,8 @@
 mod common;
 
 use common::{header, raw_of, read_everything, write_file};
-use format::chunk::{
-    CHUNK_HEADER_LEN, CHUNK_MIN_VERSION, CHUNK_VERSION, ChunkHeader, EncodedChunk,
-};
+use format::chunk::EncodedChunk;
+use format::framing::{CHUNK_HEADER_LEN, CHUNK_MIN_VERSION, CHUNK_VERSION, ChunkHeader};
 use format::*;
 
 fn rank_info() -> RankInfo {
@@ -453,8 +452,8 @@ fn chunk_with_body(kind: u8, body: &[u8]) -> Vec<u8> {
     }
     let h = ChunkHeader {
         version: CHUNK_VERSION,
-        codec: format::chunk::CODEC_NONE,
-        encoding: format::chunk::ENCODING_COLUMNS_V1,
+        codec: format::framing::CODEC_NONE,
+        encoding: format::framing::ENCODING_COLUMNS_V1,
         rank: 7,
         stream: 0,
         seq: 0,

@@ -1,7 +1,7 @@
 mod common;
 
 use common::*;
-use format::reader::TailKind;
+use format::framing::TailKind;
 use format::*;
 use proptest::prelude::*;
 
@@ -189,7 +189,7 @@ fn chunk_metadata_matches_its_events() {
     assert_eq!(chunk.first_ts, *times.iter().min().unwrap());
     assert_eq!(chunk.last_ts, *times.iter().max().unwrap());
     assert_eq!(
-        chunk.stored_len as usize + format::chunk::CHUNK_HEADER_LEN,
+        chunk.stored_len as usize + format::framing::CHUNK_HEADER_LEN,
         chunk.bytes.len()
     );
 }

@@ -13,44 +13,12 @@
 
 use format::{ClockSample, SampleKind};
 
+use crate::config::ClockScheme;
 use crate::protocol_tags::{
     CLOCK_BOUND, CLOCK_M_D, CLOCK_OFFSET, CLOCK_PING, CLOCK_PONG, CLOCK_RTT_INDEX,
 };
 use crate::transport::{AsyncTransport, Blocking, Transport, TransportError, block_on};
-
-/// How the offsets to rank 0 are measured.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum ClockScheme {
-    /// The paper's: rank 0 ping-pongs with every other rank in turn. O(P) time at rank 0.
-    #[default]
-    Sequential,
-    /// Every rank ping-pongs with its children in the binomial tree of [`crate::tree_broadcast`]
-    /// (all parents at once), and offsets compose down the tree: C_child = C_parent + edge. Takes
-    /// about ⌈log2 P⌉ measurements one after the other. The error bound grows with the depth: each
-    /// rank knows the sum of the half round trips on its path
-    /// ([`ClockSync::error_bound_ns`]), and the suspension subtracts it from its start, so that
-    /// rank 0 never sees a start later than the true one.
-    Tree,
-}
-
-impl ClockScheme {
-    pub const NAMES: &'static [&'static str] = &["sequential", "tree"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ClockScheme::Sequential => "sequential",
-            ClockScheme::Tree => "tree",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<ClockScheme> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "sequential" => Some(ClockScheme::Sequential),
-            "tree" => Some(ClockScheme::Tree),
-            _ => None,
-        }
-    }
-}
+use crate::tree::{tree_children, tree_parent};
 
 /// The result of one measurement, as known on one rank.
 #[derive(Clone, Debug, PartialEq)]
@@ -306,12 +274,12 @@ async fn measure_tree<A: AsyncTransport>(
 ) -> Result<ClockSync, TransportError> {
     let rank = transport.rank();
     let size = transport.size();
-    let parent = crate::suspension::tree_parent(rank);
+    let parent = tree_parent(rank);
     let answered_at = match parent {
         Some(parent) => answer_pings(transport, parent, tries).await?,
         None => Vec::new(),
     };
-    let children = crate::suspension::tree_children(rank, size);
+    let children = tree_children(rank, size);
     let mut edges = Vec::with_capacity(children.len());
     let mut message_times = Vec::with_capacity(2 * tries * children.len());
     for &child in &children {

@@ -108,6 +108,40 @@ impl Layout {
     }
 }
 
+/// How the offsets to rank 0 are measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ClockScheme {
+    /// The paper's: rank 0 ping-pongs with every other rank in turn. O(P) time at rank 0.
+    #[default]
+    Sequential,
+    /// Every rank ping-pongs with its children in the binomial tree of [`crate::tree_broadcast`]
+    /// (all parents at once), and offsets compose down the tree: C_child = C_parent + edge. Takes
+    /// about ⌈log2 P⌉ measurements one after the other. The error bound grows with the depth: each
+    /// rank knows the sum of the half round trips on its path
+    /// ([`ClockSync::error_bound_ns`]), and the suspension subtracts it from its start, so that
+    /// rank 0 never sees a start later than the true one.
+    Tree,
+}
+
+impl ClockScheme {
+    pub const NAMES: &'static [&'static str] = &["sequential", "tree"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ClockScheme::Sequential => "sequential",
+            ClockScheme::Tree => "tree",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ClockScheme> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "sequential" => Some(ClockScheme::Sequential),
+            "tree" => Some(ClockScheme::Tree),
+            _ => None,
+        }
+    }
+}
+
 /// Every setting, parsed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -142,8 +176,8 @@ pub struct Config {
     pub abort_flush_limit: Duration,
     /// Ping-pong exchanges per clock-offset measurement (the minimum round trip is kept).
     pub clock_samples: u32,
-    /// How clock offsets are measured (see `offload::clock::ClockScheme`).
-    pub clock_scheme: crate::clock::ClockScheme,
+    /// How clock offsets are measured (see [`ClockScheme`]).
+    pub clock_scheme: ClockScheme,
     /// How the ranks agree to flush.
     pub decision: Decision,
     /// Split decision: the time aimed for between two decision points.
@@ -476,7 +510,7 @@ static SETTINGS: &[Setting] = &[
         default: "tree",
         help: "Clock-offset measurement: tree (parents measure children in parallel; O(log P)) | sequential (the paper: rank 0 ping-pongs every rank in turn; O(P))",
         apply: |c, v| {
-            c.clock_scheme = crate::clock::ClockScheme::from_name(v)
+            c.clock_scheme = ClockScheme::from_name(v)
                 .ok_or_else(|| "expected sequential or tree".to_string())?;
             Ok(())
         },
@@ -547,7 +581,7 @@ impl Config {
             callsites: false,
             abort_flush_limit: Duration::ZERO,
             clock_samples: 1,
-            clock_scheme: crate::clock::ClockScheme::Tree,
+            clock_scheme: ClockScheme::Tree,
             decision: Decision::Split,
             decision_interval: Duration::ZERO,
         };

@@ -20,7 +20,7 @@ use std::task::{Context, Poll, Waker};
 
 use thiserror::Error;
 
-use crate::suspension::FlushReport;
+use crate::flush::FlushReport;
 
 /// A message tag. The protocol uses tags from [`crate::protocol_tags`]; transports that share a
 /// communicator with other traffic should keep their own tags outside that range.

@@ -32,7 +32,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use format::chunk::EncodedChunk;
-use format::writer::{FileHeader, encode_file_header, rank_file_name};
+use format::framing::{FileHeader, encode_file_header};
+use format::writer::rank_file_name;
 use thiserror::Error;
 
 /// What one call to [`Writer::write_chunks`] wrote.

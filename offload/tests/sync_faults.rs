@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 
 use format::chunk::EncodedChunk;
-use format::writer::{FileHeader, encode_file_header};
+use format::framing::{FileHeader, encode_file_header};
 use format::{ClockCalibration, ClockSource};
 use offload::writer::{OutputPlan, PosixWriter, UringWriter, WriteError, Writer};
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use format::chunk::{ChunkEncoder, EncodedChunk};
+use format::framing::{FILE_MAGIC, FileHeader, encode_file_header};
 use format::synthetic::{HaloConfig, raw_buf};
-use format::writer::{FILE_MAGIC, FileHeader, encode_file_header};
 use format::{ClockCalibration, ClockSource};
 #[path = "../../tests/common/skip.rs"]
 mod skip;
