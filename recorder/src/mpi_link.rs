@@ -1,6 +1,8 @@
-//! The private MPI transport the C layer offers the protocol: collectives and point-to-point
+//! The private MPI link the C layer offers the recorder: collectives and point-to-point
 //! messages on a duplicate of `MPI_COMM_WORLD` made at init, never on the application's
-//! communicators. The C layer installs it after `MPI_Init` and removes it at `MPI_Finalize`.
+//! communicators, plus the MPI-IO and group-file operations. The C layer installs it after
+//! `MPI_Init` and removes it at `MPI_Finalize`. The protocol's transport over it is
+//! [`crate::back::transport`].
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
