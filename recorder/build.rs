@@ -5,7 +5,7 @@ mod generator;
 
 fn main() {
     println!("cargo:rerun-if-changed=mpi_functions.tsv");
-    println!("cargo:rerun-if-changed=codegen/gen.rs");
+    println!("cargo:rerun-if-changed=codegen");
     let tsv = std::fs::read_to_string("mpi_functions.tsv").expect("read mpi_functions.tsv");
     let funcs = match generator::parse(&tsv) {
         Ok(f) => f,

@@ -95,7 +95,7 @@ fn main() {
         .to_path_buf();
     for f in [
         "mpi_functions.tsv",
-        "codegen/gen.rs",
+        "codegen",
         "csrc/evf_runtime.c",
         "csrc/evf_runtime.h",
         "csrc/evf_job.c",

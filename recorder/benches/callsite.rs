@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use format::{MpiCall, RawBuf};
-use recorder::callsites::{self, CACHE_SLOTS};
+use recorder::front::callsites::{self, CACHE_SLOTS};
 
 fn storing(c: &mut Criterion) {
     let mut group = c.benchmark_group("record");

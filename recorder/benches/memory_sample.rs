@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use format::MemoryWhen;
-use recorder::memory::{self, NodePlace, Sampler};
+use recorder::back::memory::{self, NodePlace, Sampler};
 
 fn sampling(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory");

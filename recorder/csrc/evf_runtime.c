@@ -727,7 +727,7 @@ uint64_t evf_mine_bytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm c
 /* Completions are processed after the completion call's record was stored. Those of calls that
  * complete several requests (Waitall, Waitsome, Testall, Testsome) are measured here (two clock
  * reads, only when something completed) and charged to the thread's next event, like the other
- * slow paths (see recorder/src/core.rs); a call that completes one request at most has that
+ * slow paths (see recorder/src/front/cost.rs); a call that completes one request at most has that
  * processing in its sampled cost instead (t_first NULL). */
 static void evf_emit(uint64_t handle, MPI_Status *st, uint64_t *t_first)
 {
@@ -923,7 +923,7 @@ static int evf_tr_recv_u64(uint64_t *value, int source, int tag)
     return PMPI_Recv(value, 1, MPI_UINT64_T, source, tag, evf_tr_comm, MPI_STATUS_IGNORE);
 }
 
-/* Whether a request handle may name several live requests at once (see recorder/src/requests.rs):
+/* Whether a request handle may name several live requests at once (see recorder/src/front/requests.rs):
  * MPICH hands out preallocated "builtin" requests (handle kind bits 01) for operations that are
  * complete at once, many times over; Open MPI hands out its static ompi_request_empty (e.g. for
  * MPI_PROC_NULL). Any other handle names one live request, so a table entry found under it at

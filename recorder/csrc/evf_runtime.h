@@ -88,7 +88,7 @@ typedef struct {
     int (*file_close)(void);
     int err_no_space;
     int err_quota;
-    /* The watchdog's switches (see recorder/src/watchdog.rs). */
+    /* The watchdog's switches (see recorder/src/lifecycle/watchdog.rs). */
     void (*set_watching)(int on);
     void (*watchdog_abort)(int code);
     /* The aggregated layout: one file per group of ranks (a node, or the whole job), written by
@@ -215,7 +215,7 @@ static inline void *evf_my_tb(void)
 }
 
 /* Stores the record; returns nonzero when the call's cost is sampled: the wrapper then calls
- * evf_sample_end once its own work for the call is done (recorder/src/core.rs). */
+ * evf_sample_end once its own work for the call is done (recorder/src/front/cost.rs). */
 static inline int evf_record_call_s(const evf_call_t *call)
 {
     return evf_rec_call_on(evf_my_tb(), call);

@@ -13,9 +13,14 @@ use std::time::Duration;
 use format::{CommId, Event, FunctionId, Marker};
 use offload::config::Config;
 
+use crate::back::{protocol, sink, transport};
 use crate::clock::{self, CalibrationStart};
-use crate::core::{self, CallRecord, Session};
-use crate::{functions, mpi_link, protocol, sink};
+use crate::front::buffers::{self, ThreadBuf};
+use crate::front::cost;
+use crate::front::record::{self, CallRecord, record_event};
+use crate::lifecycle::session::{self, Session, session};
+use crate::lifecycle::{finish, signals};
+use crate::{functions, mpi_link};
 
 static CALIBRATION: Mutex<Option<CalibrationStart>> = Mutex::new(None);
 /// Communicator ids below this are looked up in a bitset: the collective hook asks at every
@@ -109,7 +114,7 @@ pub extern "C" fn evf_rust_init(
             return 0;
         }
     };
-    if let Err(e) = crate::filter::configure(&config.include, &config.exclude) {
+    if let Err(e) = crate::front::filter::configure(&config.include, &config.exclude) {
         if world_rank == 0 {
             eprintln!("evenflush: {e}; recording is disabled");
         }
@@ -149,7 +154,7 @@ pub extern "C" fn evf_rust_init(
     }
     sink::configure(
         dirs,
-        core::file_header(rank, size, calibration),
+        session::file_header(rank, size, calibration),
         config.zstd_level,
         config.writer,
         config.layout,
@@ -162,11 +167,11 @@ pub extern "C" fn evf_rust_init(
         clock: calibration,
         read_cost: clock::read_cost_ticks(),
     };
-    if !core::start_session(session) {
+    if !session::start_session(session) {
         return 0;
     }
     for (id, (name, _)) in functions::FUNCTIONS.iter().enumerate() {
-        core::record_event(&Event::FunctionDef {
+        record_event(&Event::FunctionDef {
             id: id as FunctionId,
             name: (*name).to_string(),
         });
@@ -176,7 +181,7 @@ pub extern "C" fn evf_rust_init(
         .unwrap_or_else(|e| e.into_inner())
         .clone()
         .unwrap_or_default();
-    core::record_event(&Event::RankInfo(format::RankInfo {
+    record_event(&Event::RankInfo(format::RankInfo {
         rank,
         world_size: size,
         pid: std::process::id(),
@@ -184,8 +189,8 @@ pub extern "C" fn evf_rust_init(
         mpi_library,
         run_id: std::env::var("EVENFLUSH_RUN_ID").unwrap_or_default(),
     }));
-    crate::signals::install(
-        core::session().map_or(Duration::from_secs(10), |s| s.config.abort_flush_limit),
+    signals::install(
+        session::session().map_or(Duration::from_secs(10), |s| s.config.abort_flush_limit),
     );
     1
 }
@@ -213,27 +218,27 @@ pub unsafe extern "C" fn evf_rust_set_spawn_key(key: *const std::ffi::c_char) {
 /// trace. Runs in the child of a possibly multithreaded parent, so only async-signal-safe work.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_atfork_child() {
-    crate::signals::after_fork_child();
+    signals::after_fork_child();
 }
 
 /// The protocol settings every rank must share, as one number the C layer compares across ranks
 /// at init (0 when this process has no session).
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_settings_fingerprint() -> u64 {
-    core::session().map_or(0, |s| protocol::settings_fingerprint(&s.config))
+    session().map_or(0, |s| protocol::settings_fingerprint(&s.config))
 }
 
 /// Whether the wrappers should take their return addresses (`--callsites`).
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_callsites() -> c_int {
-    core::session().map_or(0, |s| c_int::from(s.config.callsites))
+    session().map_or(0, |s| c_int::from(s.config.callsites))
 }
 
 /// The ranks' settings differ (or a rank is not recording): this rank records nothing, so that no
 /// rank waits in a protocol step another rank never takes.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_refuse(mine: u64, lowest: u64, highest: u64) {
-    let rank = core::session().map_or(0, |s| s.rank);
+    let rank = session().map_or(0, |s| s.rank);
     if rank == 0 || mine != highest {
         eprintln!(
             "evenflush: rank {rank}: the ranks were started with different evenflush settings \
@@ -247,9 +252,9 @@ pub extern "C" fn evf_rust_refuse(mine: u64, lowest: u64, highest: u64) {
 /// End of `MPI_Init`: the measured span starts here.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_init_done(tick: u64) {
-    core::record_event(&Event::Marker(Marker::InitDone { time: tick }));
+    record_event(&Event::Marker(Marker::InitDone { time: tick }));
     if std::env::var_os("EVENFLUSH_CHECK_LINK").is_some() {
-        match mpi_link::self_check() {
+        match transport::self_check() {
             Ok(report) => eprintln!("evenflush: transport ok: {report}"),
             Err(e) => eprintln!("evenflush: transport check failed: {e}"),
         }
@@ -257,7 +262,7 @@ pub extern "C" fn evf_rust_init_done(tick: u64) {
     protocol::on_init_done();
     // Everything since PMPI_Init returned (calibration wait, settings, definitions, the protocol's
     // initial clock measurement) is recorder time before the application's first event.
-    core::charge(clock::now().wrapping_sub(tick));
+    cost::charge(clock::now().wrapping_sub(tick));
 }
 
 /// # Safety
@@ -266,14 +271,14 @@ pub extern "C" fn evf_rust_init_done(tick: u64) {
 pub unsafe extern "C" fn evf_rec_call(call: *const CallRecord) {
     // SAFETY: the C wrapper passes the address of a local record that lives across this call.
     if let Some(rec) = unsafe { call.as_ref() } {
-        core::record_call(rec);
+        record::record_call(rec);
     }
 }
 
 /// This thread's buffer, for the C layer to cache (see `evf_record_call` in evf_runtime.h).
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_thread_buf() -> *const c_void {
-    crate::buffers::mine() as *const crate::buffers::ThreadBuf as *const c_void
+    buffers::mine() as *const ThreadBuf as *const c_void
 }
 
 /// Stores a call record; returns 1 when the call's cost is sampled: the wrapper then calls
@@ -289,14 +294,9 @@ pub unsafe extern "C" fn evf_rec_call_on(
 ) -> c_int {
     // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread and a live
     // record on the caller's stack.
-    let (tb, rec) = unsafe {
-        (
-            (thread_buf as *const crate::buffers::ThreadBuf).as_ref(),
-            call.as_ref(),
-        )
-    };
+    let (tb, rec) = unsafe { ((thread_buf as *const ThreadBuf).as_ref(), call.as_ref()) };
     match (tb, rec) {
-        (Some(tb), Some(rec)) => c_int::from(core::record_call_on(tb, rec)),
+        (Some(tb), Some(rec)) => c_int::from(record::record_call_on(tb, rec)),
         _ => 0,
     }
 }
@@ -309,8 +309,8 @@ pub unsafe extern "C" fn evf_rec_call_on(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn evf_rust_sample_end(thread_buf: *const c_void, func: u16, call_end: u64) {
     // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread.
-    if let Some(tb) = unsafe { (thread_buf as *const crate::buffers::ThreadBuf).as_ref() } {
-        core::sample_end(tb, func, call_end);
+    if let Some(tb) = unsafe { (thread_buf as *const ThreadBuf).as_ref() } {
+        cost::sample_end(tb, func, call_end);
     }
 }
 
@@ -326,8 +326,8 @@ pub unsafe extern "C" fn evf_rec_completion(
     cancelled: c_int,
 ) {
     // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread.
-    if let Some(tb) = unsafe { (thread_buf as *const crate::buffers::ThreadBuf).as_ref() } {
-        core::record_completion_on(tb, req_handle, source, tag, bytes, cancelled != 0);
+    if let Some(tb) = unsafe { (thread_buf as *const ThreadBuf).as_ref() } {
+        record::record_completion_on(tb, req_handle, source, tag, bytes, cancelled != 0);
     }
 }
 
@@ -353,14 +353,14 @@ unsafe fn world_ranks(members: *const i32, n: c_int) -> Vec<u32> {
 pub unsafe extern "C" fn evf_rec_commdef(id: u32, members: *const i32, n: c_int) {
     // SAFETY: forwarded contract.
     let members = unsafe { world_ranks(members, n) };
-    let world = core::session().map_or(0, |s| s.size);
+    let world = session().map_or(0, |s| s.size);
     let spans = members.len() as u32 == world && {
         let mut sorted = members.clone();
         sorted.sort_unstable();
         sorted.iter().enumerate().all(|(i, &r)| i as u32 == r)
     };
     set_spans_world(id, spans);
-    core::record_event(&Event::CommDef { id, members });
+    record_event(&Event::CommDef { id, members });
 }
 
 /// The remote group of intercommunicator `id`, right after its `CommDef`.
@@ -371,7 +371,7 @@ pub unsafe extern "C" fn evf_rec_commdef(id: u32, members: *const i32, n: c_int)
 pub unsafe extern "C" fn evf_rec_remote_group(id: u32, members: *const i32, n: c_int) {
     // SAFETY: forwarded contract.
     let members = unsafe { world_ranks(members, n) };
-    core::record_event(&Event::RemoteGroup { id, members });
+    record_event(&Event::RemoteGroup { id, members });
 }
 
 /// The group of the `MPI_Win_post`/`MPI_Win_start` on window `win` about to be recorded.
@@ -382,20 +382,20 @@ pub unsafe extern "C" fn evf_rec_remote_group(id: u32, members: *const i32, n: c
 pub unsafe extern "C" fn evf_rec_epoch_group(win: u32, members: *const i32, n: c_int) {
     // SAFETY: forwarded contract.
     let members = unsafe { world_ranks(members, n) };
-    core::record_event(&Event::EpochGroup { win, members });
+    record_event(&Event::EpochGroup { win, members });
 }
 
 /// Window `id` (already defined by a `CommDef` of its group) was created over communicator `comm`.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rec_windef(id: u32, comm: u32) {
-    core::record_event(&Event::WinDef { id, comm });
+    record_event(&Event::WinDef { id, comm });
 }
 
 /// Recorder work measured by the C layer after a record was stored (completion processing):
 /// charged to this thread's next event.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_charge(ticks: u64) {
-    core::charge(ticks);
+    cost::charge(ticks);
 }
 
 /// [`evf_rust_charge`] on this thread's buffer as the C layer caches it.
@@ -405,15 +405,15 @@ pub extern "C" fn evf_rust_charge(ticks: u64) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn evf_rust_charge_on(thread_buf: *const c_void, ticks: u64) {
     // SAFETY: per the contract, a live (leaked, never freed) ThreadBuf of this thread.
-    if let Some(tb) = unsafe { (thread_buf as *const crate::buffers::ThreadBuf).as_ref() } {
-        core::charge_on(tb, ticks);
+    if let Some(tb) = unsafe { (thread_buf as *const ThreadBuf).as_ref() } {
+        cost::charge_on(tb, ticks);
     }
 }
 
 /// Events the C layer could not record (out of memory): counted and marked in the trace.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_lost(events: u64) {
-    core::lost(events);
+    record::lost(events);
 }
 
 /// Returns 1 when the hook did more than count (a decision point, charged on its own).
@@ -425,27 +425,27 @@ pub extern "C" fn evf_after_blocking_collective(comm: u32, func: u16) -> c_int {
 /// Entry of `MPI_Finalize` (the transport still works): the measured span ends here.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_finalize_begin() {
-    core::record_event(&Event::Marker(Marker::FinalizeStart { time: clock::now() }));
+    record_event(&Event::Marker(Marker::FinalizeStart { time: clock::now() }));
     protocol::on_finalize_start();
 }
 
 /// After `PMPI_Finalize` returned: write everything.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_rust_finalize_end() {
-    core::finish(None);
+    finish::finish(None);
 }
 
 /// `MPI_Abort` (-1), exit without finalize (0) or a fatal signal: write what we have.
 #[unsafe(no_mangle)]
 pub extern "C" fn evf_abnormal_end(signal: c_int) {
-    if core::session().is_none() {
+    if session().is_none() {
         return;
     }
     if signal == -1 {
         // MPI_Abort must end the job even when the disk hangs.
-        core::finish_bounded(signal);
+        finish::finish_bounded(signal);
     } else {
-        core::finish(Some(signal));
+        finish::finish(Some(signal));
     }
 }
 
@@ -470,7 +470,7 @@ fn string_id(name: &[u8]) -> u32 {
     let id = map.len() as u32;
     map.insert(name.to_vec(), id);
     // Defined while holding the map lock, so no other thread can use the id before it exists.
-    core::record_event(&Event::StringDef {
+    record_event(&Event::StringDef {
         id,
         text: String::from_utf8_lossy(name).into_owned(),
     });
@@ -488,7 +488,7 @@ unsafe fn name_bytes<'a>(name: *const std::ffi::c_char) -> &'a [u8] {
 }
 
 fn user_api_usable() -> bool {
-    if core::active() {
+    if session::active() {
         return true;
     }
     if !WARNED_USER_BEFORE_INIT.swap(true, Ordering::Relaxed)
@@ -521,7 +521,7 @@ pub unsafe extern "C" fn evenflush_record(
         // SAFETY: the caller guarantees `len` readable bytes at `data`.
         unsafe { std::slice::from_raw_parts(data as *const u8, len) }.to_vec()
     };
-    core::record_event(&Event::User(format::UserRecord {
+    record_event(&Event::User(format::UserRecord {
         time,
         name: id,
         payload,
@@ -530,7 +530,7 @@ pub unsafe extern "C" fn evenflush_record(
     // way) is recorder work the program would not have done; for megabyte records it is a
     // millisecond. User records carry no cost field, so the time is charged to the thread's next
     // call, where reconstruction with DP removed takes it out.
-    core::charge(clock::now().saturating_sub(time));
+    cost::charge(clock::now().saturating_sub(time));
 }
 
 fn region(name: *const std::ffi::c_char, begin: bool) {
@@ -540,12 +540,12 @@ fn region(name: *const std::ffi::c_char, begin: bool) {
     let time = clock::now();
     // SAFETY: callers pass the user's pointer, which the API contract requires to be NUL-terminated.
     let id = string_id(unsafe { name_bytes(name) });
-    core::record_event(&Event::Region(format::Region {
+    record_event(&Event::Region(format::Region {
         time,
         name: id,
         begin,
     }));
-    core::charge(clock::now().saturating_sub(time));
+    cost::charge(clock::now().saturating_sub(time));
 }
 
 /// User API: a named region begins.

@@ -3,33 +3,25 @@
 //! `recorder/preload-openmpi` and `recorder/preload-mpich`) intercepts the calls, turns handles into
 //! integers and calls the hooks in [`ffi`].
 //!
-//! What the offload protocol needs from here:
-//! - [`take_all_buffers`]: every thread's buffered events, taken out (memory freed);
-//! - [`held_bytes`]: buffer memory held now, to compare with the threshold S;
-//! - [`mpi_link::link`]: the private transport (collectives and point-to-point on a duplicate of
-//!   `MPI_COMM_WORLD`);
-//! - the hooks in [`protocol`], called after blocking collectives and at init/finalize;
-//! - [`record_event`] to store suspension records, clock samples and markers;
-//! - [`sink::write`] to append taken buffers to the rank file.
+//! Three parts, one folder each:
+//! - [`front`]: the hot path. Each recorded call goes into its thread's buffer, with its cost;
+//! - [`lifecycle`]: the session from `MPI_Init` to the end of recording (finalize, abort, exit,
+//!   signals, fork, the watchdog);
+//! - [`back`]: what the buffers become. The protocol's flush decision and equalised
+//!   suspension, the threshold S, the hard limit, memory samples and the sink that writes.
+//!
+//! The front end hands over to the back end through one hook, [`buffer_grew`]; the back end uses
+//! the small API [`front`] re-exports (store an event, take the buffers, their size, charge
+//! time). Beside them: [`ffi`] (the C layer's entry points), [`mpi_link`] (the C layer's private
+//! MPI communicator), [`clock`] and [`alloc`] (the trace blocks' allocator).
 
 pub mod alloc;
-pub mod buffers;
-pub mod callsites;
+pub mod back;
 pub mod clock;
-pub mod core;
 pub mod ffi;
-pub mod filter;
-pub mod group_file;
-pub mod memory;
-pub mod memory_watch;
+pub mod front;
+pub mod lifecycle;
 pub mod mpi_link;
-pub mod mpiio;
-pub mod protocol;
-pub mod requests;
-pub mod signals;
-pub mod sink;
-pub mod threshold;
-pub mod watchdog;
 
 /// The wrapped functions, by `FunctionId`.
 pub mod functions {
@@ -67,10 +59,20 @@ pub mod functions {
     }
 }
 
-pub use buffers::held_bytes;
-pub use core::{active, finish, record_event, session, take_all_buffers};
+pub use back::protocol::after_blocking_collective;
 pub use ffi::comm_spans_world;
-pub use protocol::after_blocking_collective;
+pub use front::{held_bytes, record_event, take_all_buffers};
+pub use lifecycle::finish::finish;
+pub use lifecycle::session::{active, session};
+
+/// The front end's one hook into the back end: a thread's buffer took a new block (rare: once per
+/// block of [`front::buffers::BLOCK_SIZE`], never per event). The back end decides what follows
+/// (mode `local`'s flush past S, a memory sample, the hard limit). It lives here, where the
+/// parts are wired together, so that the front end names nothing of the back end.
+#[inline]
+pub(crate) fn buffer_grew() {
+    back::limit::after_buffer_growth();
+}
 
 #[cfg(test)]
 mod tests;

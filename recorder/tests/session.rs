@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use format::{Event, Marker, RankFile};
-use recorder::core::{CallRecord, KIND_RECV, KIND_SEND, REQ_NEW};
 use recorder::ffi;
+use recorder::front::record::{CallRecord, KIND_RECV, KIND_SEND, REQ_NEW};
 use recorder::functions::id_of;
 
 /// A record as the C layer makes it: real clock readings around a (here empty) PMPI call.
@@ -131,7 +131,7 @@ fn a_session_through_the_hooks_reads_back_exactly() {
         traced = traced.min(t.elapsed().as_secs_f64());
     }
     let added_ns = (traced - bare).max(0.0) / f64::from(TIMED) * 1e9;
-    let read_cost = recorder::core::session().unwrap().read_cost;
+    let read_cost = recorder::session().unwrap().read_cost;
 
     let name = c"phase";
     // SAFETY: NUL-terminated name and a readable payload.

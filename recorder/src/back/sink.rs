@@ -16,8 +16,9 @@ use format::{
 use offload::config::Layout;
 use offload::writer::{OutputPlan, PosixWriter, WriteError, Writer, WriterKind, open_writer};
 
-use crate::buffers::Taken;
-use crate::group_file::{GroupFile, GroupOutcome};
+use crate::back::group_file::{GroupFile, GroupOutcome};
+use crate::back::mpiio::MpiIoWriter;
+use crate::front::Taken;
 
 /// Raw bytes of one buffer encoded into one chunk. Encoding a whole flush at once would hold the
 /// column payload and the compressed copy of the entire buffer beside it (about three times the
@@ -87,7 +88,7 @@ static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 /// backend at `MPI_Finalize`.
 enum Backend {
     Generic(Box<dyn Writer>),
-    MpiIo(Box<crate::mpiio::MpiIoWriter>),
+    MpiIo(Box<MpiIoWriter>),
 }
 
 impl Backend {
@@ -199,7 +200,7 @@ impl Sink {
                 .unwrap_or((WriterChange::Opened, String::new()));
             let unavailable = match (self.kind, crate::mpi_link::link()) {
                 (WriterKind::MpiIo, Some(link)) => {
-                    let mut w = crate::mpiio::MpiIoWriter::new(link, self.plan.clone());
+                    let mut w = MpiIoWriter::new(link, self.plan.clone());
                     match w.open_first() {
                         Err(WriteError::Io { source, .. }) => {
                             Some(format!("MPI-IO cannot open the trace file: {source}"))

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use format::{ThresholdBasis, ThresholdChoice};
 
-use crate::memory::{NodeMemory, NodePlace};
+use crate::back::memory::{NodeMemory, NodePlace};
 
 /// The part of the free memory per rank that auto gives the recorder.
 pub const AUTO_SHARE: f64 = 0.25;
@@ -35,6 +35,13 @@ static RECORDED: AtomicU64 = AtomicU64::new(0);
 #[inline]
 pub fn current() -> u64 {
     CURRENT.load(Ordering::Relaxed)
+}
+
+/// Whether `bytes` of buffered events pass S: the rank wants a flush (mode `local` flushes at
+/// once).
+#[inline]
+pub fn exceeded(bytes: u64) -> bool {
+    bytes > current()
 }
 
 /// Auto's S for `available` bytes free (`None`: unknown, the fallback applies) shared by

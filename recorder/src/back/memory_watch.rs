@@ -7,14 +7,17 @@ use std::sync::Once;
 
 use format::{Event, Marker, MemorySample, MemoryWhen};
 
-use crate::memory::{self, NodePlace};
-use crate::{buffers, clock, core, sink, threshold};
+use crate::back::memory::{self, NodePlace};
+use crate::back::{sink, threshold};
+use crate::clock;
+use crate::front::{self, record_event};
+use crate::lifecycle::session::session;
 
 static LOW_WARNING: Once = Once::new();
 
 /// End of `MPI_Init`: opens the files, chooses S, and records both with the first sample.
 pub fn at_init() {
-    let Some(session) = core::session() else {
+    let Some(session) = session() else {
         return;
     };
     let place = NodePlace::from_env(session.size);
@@ -26,7 +29,7 @@ pub fn at_init() {
     let now = clock::now();
     let sample = take(MemoryWhen::Init);
     let choice = threshold::choose(now, &session.config, &memory::node(), place);
-    core::record_event(&Event::Threshold(choice));
+    record_event(&Event::Threshold(choice));
     if let Some(sample) = sample {
         warn_if_low(&sample, place);
     }
@@ -41,15 +44,15 @@ pub fn at_suspension() {
 /// last read it (every 50 ms: the program allocates most of its memory early, while the buffers
 /// fill); then a sample if one is due.
 pub fn at_decision() {
-    if let Some(session) = core::session()
+    if let Some(session) = session()
         && session.config.threshold_auto
         && let Some(place) = memory::place()
     {
-        let held = buffers::held_bytes() + sink::held_compressed();
+        let held = front::held_bytes() + sink::held_compressed();
         if let Some(choice) =
             threshold::reevaluate(clock::now(), &session.config, &memory::node(), place, held)
         {
-            core::record_event(&Event::Threshold(choice));
+            record_event(&Event::Threshold(choice));
         }
     }
     maybe_periodic();
@@ -75,7 +78,7 @@ pub fn at_finalize() {
 /// Takes and records a sample; re-evaluates S and checks for low memory.
 fn observe(when: MemoryWhen) {
     let Some(sample) = take(when) else { return };
-    let (Some(session), Some(place)) = (core::session(), memory::place()) else {
+    let (Some(session), Some(place)) = (session(), memory::place()) else {
         return;
     };
     let node = memory::NodeMemory {
@@ -91,7 +94,7 @@ fn observe(when: MemoryWhen) {
         place,
         sample.recorder_bytes,
     ) {
-        core::record_event(&Event::Threshold(choice));
+        record_event(&Event::Threshold(choice));
     }
     warn_if_low(&sample, place);
 }
@@ -100,10 +103,10 @@ fn take(when: MemoryWhen) -> Option<MemorySample> {
     let sample = memory::sample(
         clock::now(),
         when,
-        buffers::held_bytes() + sink::held_compressed(),
+        front::held_bytes() + sink::held_compressed(),
         sink::held_compressed(),
     )?;
-    core::record_event(&Event::Memory(sample));
+    record_event(&Event::Memory(sample));
     Some(sample)
 }
 
@@ -124,10 +127,10 @@ fn warn_if_low(sample: &MemorySample, place: NodePlace) {
         return;
     }
     LOW_WARNING.call_once(|| {
-        let rank = core::session().map_or(0, |s| s.rank);
+        let rank = session().map_or(0, |s| s.rank);
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         let fits = available / u64::from(place.local_size.max(1)) / 2;
-        let auto = core::session().is_some_and(|s| s.config.threshold_auto);
+        let auto = session().is_some_and(|s| s.config.threshold_auto);
         let advice = if auto {
             "even with --threshold auto: the program itself leaves too little memory (give the \
              job more memory or fewer ranks per node)"
@@ -152,7 +155,7 @@ fn warn_if_low(sample: &MemorySample, place: NodePlace) {
             place.local_size,
             mib(threshold::current()),
         );
-        core::record_event(&Event::Marker(Marker::MemoryLow {
+        record_event(&Event::Marker(Marker::MemoryLow {
             time: sample.time,
             available,
             needed,

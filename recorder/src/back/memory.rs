@@ -369,7 +369,7 @@ pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64) {
             .name("evenflush-memory".into())
             .spawn(move || {
                 block_signals();
-                while crate::core::active() {
+                while crate::lifecycle::session::active() {
                     std::thread::sleep(period);
                     publish(&watcher.node(swap));
                 }

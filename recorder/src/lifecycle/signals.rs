@@ -34,7 +34,9 @@ use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::core;
+use crate::lifecycle::finish;
+use crate::lifecycle::fork::{self, forked_child};
+use crate::lifecycle::session::session;
 
 const SIGNALS: [c_int; 5] = [
     libc::SIGTERM,
@@ -55,8 +57,6 @@ static INSTALLED: Once = Once::new();
 static ACTIVE_SLOT: [AtomicBool; 5] = [const { AtomicBool::new(false) }; 5];
 static mut PREVIOUS_ACTIONS: [MaybeUninit<libc::sigaction>; 5] = [MaybeUninit::uninit(); 5];
 
-/// The process that started recording; any other pid reading it is a forked child.
-static INIT_PID: AtomicI32 = AtomicI32::new(0);
 /// The helper's pipe: the handler writes one byte per request.
 static WAKE_READ: AtomicI32 = AtomicI32::new(-1);
 static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
@@ -83,15 +83,8 @@ static IN_APP_HANDLER: AtomicU32 = AtomicU32::new(0);
 /// The bound on every wait for the helper, in milliseconds (`--abort-flush-limit`).
 static WAIT_LIMIT_MS: AtomicU64 = AtomicU64::new(10_000);
 
-/// Whether this process is a fork of the one that records (which must not touch its trace).
-pub fn forked_child() -> bool {
-    let pid = INIT_PID.load(Ordering::Relaxed);
-    // SAFETY: getpid has no preconditions.
-    pid != 0 && pid != unsafe { libc::getpid() }
-}
-
 extern "C" fn at_exit() {
-    if forked_child() || core::session().is_none() {
+    if forked_child() || session().is_none() {
         return;
     }
     if IN_APP_HANDLER.load(Ordering::Acquire) > 0 {
@@ -100,7 +93,7 @@ extern "C" fn at_exit() {
         request(WANT_FINAL, 0, true);
         return;
     }
-    core::finish(Some(0));
+    finish::finish(Some(0));
 }
 
 /// Asks the helper for `what` and, with `wait`, waits until it is served or the limit passes.
@@ -220,7 +213,7 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
     }
     // SAFETY: pthread_self only reads the thread pointer.
     let on_helper = HELPER.load(Ordering::Acquire) == unsafe { libc::pthread_self() };
-    let ours = !forked_child() && !core::finished() && !on_helper;
+    let ours = !forked_child() && !finish::finished() && !on_helper;
     // SAFETY: a previous action of our own process. Applies to each `chain` below.
     let app_handler = unsafe { previous(i) }.sa_sigaction != libc::SIG_DFL;
     if !ours {
@@ -273,16 +266,16 @@ fn helper_loop() {
         // This thread never makes MPI calls of the application's: with `--writer mpiio`, what it
         // writes goes to a posix part file instead.
         if what != 0 {
-            crate::sink::leave_mpiio();
+            crate::back::sink::leave_mpiio();
         }
         if what & WANT_FINAL != 0 {
             let sig = FINAL_SIGNAL.load(Ordering::Acquire);
-            core::finish(Some(sig));
+            finish::finish(Some(sig));
             if RERAISE.load(Ordering::Acquire) && !is_crash(sig) {
                 reraise_default(sig);
             }
         } else if what & WANT_CHECKPOINT != 0 {
-            core::checkpoint();
+            finish::checkpoint();
         }
         SERVED.fetch_max(seen, Ordering::AcqRel);
         let done = DONE_WRITE.load(Ordering::Acquire);
@@ -336,8 +329,7 @@ fn make_pipe(read_nonblocking: bool) -> Option<(c_int, c_int)> {
 pub fn install(wait_limit: Duration) {
     INSTALLED.call_once(|| {
         WAIT_LIMIT_MS.store(wait_limit.as_millis() as u64, Ordering::Relaxed);
-        // SAFETY: getpid has no preconditions.
-        INIT_PID.store(unsafe { libc::getpid() }, Ordering::Release);
+        fork::remember_recording_process();
         // SAFETY: registering a plain extern "C" function with no captured state.
         unsafe { libc::atexit(at_exit) };
         let (Some((wake_r, wake_w)), Some((done_r, done_w))) = (make_pipe(false), make_pipe(true))

@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use format::{Event, Marker};
 
-use crate::{clock, core, functions};
+use crate::front::record_event;
+use crate::lifecycle::finish::finish;
+use crate::lifecycle::session::{active, session};
+use crate::{clock, functions};
 
 #[derive(Default)]
 struct Slot {
@@ -63,7 +66,7 @@ pub extern "C" fn evf_rust_watch_end() {
 
 /// Starts the watchdog thread (once, at the end of `MPI_Init`).
 pub fn start(limit: Duration, abort: bool) {
-    let Some(session) = core::session() else {
+    let Some(session) = session() else {
         return;
     };
     let Some(link) = crate::mpi_link::link() else {
@@ -76,7 +79,7 @@ pub fn start(limit: Duration, abort: bool) {
     let spawned = std::thread::Builder::new().name("evenflush-watchdog".into()).spawn(move || {
         loop {
             std::thread::sleep(period);
-            if !core::active() {
+            if !active() {
                 return;
             }
             if check(rank, limit_ticks, session.clock.ticks_per_sec) && abort {
@@ -87,7 +90,7 @@ pub fn start(limit: Duration, abort: bool) {
                 say(&format!(
                     "evenflush: rank {rank}: WATCHDOG: writing the trace and aborting the job (--watchdog-abort)"
                 ));
-                core::finish(Some(-1));
+                finish(Some(-1));
                 link.watchdog_abort(3);
                 return;
             }
@@ -138,7 +141,7 @@ fn check(rank: u32, limit_ticks: u64, ticks_per_sec: f64) -> bool {
             "evenflush: rank {rank}: WATCHDOG: {name} has been running for {:.1} s (communicator {comm_text}, peer {peer}, tag {tag})",
             elapsed_ns as f64 * 1e-9
         ));
-        core::record_event(&Event::Marker(Marker::Stuck {
+        record_event(&Event::Marker(Marker::Stuck {
             time: now,
             func,
             elapsed_ns,

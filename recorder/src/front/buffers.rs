@@ -43,10 +43,10 @@ pub struct Local {
     /// In `--mode profile`, the statistics that stand in for the event trace (constant memory).
     profile: Option<Box<ProfileStats>>,
     /// Call sites this thread has named lately (`--callsites`).
-    pub sites: crate::callsites::SiteCache,
+    pub sites: crate::front::callsites::SiteCache,
 }
 
-/// One function's cost estimate on one thread (see `crate::core`).
+/// One function's cost estimate on one thread (see `crate::front::cost`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FuncCost {
     /// Ticks charged per call; 0 until the first sample.
@@ -205,7 +205,7 @@ fn register() -> &'static ThreadBuf {
             cost: [FuncCost::default(); crate::functions::FUNCTIONS.len()],
             cost_any: 0,
             cost_carry: 0,
-            sites: [(0, 0); crate::callsites::CACHE_SLOTS],
+            sites: [(0, 0); crate::front::callsites::CACHE_SLOTS],
             profile: None,
         }),
     }));
@@ -407,6 +407,11 @@ pub fn take_all(patience: Option<u64>) -> (Vec<Taken>, Busy) {
         TAKING.store(false, Ordering::Release);
     }
     (taken, busy)
+}
+
+/// Takes every thread's buffered events, for a writer (offload suspension, finalize).
+pub fn take_all_buffers() -> Vec<Taken> {
+    take_all(None).0
 }
 
 /// Locks `m`, waiting as long as it takes with `patience = None`, or for at most that many

@@ -26,8 +26,11 @@ use format::{CommId, Event, FunctionId, SampleKind};
 use offload::config::{Config, Mode, SuspendAt};
 use offload::{FlushReport, Settings, Suspender};
 
-use crate::mpi_link::MpiTransport;
-use crate::{buffers, core, functions, sink};
+use crate::back::transport::MpiTransport;
+use crate::back::{memory_watch, sink, threshold};
+use crate::front::{self, record_event};
+use crate::lifecycle::session::session;
+use crate::{clock, functions};
 
 /// The C layer's id of `MPI_COMM_WORLD` (`evf_define_comm(0, MPI_COMM_WORLD)`).
 const WORLD_COMM: CommId = 0;
@@ -49,6 +52,26 @@ struct Protocol {
     off_announced: bool,
 }
 
+impl Protocol {
+    /// The suspender's step after a collective (or, in mode `local`, a buffer's growth), voting
+    /// with S as [`threshold`] has it now.
+    fn suspend(
+        &mut self,
+        used: u64,
+    ) -> Result<Option<offload::Suspended>, offload::TransportError> {
+        sync_threshold(&mut self.suspender);
+        self.suspender
+            .suspend(&mut self.transport, used, &mut flush_all)
+    }
+}
+
+/// The suspender keeps a copy of S for its vote ([`offload::Settings::threshold_bytes`]);
+/// [`threshold`] owns S, and this is where the copy is brought up to date: at init and before
+/// every step that may vote.
+fn sync_threshold(suspender: &mut Suspender) {
+    suspender.set_threshold(threshold::current());
+}
+
 static PROTOCOL: Mutex<Option<Protocol>> = Mutex::new(None);
 
 /// Whether the protocol is installed: lets the hook after every collective return without a lock
@@ -56,7 +79,7 @@ static PROTOCOL: Mutex<Option<Protocol>> = Mutex::new(None);
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
 fn rank() -> u32 {
-    core::session().map_or(0, |s| s.rank)
+    session().map_or(0, |s| s.rank)
 }
 
 /// The settings every rank must share for the protocol to stay collective, as one number. The
@@ -89,20 +112,20 @@ pub fn settings_fingerprint(config: &Config) -> u64 {
 /// End of `MPI_Init`: set up the protocol and take the first clock-offset sample (in every mode:
 /// reconstruction maps each rank onto rank 0's clock through these samples).
 pub fn on_init_done() {
-    let Some(session) = core::session() else {
+    let Some(session) = session() else {
         return;
     };
     if !session.config.watchdog.is_zero() {
-        crate::watchdog::start(session.config.watchdog, session.config.watchdog_abort);
+        crate::lifecycle::watchdog::start(session.config.watchdog, session.config.watchdog_abort);
     }
-    crate::memory_watch::at_init();
+    memory_watch::at_init();
     warm_blocks(&session.config);
     let Some(mut transport) = MpiTransport::new() else {
         return;
     };
-    let mut settings = Settings::from_config(&session.config);
-    settings.threshold_bytes = crate::threshold::current();
+    let settings = Settings::from_config(&session.config);
     let mut suspender = Suspender::new(settings);
+    sync_threshold(&mut suspender);
     let sample = match suspender.init(&mut transport) {
         Ok(Some(sample)) => Ok(sample),
         // Modes that never suspend collectively still need the offsets for the trace.
@@ -117,7 +140,7 @@ pub fn on_init_done() {
     };
     let failed = match sample {
         Ok(sample) => {
-            core::record_event(&Event::Clock(sample));
+            record_event(&Event::Clock(sample));
             false
         }
         Err(e) => {
@@ -165,7 +188,7 @@ fn warm_blocks(config: &Config) {
     if config.mode == Mode::Profile {
         return;
     }
-    let s = crate::threshold::current();
+    let s = threshold::current();
     let bytes = WARM_MAX_BYTES.min(config.limit / 2);
     let most = usize::try_from(bytes / crate::alloc::HUGE_MIN as u64).unwrap_or(usize::MAX);
     let blocks = crate::alloc::blocks_for_threshold(s).min(most);
@@ -176,14 +199,14 @@ fn warm_blocks(config: &Config) {
 /// (except in mode `local`), so the write may be collective (the aggregated layout's group file).
 fn flush_all() -> FlushReport {
     let before = sink::stats();
-    let taken = core::take_all_buffers();
-    let together = core::session().is_some_and(|s| s.config.mode != Mode::Local);
+    let taken = front::take_all_buffers();
+    let together = session().is_some_and(|s| s.config.mode != Mode::Local);
     let after = if together {
         sink::write_collective(taken)
     } else {
         sink::write(taken)
     };
-    crate::memory_watch::at_suspension();
+    memory_watch::at_suspension();
     FlushReport {
         bytes_raw: after.bytes_raw - before.bytes_raw,
         bytes_stored: after.bytes_stored - before.bytes_stored,
@@ -269,30 +292,29 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
     // Most collectives only advance a counter: no clock reads for them, and no sum over the
     // threads' buffers (which takes the registry's lock), since only a decision reads it.
     let may_act = p.suspender.next_call_may_act();
-    let entered = may_act.then(crate::clock::now);
+    let entered = may_act.then(clock::now);
     if may_act {
-        crate::memory_watch::at_decision();
-        p.suspender.set_threshold(crate::threshold::current());
+        memory_watch::at_decision();
     }
     // Chunks compressed in memory since the last flush (the hard limit was reached) ask for the
     // next flush whatever S is: they exist because memory ran short.
     let used = match (may_act, sink::held_compressed()) {
         (false, _) => 0,
-        (true, 0) => buffers::used_bytes(),
+        (true, 0) => front::used_bytes(),
         (true, _) => u64::MAX,
     };
-    let result = p.suspender.suspend(&mut p.transport, used, &mut flush_all);
+    let result = p.suspend(used);
     if let (Some(entered), Ok(None)) = (entered, &result) {
         // A decision point without a suspension (or just the counter) is recorder time like any
         // other: charged to this thread's next event as DP, so reconstruct removes it. A
         // suspension's time is in its own record (DP') instead.
-        core::charge(crate::clock::now().wrapping_sub(entered));
+        front::charge(clock::now().wrapping_sub(entered));
     }
     match result {
         Ok(Some(done)) => {
-            core::record_event(&Event::Suspension(done.record));
+            record_event(&Event::Suspension(done.record));
             if let Some(sample) = done.clock_sample {
-                core::record_event(&Event::Clock(sample));
+                record_event(&Event::Clock(sample));
             }
         }
         Ok(None) => {}
@@ -336,21 +358,22 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
 /// tracers do. Called when a buffer grew by a block; the pause it causes is recorded as a
 /// suspension of this rank only (it perturbs the others, which is what this mode demonstrates).
 pub fn after_buffer_growth() {
-    let Some(session) = core::session() else {
+    let Some(session) = session() else {
         return;
     };
-    if session.config.mode != Mode::Local || buffers::used_bytes() <= crate::threshold::current() {
+    if session.config.mode != Mode::Local {
+        return;
+    }
+    let used = front::used_bytes();
+    if !threshold::exceeded(used) {
         return;
     }
     let Ok(mut guard) = PROTOCOL.try_lock() else {
         return;
     };
     let Some(p) = guard.as_mut() else { return };
-    match p
-        .suspender
-        .suspend(&mut p.transport, buffers::used_bytes(), &mut flush_all)
-    {
-        Ok(Some(done)) => core::record_event(&Event::Suspension(done.record)),
+    match p.suspend(used) {
+        Ok(Some(done)) => record_event(&Event::Suspension(done.record)),
         Ok(None) => {}
         Err(e) => eprintln!(
             "evenflush: rank {}: the local flush failed: {e}",
@@ -364,7 +387,7 @@ pub fn after_buffer_growth() {
 /// and the MPI-IO writer's last write.
 pub fn on_finalize_start() {
     RUNNING.store(false, Ordering::Release);
-    crate::memory_watch::at_finalize();
+    memory_watch::at_finalize();
     {
         let mut guard = PROTOCOL.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = guard.as_mut() {
@@ -374,7 +397,7 @@ pub fn on_finalize_start() {
     }
     // After the last clock sample, so that it is written with the rest.
     if sink::needs_finalize_write() {
-        sink::before_mpi_finalize(core::take_all_buffers());
+        sink::before_mpi_finalize(front::take_all_buffers());
     }
 }
 
@@ -391,7 +414,7 @@ fn finish_protocol(p: &mut Protocol) {
         p.clock_tries,
         SampleKind::Finalize,
     ) {
-        Ok(sync) => core::record_event(&Event::Clock(sync.own)),
+        Ok(sync) => record_event(&Event::Clock(sync.own)),
         Err(e) => eprintln!(
             "evenflush: rank {}: final clock measurement failed: {e}",
             rank()

@@ -1,0 +1,9 @@
+//! The lifecycle: the session set up at `MPI_Init`, the end of recording (finalize, abort, exit),
+//! a forked child kept away from the trace, the signal handlers and the watchdog that end a job
+//! with its trace written.
+
+pub mod finish;
+pub mod fork;
+pub mod session;
+pub mod signals;
+pub mod watchdog;
