@@ -1,4 +1,4 @@
-//! What is recorded: `MPI_Pcontrol` levels, and `--include` / `--exclude` (recorder/src/filter.rs),
+//! What is recorded: `MPI_Pcontrol` levels, and `--include` / `--exclude` (recorder/src/front/filter.rs),
 //! on tests/programs/pcontrol.c under both MPIs. Recording paused by the program leaves out
 //! exactly the calls made while paused; a filtered call takes its completions with it, so no
 //! completion is read as another call's; a rule that names no function stops recording with a

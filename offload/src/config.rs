@@ -150,7 +150,7 @@ pub struct Config {
     /// Buffer size S that makes a rank ask for a suspension, in bytes (with `threshold_auto`, the
     /// fallback used when no memory figure can be read).
     pub threshold: u64,
-    /// `--threshold auto`: S is sized from the memory free on the node (recorder::threshold).
+    /// `--threshold auto`: S is sized from the memory free on the node (recorder::back::threshold).
     pub threshold_auto: bool,
     /// Hard memory limit for the recorder's buffers, in bytes.
     pub limit: u64,
@@ -163,7 +163,7 @@ pub struct Config {
     pub writer: Writer,
     pub layout: Layout,
     pub zstd_level: i32,
-    /// `--include` / `--exclude` rules (recorder::filter); empty include = everything.
+    /// `--include` / `--exclude` rules (recorder::front::filter); empty include = everything.
     pub include: Vec<String>,
     pub exclude: Vec<String>,
     /// A call running longer than this is reported stuck; zero disables the watchdog.
