@@ -20,60 +20,60 @@ use trace::definitions::RankMeta;
 /// A worker's view of one lane.
 pub(super) struct LaneWork<'a> {
     pub(super) global: usize,
-    pub(super) walk: ChunkWalk<'a>,
+    walk: ChunkWalk<'a>,
     /// The chunk being read: a step takes at most [`STEP_EVENTS`] of its events, so what waits
     /// for the matcher stays small while the chunk itself stays in its compact decoded form.
-    pub(super) current: Option<ChunkIntoEvents>,
+    current: Option<ChunkIntoEvents>,
     pub(super) mapper: LaneMapper<'a>,
-    pub(super) next_index: u64,
-    pub(super) out: Option<LaneOut>,
+    next_index: u64,
+    out: Option<LaneOut>,
     /// The last call went to the matcher, so its completions go too.
-    pub(super) last_call_kept: bool,
+    last_call_kept: bool,
     /// The last event was a communicator definition: the next call goes to the matcher (an
     /// `Intercomm_create` right after a definition created it).
-    pub(super) after_commdef: bool,
+    after_commdef: bool,
     /// A completion call (`Wait`, `Test`, ...) held back until the next event says whether it
     /// completed anything: polling loops make most of some traces' events (hpcc: 40 M
     /// `Test`/`Testany` calls that completed nothing), and one that completed nothing changes
     /// nothing the matcher counts.
-    pub(super) held_poll: Option<Item>,
-    pub(super) done: bool,
+    held_poll: Option<Item>,
+    done: bool,
 }
 
 pub(super) struct RankWork<'a> {
-    pub(super) rank_idx: usize,
-    pub(super) rank: u32,
+    rank_idx: usize,
+    rank: u32,
     pub(super) lanes: Vec<LaneWork<'a>>,
 }
 
 pub(super) struct State {
     pub(super) queues: Vec<VecDeque<Vec<Item>>>,
     pub(super) lane_finished: Vec<bool>,
-    pub(super) busy: Vec<bool>,
-    pub(super) rank_finished: Vec<bool>,
+    busy: Vec<bool>,
+    rank_finished: Vec<bool>,
     pub(super) remaining_ranks: usize,
     /// Batches waiting in all queues.
-    pub(super) queued: usize,
+    queued: usize,
     /// Where the round-robin search for the next rank to read ahead starts.
-    pub(super) cursor: usize,
+    cursor: usize,
     pub(super) error: Option<RebuildError>,
 }
 
 pub(super) struct Shared<'a> {
     pub(super) ctx: &'a HbContext,
     pub(super) work: Vec<Mutex<RankWork<'a>>>,
-    pub(super) lane_rank: Vec<usize>,
+    lane_rank: Vec<usize>,
     pub(super) state: Mutex<State>,
     pub(super) work_ready: Condvar,
-    pub(super) data_ready: Condvar,
+    data_ready: Condvar,
     /// Everything goes to the matcher (the repair is on).
-    pub(super) feed_all: bool,
+    feed_all: bool,
     pub(super) output: Option<WorkerOutput<'a>>,
     /// Per rank: another process of the job steps it.
-    pub(super) remote: Vec<bool>,
+    remote: Vec<bool>,
     /// Queued batches beyond which workers stop reading ahead.
-    pub(super) budget: usize,
-    pub(super) step_events: usize,
+    budget: usize,
+    step_events: usize,
     pub(super) events_done: AtomicU64,
 }
 

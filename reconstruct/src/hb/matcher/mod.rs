@@ -12,6 +12,9 @@
 //!
 //! Communicators are recorder-local ids; two ranks' communicators are the same when they have the
 //! same members and are the same-numbered communicator with those members on both ranks.
+//!
+//! Here: what each function is for matching ([`Class`]), the state kept per rank, and the
+//! dispatch of a call, and of what a held call waits for, to its family.
 
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
