@@ -5,7 +5,6 @@
 
 pub mod hb;
 pub mod job;
-mod job_roles;
 mod mapping;
 pub mod matches;
 pub mod options;

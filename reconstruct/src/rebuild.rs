@@ -9,7 +9,7 @@
 //! flight; it does not grow with the length of the trace.
 //!
 //! Here are the entry points; their options are in [`crate::options`], the summary they return in
-//! [`crate::summary`], what the processes of an MPI job do in `job_roles`.
+//! [`crate::summary`], what the processes of an MPI job do in `job::roles`.
 //!
 //! The output's clock is the global one in nanoseconds: every rank file says 1e9 ticks per second,
 //! its clock samples say offset 0, suspensions are zero-length markers, and with DP removed every
@@ -24,8 +24,8 @@ use trace::definitions::RankMeta;
 use trace::scan::scan_with;
 
 use crate::hb::{Estimates, Repair};
+use crate::job::roles::{create_outputs, gather_metas, serve_as_owner};
 use crate::job::{self, Transport};
-use crate::job_roles::{create_outputs, gather_metas, serve_as_owner};
 use crate::matches::check_happened_before_with;
 use crate::options::output_chunk_events;
 pub use crate::options::{Model, Options, RebuildError, Remove};
@@ -64,7 +64,7 @@ pub fn reconstruct_in_job(
     // Whatever fails here, the other processes are told to stop.
     let stop_others = |e: RebuildError| {
         if let Some(j) = job {
-            pipeline::finish_job(Some(j), &mut Vec::new()).ok();
+            pipeline::remote::finish_job(Some(j), &mut Vec::new()).ok();
         }
         e
     };

@@ -6,6 +6,8 @@
 //!   per lane), so memory does not grow with the length of the trace;
 //! - [`matcher`]: which send a receive takes and which instance of a collective a call joins,
 //!   by MPI's rules, not by timestamps;
+//! - [`collective_instance`]: a collective instance, the entries of its members and the summary
+//!   of the latest, which the matcher fills in and the two below read;
 //! - [`violations`]: what counts as a causality violation (by the collective's shape, and
 //!   within the clocks' measured uncertainty);
 //! - [`repair`]: the controlled logical clock that moves times so that none remains.
@@ -19,6 +21,7 @@ use trace::definitions::RankMeta;
 use trace::lanes::LaneId;
 use trace::members::Members;
 
+mod collective_instance;
 mod estimates;
 mod matcher;
 mod repair;
@@ -26,7 +29,8 @@ mod violations;
 
 pub use estimates::Estimates;
 
-use matcher::{Class, CollRef, Comm, Key, Need, RankState, SendRec};
+use collective_instance::{CollInst, CollKey, CollRef};
+use matcher::{Class, Comm, Key, Need, RankState, SendRec};
 
 /// A multiply-rotate hash for the small integer keys of the hot maps: the default SipHash
 /// costs more than the rest of matching an event.
@@ -456,7 +460,7 @@ struct Shared<'c> {
     sends: FastMap<(Key, u64), SendRec>,
     send_counter: FastMap<Key, u64>,
     recv_counter: FastMap<Key, u64>,
-    colls: FastMap<matcher::CollKey, matcher::CollInst>,
+    colls: FastMap<CollKey, CollInst>,
     report: HbReport,
     /// Per lane: no later call of the lane starts before this (its last time seen, the end of
     /// the call it holds, or the start of the call it waits to process), as recorded.

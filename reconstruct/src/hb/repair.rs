@@ -19,9 +19,10 @@
 
 use format::Event;
 
+use super::collective_instance::{CollInst, EntrySummary, LatestOthers};
 use super::estimates::size_class;
 use super::matcher::{Class, Need};
-use super::violations::{EntrySummary, entries_known, waited_for};
+use super::violations::{entries_known, waited_for};
 use super::{Lane, MessageMatch, Shared};
 
 /// What a held call depends on, in the replay: the latest moment over its dependencies at which
@@ -419,11 +420,7 @@ fn place_poll_run<I>(lane: &mut Lane<I>, old_shift: i64, call: &format::MpiCall)
 
 /// The latest entry of another member than `me` among `range`, replayed and as recorded, each
 /// with its position (for exits that no summary serves: a few members each).
-fn latest_others_in(
-    inst: &super::matcher::CollInst,
-    range: std::ops::Range<usize>,
-    me: usize,
-) -> super::violations::LatestOthers {
+fn latest_others_in(inst: &CollInst, range: std::ops::Range<usize>, me: usize) -> LatestOthers {
     let latest = |starts: &[Option<u64>]| {
         range
             .clone()

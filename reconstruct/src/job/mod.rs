@@ -30,6 +30,8 @@ use crate::mapping::{LaneMarks, Mark};
 use trace::Skipped;
 use trace::definitions::RankMeta;
 
+pub(crate) mod roles;
+
 /// Byte messages between the processes of the job. The binary implements it over MPI (the crate
 /// links no MPI), tests over channels between threads.
 pub trait Transport {

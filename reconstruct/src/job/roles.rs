@@ -135,7 +135,7 @@ fn scan_own(
             kept.push((stream, e.clone()));
         })
         .map(|meta| (own[k], meta, kept))
-        .map_err(|e| pipeline::error_text(&e))
+        .map_err(|e| pipeline::remote::error_text(&e))
     })
     .into_iter()
     .collect()
@@ -163,7 +163,7 @@ fn send_own_metas(trace: &Trace, opts: &Options, job: &dyn Transport) -> Result<
 }
 
 /// A process other than 0: reads its ranks' metadata, waits for everyone's (which also says the
-/// output directory is prepared), then steps its ranks as asked (see [`pipeline::serve`]).
+/// output directory is prepared), then steps its ranks as asked (see [`pipeline::remote::serve`]).
 pub(crate) fn serve_as_owner(
     trace: &Trace,
     out: &Path,
@@ -173,7 +173,7 @@ pub(crate) fn serve_as_owner(
     if let Err(reason) = send_own_metas(trace, opts, job) {
         job.send(0, job::TAG_FAILED, reason.as_bytes())
             .map_err(RebuildError::Job)?;
-        return pipeline::serve_failed(job, &reason, true);
+        return pipeline::remote::serve_failed(job, &reason, true);
     }
     let (_, tag, bytes) = job.recv(Some(0)).map_err(RebuildError::Job)?;
     let metas = match tag {
@@ -200,10 +200,12 @@ pub(crate) fn serve_as_owner(
     });
     let (metas, outputs) = match prepared {
         Ok(p) => p,
-        Err(e) => return pipeline::serve_failed(job, &pipeline::error_text(&e), false),
+        Err(e) => {
+            return pipeline::remote::serve_failed(job, &pipeline::remote::error_text(&e), false);
+        }
     };
     let ids = pipeline::lane_ids(&metas);
-    pipeline::serve(
+    pipeline::remote::serve(
         trace,
         PassConfig {
             metas: &metas,

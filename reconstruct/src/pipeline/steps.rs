@@ -1,0 +1,409 @@
+//! One step of one rank: the next few thousand events of each of its lanes decoded, their times
+//! mapped, the output written when nothing is repaired, and what the matcher needs queued for
+//! it; the workers that take steps ahead of the matcher within a budget, and the matcher's own
+//! fetch of a lane's next batch.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use format::reader::ChunkIntoEvents;
+use format::{ChunkEncoder, ChunkWalk, EncodedChunk, Event};
+
+use super::{Inputs, Item, MatcherLocal, PassConfig, WorkerOutput, lock, rank_slot};
+use crate::hb::HbContext;
+use crate::mapping::LaneMapper;
+use crate::options::{RebuildError, Remove};
+use crate::output::LaneOut;
+use trace::definitions::RankMeta;
+
+/// A worker's view of one lane.
+pub(super) struct LaneWork<'a> {
+    pub(super) global: usize,
+    walk: ChunkWalk<'a>,
+    /// The chunk being read: a step takes at most [`STEP_EVENTS`] of its events, so what waits
+    /// for the matcher stays small while the chunk itself stays in its compact decoded form.
+    current: Option<ChunkIntoEvents>,
+    pub(super) mapper: LaneMapper<'a>,
+    next_index: u64,
+    out: Option<LaneOut>,
+    /// The last call went to the matcher, so its completions go too.
+    last_call_kept: bool,
+    /// The last event was a communicator definition: the next call goes to the matcher (an
+    /// `Intercomm_create` right after a definition created it).
+    after_commdef: bool,
+    /// A completion call (`Wait`, `Test`, ...) held back until the next event says whether it
+    /// completed anything: polling loops make most of some traces' events (hpcc: 40 M
+    /// `Test`/`Testany` calls that completed nothing), and one that completed nothing changes
+    /// nothing the matcher counts.
+    held_poll: Option<Item>,
+    done: bool,
+}
+
+pub(super) struct RankWork<'a> {
+    rank_idx: usize,
+    rank: u32,
+    pub(super) lanes: Vec<LaneWork<'a>>,
+}
+
+pub(super) struct State {
+    pub(super) queues: Vec<VecDeque<Vec<Item>>>,
+    pub(super) lane_finished: Vec<bool>,
+    busy: Vec<bool>,
+    rank_finished: Vec<bool>,
+    pub(super) remaining_ranks: usize,
+    /// Batches waiting in all queues.
+    queued: usize,
+    /// Where the round-robin search for the next rank to read ahead starts.
+    cursor: usize,
+    pub(super) error: Option<RebuildError>,
+}
+
+pub(super) struct Shared<'a> {
+    pub(super) ctx: &'a HbContext,
+    pub(super) work: Vec<Mutex<RankWork<'a>>>,
+    lane_rank: Vec<usize>,
+    pub(super) state: Mutex<State>,
+    pub(super) work_ready: Condvar,
+    data_ready: Condvar,
+    /// Everything goes to the matcher (the repair is on).
+    feed_all: bool,
+    pub(super) output: Option<WorkerOutput<'a>>,
+    /// Per rank: another process of the job steps it.
+    remote: Vec<bool>,
+    /// Queued batches beyond which workers stop reading ahead.
+    budget: usize,
+    step_events: usize,
+    pub(super) events_done: AtomicU64,
+}
+
+/// At most this many batches wait in one lane's queue.
+const PER_LANE_QUEUE: usize = 1;
+
+/// Events a step reads from one lane: large enough that the locking per step is noise, small
+/// enough that a batch is a few hundred KiB...
+const STEP_EVENTS: usize = 4096;
+/// ...and fewer with many lanes, since each lane may have a batch being matched and one queued:
+/// about this many events (of ~120 bytes) over all lanes, each way.
+const BATCHED_EVENTS: usize = 1 << 18;
+const MIN_STEP_EVENTS: usize = 64;
+
+impl<'a> Shared<'a> {
+    /// Decodes, maps (and maybe writes) the next chunk of each lane of rank `r`.
+    pub(super) fn step(
+        &self,
+        r: usize,
+        encoder: &mut ChunkEncoder,
+    ) -> Result<Vec<(usize, Vec<Item>, bool)>, RebuildError> {
+        let mut work = lock(&self.work[r]);
+        let work = &mut *work;
+        let several = work.lanes.len() > 1;
+        let mut produced = Vec::with_capacity(work.lanes.len());
+        let mut chunks: Vec<EncodedChunk> = Vec::new();
+        let chunk_events = self
+            .output
+            .as_ref()
+            .map_or(usize::MAX, |o| o.chunk_events.max(1));
+        for lane in &mut work.lanes {
+            if lane.done {
+                continue;
+            }
+            let mut batch = Vec::with_capacity(self.step_events);
+            let mut taken = 0usize;
+            while taken < self.step_events {
+                let Some(current) = &mut lane.current else {
+                    match lane.walk.next() {
+                        Some(chunk) => lane.current = Some(chunk.into_events()),
+                        None => {
+                            lane.done = true;
+                            if let Some(out) = &mut lane.out
+                                && !out.is_empty()
+                            {
+                                chunks.push(out.take_chunk(encoder, work.rank));
+                            }
+                            break;
+                        }
+                    }
+                    continue;
+                };
+                let Some(mut e) = current.next() else {
+                    lane.current = None;
+                    continue;
+                };
+                taken += 1;
+                let index = lane.next_index;
+                lane.next_index += 1;
+                lane.mapper.map_event(&mut e);
+                if let Some(out) = &mut lane.out
+                    && out.push(&e, chunk_events)
+                {
+                    chunks.push(out.take_chunk(encoder, work.rank));
+                }
+                if self.feed_all {
+                    batch.push(Item {
+                        index,
+                        removed: lane.mapper.removed,
+                        event: e,
+                    });
+                } else if keep(self.ctx, work.rank_idx, several, lane, &e) {
+                    let item = Item {
+                        index,
+                        removed: lane.mapper.removed,
+                        event: e,
+                    };
+                    match &item.event {
+                        // A rank with several lanes keeps every call: the matcher orders its
+                        // lanes' calls by their starts.
+                        Event::Call(c)
+                            if !several && self.ctx.is_completion_call(work.rank_idx, c.func) =>
+                        {
+                            lane.held_poll = Some(item);
+                        }
+                        Event::Completion(_) => {
+                            batch.extend(lane.held_poll.take());
+                            batch.push(item);
+                        }
+                        _ => {
+                            lane.held_poll = None;
+                            batch.push(item);
+                        }
+                    }
+                } else if !matches!(e, Event::Completion(_)) {
+                    lane.held_poll = None;
+                }
+            }
+            self.events_done.fetch_add(taken as u64, Ordering::Relaxed);
+            produced.push((lane.global, batch, lane.done));
+        }
+        if let Some(out) = &self.output {
+            out.ranks[r].append(&chunks)?;
+        }
+        Ok(produced)
+    }
+
+    /// Records a finished step of rank `r`.
+    fn finish_step(
+        &self,
+        st: &mut State,
+        r: usize,
+        result: Result<Vec<(usize, Vec<Item>, bool)>, RebuildError>,
+    ) {
+        st.busy[r] = false;
+        match result {
+            Ok(produced) => {
+                for (lane, batch, finished) in produced {
+                    if !batch.is_empty() {
+                        st.queues[lane].push_back(batch);
+                        st.queued += 1;
+                    }
+                    st.lane_finished[lane] |= finished;
+                }
+                let all_done = lock(&self.work[r]).lanes.iter().all(|l| l.done);
+                if all_done && !st.rank_finished[r] {
+                    st.rank_finished[r] = true;
+                    st.remaining_ranks -= 1;
+                }
+            }
+            Err(e) => {
+                st.error.get_or_insert(e);
+            }
+        }
+        self.data_ready.notify_all();
+        self.work_ready.notify_all();
+    }
+
+    /// A rank to read ahead, if the budget allows one.
+    fn pick(&self, st: &mut State) -> Option<usize> {
+        if st.queued >= self.budget {
+            return None;
+        }
+        let n = st.busy.len();
+        for k in 0..n {
+            let r = (st.cursor + k) % n;
+            if st.busy[r] || st.rank_finished[r] {
+                continue;
+            }
+            let room = lock(&self.work[r])
+                .lanes
+                .iter()
+                .all(|l| l.done || st.queues[l.global].len() < PER_LANE_QUEUE);
+            if room {
+                st.cursor = (r + 1) % n;
+                return Some(r);
+            }
+        }
+        None
+    }
+
+    pub(super) fn worker(&self, zstd_level: i32) {
+        let mut encoder = ChunkEncoder::new(zstd_level);
+        let mut st = lock(&self.state);
+        loop {
+            if st.error.is_some() || st.remaining_ranks == 0 {
+                return;
+            }
+            match self.pick(&mut st) {
+                Some(r) => {
+                    st.busy[r] = true;
+                    drop(st);
+                    let result = self.step(r, &mut encoder);
+                    st = lock(&self.state);
+                    self.finish_step(&mut st, r, result);
+                }
+                None => st = self.work_ready.wait(st).unwrap_or_else(|p| p.into_inner()),
+            }
+        }
+    }
+
+    /// The next batch of `lane` for the matcher; `None` when the lane has no more (or the pass
+    /// failed). Takes the rank's step itself when nothing is queued and no worker is on it, and
+    /// another rank's while a worker is on it.
+    pub(super) fn take(&self, lane: usize, local: &MatcherLocal) -> Option<Vec<Item>> {
+        let mut st = lock(&self.state);
+        loop {
+            if st.error.is_some() {
+                return None;
+            }
+            let mut r = self.lane_rank[lane];
+            if let Some(batch) = st.queues[lane].pop_front() {
+                if self.remote[r] {
+                    drop(st);
+                    self.keep_asking_ahead(r, local);
+                } else {
+                    st.queued -= 1;
+                    self.work_ready.notify_one();
+                    drop(st);
+                }
+                (local.progress.borrow_mut())(self.events_done.load(Ordering::Relaxed));
+                return Some(batch);
+            }
+            if st.lane_finished[lane] {
+                return None;
+            }
+            if self.remote[r] {
+                drop(st);
+                if let Err(e) = self.receive_step(r, local) {
+                    lock(&self.state).error.get_or_insert(e);
+                }
+                st = lock(&self.state);
+                continue;
+            }
+            if st.busy[r] {
+                // A worker is on it: read ahead for another lane meanwhile rather than idle.
+                match self.pick(&mut st) {
+                    Some(other) => r = other,
+                    None => {
+                        st = self.data_ready.wait(st).unwrap_or_else(|p| p.into_inner());
+                        continue;
+                    }
+                }
+            }
+            st.busy[r] = true;
+            drop(st);
+            let result = self.step(r, &mut local.encoder.borrow_mut());
+            st = lock(&self.state);
+            self.finish_step(&mut st, r, result);
+        }
+    }
+}
+
+/// Whether the matcher needs `e` when nothing is repaired (see the module docs).
+#[inline]
+fn keep(
+    ctx: &HbContext,
+    rank_idx: usize,
+    several: bool,
+    lane: &mut LaneWork<'_>,
+    e: &Event,
+) -> bool {
+    match e {
+        Event::Call(c) => {
+            lane.last_call_kept = several
+                || std::mem::take(&mut lane.after_commdef)
+                || ctx.is_communication(rank_idx, c.func);
+            lane.last_call_kept
+        }
+        Event::Completion(_) => lane.last_call_kept,
+        Event::CommDef { .. } => {
+            lane.after_commdef = true;
+            true
+        }
+        Event::RemoteGroup { .. } | Event::EpochGroup { .. } => true,
+        _ => false,
+    }
+}
+
+impl Inputs {
+    /// The pass's shared state; the ranks marked `remote` are stepped by other processes.
+    pub(super) fn shared<'a>(
+        &'a self,
+        metas: &[RankMeta],
+        cfg: PassConfig<'a>,
+        remote: Vec<bool>,
+        threads: usize,
+    ) -> Shared<'a> {
+        let ids = &self.ids;
+        let remove_dp_prime = cfg.remove.is_some_and(Remove::dp_prime);
+        let remove_dp = cfg.remove.is_some_and(Remove::dp);
+        let writes = cfg.output.is_some();
+        let mut work: Vec<RankWork<'_>> = metas
+            .iter()
+            .enumerate()
+            .map(|(i, m)| RankWork {
+                rank_idx: i,
+                rank: m.rank,
+                lanes: Vec::new(),
+            })
+            .collect();
+        let mut lane_rank = Vec::with_capacity(ids.len());
+        for (global, id) in ids.iter().enumerate() {
+            let r = rank_slot(metas, id.rank);
+            lane_rank.push(r);
+            work[r].lanes.push(LaneWork {
+                global,
+                walk: ChunkWalk::stream(&self.open[r].files, id.stream),
+                current: None,
+                mapper: LaneMapper::new(&self.maps[global], remove_dp_prime, remove_dp),
+                next_index: 0,
+                out: (writes && !remote[r]).then(|| LaneOut::new(id.stream)),
+                last_call_kept: false,
+                after_commdef: false,
+                held_poll: None,
+                done: false,
+            });
+        }
+        // Workers pick neither a rank without lanes (no events at all) nor another process's.
+        let rank_finished: Vec<bool> = work
+            .iter()
+            .zip(&remote)
+            .map(|(w, &far)| far || w.lanes.is_empty())
+            .collect();
+        let remaining_ranks = rank_finished.iter().filter(|f| !**f).count();
+        Shared {
+            ctx: &self.ctx,
+            work: work.into_iter().map(Mutex::new).collect(),
+            lane_rank,
+            state: Mutex::new(State {
+                queues: ids.iter().map(|_| VecDeque::new()).collect(),
+                lane_finished: vec![false; ids.len()],
+                busy: vec![false; metas.len()],
+                rank_finished,
+                remaining_ranks,
+                queued: 0,
+                cursor: 0,
+                error: None,
+            }),
+            work_ready: Condvar::new(),
+            data_ready: Condvar::new(),
+            feed_all: cfg.repair.enabled,
+            output: cfg.output,
+            remote,
+            // Lanes are read in lockstep (every collective holds them together), so their batches
+            // run out together: the workers must be able to refill every lane while the matcher
+            // works through the current ones.
+            budget: ids.len().max(2 * threads),
+            step_events: (BATCHED_EVENTS / ids.len().max(1)).clamp(MIN_STEP_EVENTS, STEP_EVENTS),
+            events_done: AtomicU64::new(0),
+        }
+    }
+}

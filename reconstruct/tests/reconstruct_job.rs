@@ -1,0 +1,234 @@
+//! The output does not depend on how the work is spread: over threads, or over the processes of
+//! an MPI job (standing in as threads whose messages go over channels), and a job that fails
+//! does so without a hang.
+
+mod common;
+mod known_run;
+
+use common::*;
+use format::Event;
+use known_run::*;
+use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
+use trace::Trace;
+
+/// A 6-rank ring of 200 rounds, rank 2 with a second thread that sends, written in chunks of 13
+/// events; returns the world size.
+fn ring_with_a_worker_thread(dir: &std::path::Path) -> u32 {
+    let mut program = ring_program(6, 200, 11);
+    let worker: Vec<Event> = (0..150u64)
+        .map(|i| {
+            Event::Call(call(
+                SEND,
+                10_000_000_000 + i * 5_000,
+                10_000_000_000 + i * 5_000 + 40,
+                1,
+                900,
+            ))
+        })
+        .collect();
+    program.measured[2].streams.push((1, worker));
+    write_trace(dir, program.world, &program.measured, 13);
+    program.world
+}
+
+#[test]
+fn the_output_does_not_depend_on_the_number_of_threads() {
+    // Ranks of one and of two threads, small input and output chunks so that every lane takes
+    // many steps: any thread count must write the same bytes and report the same summary, with
+    // and without the repair (whose output comes from the matcher instead of the workers).
+    let dir = temp_dir("threads");
+    let world = ring_with_a_worker_thread(&dir);
+    let trace = Trace::open(&dir).unwrap();
+    for hb in [false, true] {
+        let mut first: Option<(Vec<Vec<u8>>, String)> = None;
+        for threads in [1, 2, 3, 7] {
+            let out = dir.with_extension(format!("out-{hb}-{threads}"));
+            let opts = Options {
+                remove: Remove::Both,
+                hb,
+                chunk_events: 29,
+                threads,
+                ..Options::default()
+            };
+            let mut summary = rebuild::reconstruct(&trace, &out, &opts, &mut |_, _| {}).unwrap();
+            summary.out.clear();
+            let files: Vec<Vec<u8>> = (0..world)
+                .map(|r| std::fs::read(out.join(format::rank_file_name(r, 0))).unwrap())
+                .collect();
+            let json = serde_json::to_string(&summary).unwrap();
+            assert!(summary.events > 3_000, "{}", summary.events);
+            match &first {
+                None => first = Some((files, json)),
+                Some((f, j)) => {
+                    assert!(files == *f, "hb {hb}: {threads} threads wrote other bytes");
+                    assert_eq!(json, *j, "hb {hb}: {threads} threads");
+                }
+            }
+            std::fs::remove_dir_all(out).unwrap();
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Runs `reconstruct_in_job` on `processes` threads standing in for the processes of an MPI job
+/// (the job's messages go over channels); process `p` writes to `outs[p]`. Returns each
+/// process's result, process 0's first.
+fn run_as_job(
+    trace: &Trace,
+    outs: &[std::path::PathBuf],
+    opts: &Options,
+) -> Vec<Result<Option<Summary>, rebuild::RebuildError>> {
+    let transports = reconstruct::job::threads::connected(outs.len());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = transports
+            .into_iter()
+            .zip(outs)
+            .map(|(t, out)| {
+                scope.spawn(move || {
+                    rebuild::reconstruct_in_job(trace, out, opts, Some(&t), &mut |_, _| {})
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn an_mpi_job_writes_what_one_process_writes() {
+    // Ranks of one and of two threads, small chunks so that every lane takes many steps, split
+    // over 2, 3 and 8 processes (8 > ranks: one owns nothing): the files and the summary must
+    // be those of one process, with and without the repair (where process 0 writes every file).
+    let dir = temp_dir("job");
+    let world = ring_with_a_worker_thread(&dir);
+    let trace = Trace::open(&dir).unwrap();
+    let read_files = |out: &std::path::Path| -> Vec<Vec<u8>> {
+        (0..world)
+            .map(|r| std::fs::read(out.join(format::rank_file_name(r, 0))).unwrap())
+            .collect()
+    };
+    // The replay learns from every rank first (on process 0) and then replays as the repair does.
+    for (hb, model) in [
+        (false, Model::Subtract),
+        (true, Model::Subtract),
+        (false, Model::Replay),
+    ] {
+        let opts = Options {
+            remove: Remove::Both,
+            hb,
+            model,
+            chunk_events: 29,
+            threads: 1,
+            ..Options::default()
+        };
+        let single = dir.with_extension(format!("single-{hb}-{}", model.name()));
+        let mut expected = rebuild::reconstruct(&trace, &single, &opts, &mut |_, _| {}).unwrap();
+        expected.out.clear();
+        let expected_files = read_files(&single);
+        for processes in [2usize, 3, 8] {
+            let out = dir.with_extension(format!("job-{hb}-{}-{processes}", model.name()));
+            let outs = vec![out.clone(); processes];
+            let mut results = run_as_job(&trace, &outs, &opts).into_iter();
+            let mut summary = results
+                .next()
+                .unwrap()
+                .unwrap()
+                .expect("process 0's summary");
+            for (p, r) in results.enumerate() {
+                assert!(
+                    matches!(r, Ok(None)),
+                    "process {}: {:?}",
+                    p + 1,
+                    r.map(|_| ())
+                );
+            }
+            summary.out.clear();
+            assert!(
+                read_files(&out) == expected_files,
+                "hb {hb}, {model:?}: {processes} processes wrote other bytes"
+            );
+            assert_eq!(
+                serde_json::to_string(&summary).unwrap(),
+                serde_json::to_string(&expected).unwrap(),
+                "hb {hb}, {model:?}: {processes} processes"
+            );
+            std::fs::remove_dir_all(out).unwrap();
+        }
+        std::fs::remove_dir_all(single).unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_trace_reads_the_same_in_a_job_as_in_one_process() {
+    // A flipped byte in rank 4's file: the owner that reads it must report the same skipped range
+    // and write the same output as one process (the skipped list travels with the metadata).
+    let dir = temp_dir("job-damage");
+    let world = ring_with_a_worker_thread(&dir);
+    let victim = dir.join(format::rank_file_name(4, 0));
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&victim, bytes).unwrap();
+    let trace = Trace::open(&dir).unwrap();
+    let opts = Options {
+        remove: Remove::Both,
+        chunk_events: 29,
+        threads: 1,
+        ..Options::default()
+    };
+    let single = dir.with_extension("single");
+    let mut expected = rebuild::reconstruct(&trace, &single, &opts, &mut |_, _| {}).unwrap();
+    expected.out.clear();
+    assert!(
+        !expected.skipped.is_empty(),
+        "the flipped byte was not noticed"
+    );
+    let job = dir.with_extension("job");
+    let mut results = run_as_job(&trace, &vec![job.clone(); 3], &opts).into_iter();
+    let mut summary = results.next().unwrap().unwrap().unwrap();
+    summary.out.clear();
+    assert_eq!(
+        serde_json::to_string(&summary).unwrap(),
+        serde_json::to_string(&expected).unwrap()
+    );
+    for r in 0..world {
+        let name = format::rank_file_name(r, 0);
+        assert!(
+            std::fs::read(job.join(&name)).unwrap() == std::fs::read(single.join(&name)).unwrap(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_process_that_cannot_write_fails_the_job_without_a_hang() {
+    // Process 2 of 3 is given an output directory it cannot create (a path under a file): it
+    // must tell process 0, which reports it by number and cause, and every process returns.
+    let dir = temp_dir("job-fail");
+    let program = ring_program(6, 50, 3);
+    write_trace(&dir, program.world, &program.measured, 13);
+    let trace = Trace::open(&dir).unwrap();
+    let good = dir.with_extension("out");
+    let blocker = dir.with_extension("file");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let outs = vec![good.clone(), good.clone(), blocker.join("out")];
+    let opts = Options {
+        threads: 1,
+        ..Options::default()
+    };
+    let results = run_as_job(&trace, &outs, &opts);
+    let Err(err) = &results[0] else {
+        panic!("process 0 reports the failure");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("process 2") && text.contains(&blocker.display().to_string()),
+        "{text}"
+    );
+    assert!(matches!(results[1], Ok(None)), "process 1");
+    assert!(
+        matches!(results[2], Ok(None)),
+        "process 2 reported to process 0"
+    );
+    std::fs::remove_file(&blocker).unwrap();
+    let _ = std::fs::remove_dir_all(&good);
+}

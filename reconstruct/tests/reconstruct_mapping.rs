@@ -1,0 +1,257 @@
+//! Reconstruction on synthetic traces whose original timing is known: injected suspensions
+//! (with per-rank overshoot), per-event recorder costs, clock offsets and different tick rates
+//! must all come out exactly, and a suspension moves only the stream it paused.
+
+mod common;
+mod known_run;
+
+use common::*;
+use format::{ClockSample, Event, Marker, SampleKind, Suspension};
+use known_run::*;
+use reconstruct::rebuild::Remove;
+
+#[test]
+fn removing_both_recovers_the_original_timestamps_exactly() {
+    let dir = temp_dir("exact");
+    let out = dir.with_extension("out");
+    let p = ring_program(4, 40, 11);
+    write_trace(&dir, p.world, &p.measured, 50);
+    let s = rebuild(&dir, &out, Remove::Both, false);
+    for r in 0..p.world {
+        let got = calls(&read_lane(&out, r, 0));
+        let want = &p.original[r as usize];
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!((g.start, g.end), (w.start, w.end), "rank {r} call {i}");
+            assert_eq!(g.cost, 0, "DP removed: the cost is spent");
+        }
+        // Suspensions stay, as zero-length markers; clock samples say the clock is now global.
+        for e in read_lane(&out, r, 0) {
+            match e {
+                Event::Suspension(s) => assert_eq!(s.start, s.end),
+                Event::Clock(c) => assert_eq!(c.offset_ns, 0.0),
+                _ => {}
+            }
+        }
+        let rs = &s.per_rank[r as usize];
+        let close = |a: f64, b: u64| (a - b as f64 / 1e9).abs() < 1e-12;
+        assert!(
+            close(rs.reconstructed_s.unwrap(), p.span[r as usize]),
+            "{rs:?}"
+        );
+        assert!(close(rs.dp_prime_s, p.suspended[r as usize]), "{rs:?}");
+        assert!(close(rs.dp_s, p.cost[r as usize]), "{rs:?}");
+        assert!(close(
+            rs.measured_s.unwrap(),
+            p.span[r as usize] + p.suspended[r as usize] + p.cost[r as usize]
+        ));
+    }
+    assert_eq!(s.suspensions.count, 40 / 3);
+    assert_eq!(
+        s.suspensions.flushes,
+        (0..40).filter(|i| i % 3 == 2 && i % 2 == 0).count() as u64
+    );
+    assert!(s.measured_s > s.reconstructed_plus_s && s.reconstructed_plus_s > s.reconstructed_s);
+    // The original run respects causality, so its exact reconstruction does too; the messages
+    // and barriers were all matched.
+    assert_eq!(s.hb.violations_before, 0, "{:?}", s.hb);
+    assert_eq!(s.hb.before.messages, 4 * 40);
+    assert_eq!(s.hb.before.collective_exits, 4 * 40);
+    assert_eq!(
+        s.hb.before.unmatched_sends + s.hb.before.unmatched_receives,
+        0
+    );
+    assert!(
+        s.skipped.is_empty() && s.warnings.is_empty(),
+        "{:?} {:?}",
+        s.skipped,
+        s.warnings
+    );
+
+    // Reconstructing a reconstruction removes nothing more.
+    let again = dir.with_extension("again");
+    let s2 = rebuild(&out, &again, Remove::Both, false);
+    for r in 0..p.world {
+        assert_eq!(
+            calls(&read_lane(&out, r, 0)),
+            calls(&read_lane(&again, r, 0))
+        );
+    }
+    assert!((s2.measured_s - s2.reconstructed_s).abs() < 1e-12);
+    for d in [dir.as_path(), out.as_path(), again.as_path()] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+#[test]
+fn removing_only_the_suspensions_keeps_the_recorder_cost() {
+    let dir = temp_dir("dpprime");
+    let out = dir.with_extension("out");
+    let p = ring_program(3, 12, 5);
+    write_trace(&dir, p.world, &p.measured, 1_000);
+    let s = rebuild(&dir, &out, Remove::DpPrime, false);
+    for r in 0..p.world as usize {
+        let got = calls(&read_lane(&out, r as u32, 0));
+        for (i, g) in got.iter().enumerate() {
+            let w = p.original[r][i];
+            let before = p.cost_before[r][i];
+            assert_eq!(
+                (g.start, g.end),
+                (w.start + before, w.end + before),
+                "rank {r} call {i}"
+            );
+            // The cost is kept, converted to output ticks (ns): the injected cost of this call
+            // is what the next call's accumulated cost grew by.
+            let after = p.cost_before[r].get(i + 1).copied().unwrap_or(p.cost[r]);
+            assert_eq!(u64::from(g.cost), after - before, "rank {r} call {i}");
+        }
+        let rs = &s.per_rank[r];
+        assert!(
+            (rs.reconstructed_plus_s.unwrap() - (p.span[r] + p.cost[r]) as f64 / 1e9).abs() < 1e-12
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
+fn drifting_clocks_are_followed_between_samples() {
+    // Rank 1's clock loses 1 µs per ms against rank 0's (1000 ppm), sampled at init, at one
+    // suspension and at finalize; events between samples must land on rank 0's clock.
+    let dir = temp_dir("drift");
+    let out = dir.with_extension("out");
+    let base = 1_000_000_000u64;
+    let local = |g: u64| ((g as f64 - 5_000.0) / 1.001).round() as u64; // off(g) grows with time
+    let off_at = |g: u64| g as f64 - local(g) as f64;
+    let mut r0 = function_defs();
+    let mut r1 = function_defs();
+    let sample = |g: u64, off: f64, when| {
+        Event::Clock(ClockSample {
+            local: g,
+            offset_ns: off,
+            rtt_ns: 0.0,
+            when,
+        })
+    };
+    r0.push(Event::Marker(Marker::InitDone { time: base }));
+    r1.push(sample(local(base), off_at(base), SampleKind::Init));
+    r1.push(Event::Marker(Marker::InitDone { time: local(base) }));
+    let mut times = Vec::new();
+    for i in 0..20u64 {
+        let g = base + i * 100_000;
+        times.push(g);
+        r0.push(Event::Call(barrier(g, g + 1_000)));
+        r1.push(Event::Call(barrier(local(g), local(g + 1_000))));
+        if i == 10 {
+            r1.push(Event::Clock(ClockSample {
+                local: local(g + 2_000),
+                offset_ns: off_at(g + 2_000),
+                rtt_ns: 0.0,
+                when: SampleKind::Suspension,
+            }));
+        }
+    }
+    let end = base + 2_100_000;
+    r0.push(Event::Marker(Marker::FinalizeStart { time: end }));
+    r1.push(Event::Marker(Marker::FinalizeStart { time: local(end) }));
+    r1.push(sample(local(end), off_at(end), SampleKind::Finalize));
+    let ranks = [
+        RankTrace {
+            rank: 0,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r0)],
+        },
+        RankTrace {
+            rank: 1,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r1)],
+        },
+    ];
+    write_trace(&dir, 2, &ranks, 8);
+    let s = rebuild(&dir, &out, Remove::DpPrime, false);
+    let got = calls(&read_lane(&out, 1, 0));
+    for (c, g) in got.iter().zip(&times) {
+        assert!(
+            (c.start as i64 - *g as i64).abs() <= 2,
+            "{} vs {g}",
+            c.start
+        );
+    }
+    let m1 = s.per_rank[1].measured_s.unwrap();
+    assert!(
+        (m1 - 2.1e-3).abs() < 3e-9,
+        "rank 1's span in the global clock: {m1}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
+fn only_the_stream_a_suspension_paused_loses_it() {
+    // Rank 0's main thread suspends for 1 µs. Its second thread kept running through the pause
+    // (a suspension pauses the thread that ran it, FORMAT.md), so its events keep their times,
+    // including the one inside the suspension; the main thread's later events move back by it.
+    let dir = temp_dir("streams");
+    let out = dir.with_extension("out");
+    let mut main = function_defs();
+    main.extend([
+        Event::Marker(Marker::InitDone { time: 0 }),
+        Event::Call(barrier(100, 200)),
+        Event::Suspension(Suspension {
+            seq: 0,
+            start: 200,
+            z_ns: 1_000,
+            end: 1_200,
+            ..Default::default()
+        }),
+        Event::Call(barrier(1_300, 1_400)),
+        Event::Marker(Marker::FinalizeStart { time: 1_500 }),
+    ]);
+    let worker = vec![
+        Event::Call(call(SEND, 150, 160, 0, 1)),
+        Event::Call(call(SEND, 700, 710, 0, 2)),
+        Event::Call(call(SEND, 1_250, 1_260, 0, 3)),
+    ];
+    let r1: Vec<Event> = function_defs()
+        .into_iter()
+        .chain([
+            Event::Marker(Marker::InitDone { time: 0 }),
+            Event::Call(barrier(100, 200)),
+            Event::Suspension(Suspension {
+                seq: 0,
+                start: 200,
+                z_ns: 1_000,
+                end: 1_200,
+                ..Default::default()
+            }),
+            Event::Call(barrier(1_300, 1_400)),
+            Event::Marker(Marker::FinalizeStart { time: 1_500 }),
+        ])
+        .collect();
+    let ranks = [
+        RankTrace {
+            rank: 0,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, main), (1, worker)],
+        },
+        RankTrace {
+            rank: 1,
+            ticks_per_sec: 1e9,
+            streams: vec![(0, r1)],
+        },
+    ];
+    write_trace(&dir, 2, &ranks, 2);
+    let s = rebuild(&dir, &out, Remove::DpPrime, false);
+    let w = calls(&read_lane(&out, 0, 1));
+    let got: Vec<(u64, u64)> = w.iter().map(|c| (c.start, c.end)).collect();
+    assert_eq!(got, vec![(150, 160), (700, 710), (1_250, 1_260)]);
+    assert_eq!(calls(&read_lane(&out, 0, 0))[1].start, 300);
+    assert_eq!(s.per_rank[0].events, 7 + 5 + 3);
+    assert!(
+        (s.reconstructed_plus_s - 500e-9).abs() < 1e-15,
+        "{}",
+        s.reconstructed_plus_s
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
