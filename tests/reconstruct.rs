@@ -118,7 +118,7 @@ fn reference_and_offload(mpi: Mpi) {
 
     // Happened-before is checked on every barrier of both ranks (N + 2 each), and the repair
     // leaves no violation behind. (That the repair removes violations that do exist is shown on
-    // a trace with a known clock skew: reconstruct/tests/reconstruct_synthetic.rs.)
+    // a trace with a known clock skew: reconstruct/tests/reconstruct_hb.rs.)
     let repaired = scratch(&format!("rec-off-hb-{}", mpi.name()));
     std::fs::remove_dir_all(&repaired).unwrap();
     let hb = cli_json(
