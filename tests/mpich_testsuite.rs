@@ -6,8 +6,9 @@
 //! intercommunicators, windows of every flavour, MPI-IO, threads. Whatever a wrapper gets wrong in
 //! arguments, handles or request completion shows up as a program that no longer says `No Errors`.
 //! Each program must end the same way in both runs (exit 0, the same lines printed, `No Errors`
-//! among them), and the traced run must leave a trace of every rank with nothing lost. Every
-//! failure is collected and reported together at the end.
+//! among them), and the traced run must leave a trace of every rank with nothing lost, which
+//! `reconstruct --hb` and `--model replay` write back matching as it did. Every failure is
+//! collected and reported together at the end.
 //!
 //! `tests/mpich-testsuite/list` chooses the programs and says, for each left-out one, why;
 //! `scripts/mpich-testsuite.sh` builds them (once per source change).
@@ -163,6 +164,67 @@ fn trace_problems(trace: &Path, ranks: u32) -> Vec<String> {
         .collect();
     if !abnormal.is_empty() {
         problems.push(format!("abnormal end on rank(s) {}", abnormal.join(", ")));
+    }
+    if problems.is_empty() {
+        problems.extend(matching_problems(trace));
+    }
+    problems
+}
+
+/// What the reconstruction writes must match as the trace did: the check after `--hb` and after
+/// the replay pairs the same messages and leaves the same ones unmatched as the check before, and
+/// `--hb` leaves no violation. (A program whose trace matches wrongly as recorded keeps its
+/// unmatched messages: this compares, it does not require them to be 0.)
+fn matching_problems(trace: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    for model in [&["--hb"][..], &["--model", "replay"][..]] {
+        let out_dir = trace.with_extension(format!("reconstructed-{}", model.len()));
+        let out = Command::new(evenflush_bin())
+            .arg("reconstruct")
+            .arg(trace)
+            .args(["--remove", "both", "--json", "--out"])
+            .arg(&out_dir)
+            .args(model)
+            .output()
+            .expect("run evenflush reconstruct");
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let what = format!("evenflush reconstruct {}", model.join(" "));
+        if !out.status.success() {
+            problems.push(format!(
+                "{what} fails: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+            continue;
+        }
+        let summary: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+            Ok(s) => s,
+            Err(e) => {
+                problems.push(format!("{what} printed no JSON: {e}"));
+                continue;
+            }
+        };
+        let hb = &summary["hb"];
+        for key in [
+            "messages",
+            "rma_epochs",
+            "collective_exits",
+            "unmatched_sends",
+            "unmatched_receives",
+            "waits_on_absent_ranks",
+        ] {
+            if hb["before"][key] != hb["after"][key] {
+                problems.push(format!(
+                    "{what}: {key} {} before, {} in what it wrote",
+                    hb["before"][key], hb["after"][key]
+                ));
+            }
+        }
+        if model == ["--hb"] && hb["violations_after"] != 0 {
+            problems.push(format!(
+                "{what}: {} violations left after the repair",
+                hb["violations_after"]
+            ));
+        }
     }
     problems
 }
