@@ -22,7 +22,7 @@ pub mod writer;
 pub use clock::{ClockSync, measure_offsets, measure_offsets_async, measure_offsets_blocking};
 pub use config::ClockScheme;
 pub use flush::FlushReport;
-pub use suspension::{Decision, Mode, Remedy, Settings, Suspended, Suspender};
+pub use suspension::{Decision, Held, Mode, Remedy, Settings, Suspended, Suspender};
 pub use transport::{AsyncTransport, Blocking, ReduceOp, Tag, Transport, TransportError, block_on};
 pub use tree::tree_broadcast;
 

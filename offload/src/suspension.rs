@@ -131,8 +131,6 @@ impl Default for Remedy {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Settings {
     pub mode: Mode,
-    /// Buffer size S in bytes above which a rank asks for a flush.
-    pub threshold_bytes: u64,
     /// Run the protocol at only every n-th eligible collective (1 = every one).
     pub every: u64,
     pub static_short_ns: u64,
@@ -153,7 +151,6 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             mode: Mode::Dynamic,
-            threshold_bytes: 64 << 20,
             every: 1,
             static_short_ns: 20_000_000,
             static_long_ns: 40_000_000_000,
@@ -171,7 +168,6 @@ impl Settings {
     pub fn from_config(config: &crate::config::Config) -> Self {
         Settings {
             mode: config.mode,
-            threshold_bytes: config.threshold,
             every: config.suspend_every.max(1),
             static_short_ns: config.static_short.as_nanos() as u64,
             static_long_ns: config.static_long.as_nanos() as u64,
@@ -181,6 +177,23 @@ impl Settings {
             decision: config.decision,
             decision_interval_ns: config.decision_interval.as_nanos() as u64,
         }
+    }
+}
+
+/// What a rank holds in memory at a decision point, and its threshold S. S is not a setting of
+/// the suspender: whoever owns it (the recorder's `back::threshold`, which `--threshold auto`
+/// re-evaluates as memory changes; the simulator's configuration) passes it with every step, so
+/// there is no copy to keep in step. S only shapes this rank's own vote, so ranks may differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub bytes: u64,
+    pub threshold: u64,
+}
+
+impl Held {
+    /// The rank asks for a flush.
+    pub fn over(self) -> bool {
+        self.bytes > self.threshold
     }
 }
 
@@ -337,12 +350,6 @@ impl Suspender {
         Ok(())
     }
 
-    /// Changes S from the next decision on (`--threshold auto` re-evaluates it as memory changes).
-    /// S only shapes this rank's own vote, so ranks may differ.
-    pub fn set_threshold(&mut self, bytes: u64) {
-        self.settings.threshold_bytes = bytes;
-    }
-
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
@@ -383,7 +390,7 @@ impl Suspender {
         }
     }
 
-    /// Runs the protocol after a collective. `buffer_bytes` is what this rank holds in memory;
+    /// Runs the protocol after a collective. `held` is what this rank holds in memory, and its S;
     /// `flush` writes it all and says how much it wrote. Returns the suspension when there was one,
     /// `None` when nothing paused this rank (mode `Off`, not a decision point, a split decision
     /// without a flush, `Local` below the threshold, or the protocol turned off).
@@ -392,17 +399,17 @@ impl Suspender {
     pub fn suspend<T: Transport + ?Sized>(
         &mut self,
         transport: &mut T,
-        buffer_bytes: u64,
+        held: Held,
         flush: &mut dyn FnMut() -> FlushReport,
     ) -> Result<Option<Suspended>, TransportError> {
-        block_on(self.suspend_async(&mut Blocking(transport), buffer_bytes, flush))
+        block_on(self.suspend_async(&mut Blocking(transport), held, flush))
     }
 
     /// [`Suspender::suspend`] over any [`AsyncTransport`] (the simulator's entry point).
     pub async fn suspend_async<A: AsyncTransport>(
         &mut self,
         transport: &mut A,
-        buffer_bytes: u64,
+        held: Held,
         flush: &mut dyn FnMut() -> FlushReport,
     ) -> Result<Option<Suspended>, TransportError> {
         if self.disabled || matches!(self.settings.mode, Mode::Off | Mode::Profile) {
@@ -414,15 +421,15 @@ impl Suspender {
         }
         match (self.settings.mode, self.settings.decision) {
             (Mode::Off | Mode::Profile, _) => Ok(None),
-            (Mode::Local, _) => Ok(self.local_flush(transport, buffer_bytes, flush).await),
-            (_, Decision::Blocking) => self.blocking_decision(transport, buffer_bytes, flush).await,
-            (_, Decision::Split) => self.split_decision(transport, buffer_bytes, flush).await,
+            (Mode::Local, _) => Ok(self.local_flush(transport, held, flush).await),
+            (_, Decision::Blocking) => self.blocking_decision(transport, held, flush).await,
+            (_, Decision::Split) => self.split_decision(transport, held, flush).await,
         }
     }
 
-    fn decision_word(&self, buffer_bytes: u64) -> u64 {
+    fn decision_word(&self, held: Held) -> u64 {
         let mut word = 0;
-        if buffer_bytes > self.settings.threshold_bytes {
+        if held.over() {
             word |= WANT_FLUSH;
         }
         if self.disable_requested {
@@ -436,13 +443,11 @@ impl Suspender {
     async fn blocking_decision<A: AsyncTransport>(
         &mut self,
         transport: &mut A,
-        buffer_bytes: u64,
+        held: Held,
         flush: &mut dyn FnMut() -> FlushReport,
     ) -> Result<Option<Suspended>, TransportError> {
         let start = transport.now();
-        transport
-            .decision_start(self.decision_word(buffer_bytes))
-            .await?;
+        transport.decision_start(self.decision_word(held)).await?;
         let verdict = transport.decision_finish().await?;
         if verdict & WANT_DISABLE != 0 {
             self.disabled = true;
@@ -459,7 +464,7 @@ impl Suspender {
     async fn split_decision<A: AsyncTransport>(
         &mut self,
         transport: &mut A,
-        buffer_bytes: u64,
+        held: Held,
         flush: &mut dyn FnMut() -> FlushReport,
     ) -> Result<Option<Suspended>, TransportError> {
         self.considered += 1;
@@ -498,7 +503,11 @@ impl Suspender {
             Ok(None)
         };
         let flushed = matches!(suspended, Ok(Some(_)));
-        let held = if flushed { 0 } else { buffer_bytes };
+        let held = if flushed {
+            Held { bytes: 0, ..held }
+        } else {
+            held
+        };
         if transport.rank() == 0 {
             // The suspension is not part of the application's interval.
             self.interval_began_ns = Some(transport.now());
@@ -566,10 +575,10 @@ impl Suspender {
     async fn local_flush<A: AsyncTransport>(
         &mut self,
         transport: &mut A,
-        buffer_bytes: u64,
+        held: Held,
         flush: &mut dyn FnMut() -> FlushReport,
     ) -> Option<Suspended> {
-        if buffer_bytes <= self.settings.threshold_bytes {
+        if !held.over() {
             return None;
         }
         let start = transport.now();
@@ -776,7 +785,6 @@ mod tests {
                 mode,
                 decision,
                 every,
-                threshold_bytes: u64::MAX,
                 // Strides grow as fast as the protocol lets them.
                 decision_interval_ns: 1 << 40,
                 static_short_ns: 0,
@@ -796,7 +804,7 @@ mod tests {
                     passed.pass_quietly(quiet);
                     for _ in 0..quiet {
                         assert!(!s.next_call_may_act(), "{mode:?} {decision:?} {every}");
-                        assert!(s.suspend(t, 0, &mut flush).unwrap().is_none());
+                        assert!(s.suspend(t, Held::default(), &mut flush).unwrap().is_none());
                     }
                     assert_eq!(
                         (passed.eligible, passed.considered),
@@ -804,7 +812,7 @@ mod tests {
                         "{mode:?} {decision:?} {every}"
                     );
                     assert!(s.next_call_may_act(), "{mode:?} {decision:?} {every}");
-                    let _ = s.suspend(t, 0, &mut flush).unwrap();
+                    let _ = s.suspend(t, Held::default(), &mut flush).unwrap();
                 }
             });
         }

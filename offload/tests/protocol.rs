@@ -10,17 +10,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use format::SampleKind;
 use offload::inproc::{self, InProcConfig, InProcRank, SlowAfterWrite, injected_offset_ns};
 use offload::{
-    ClockScheme, Decision, FlushReport, Mode, Remedy, Settings, Suspended, Suspender, Transport,
+    ClockScheme, Decision, FlushReport, Held, Mode, Remedy, Settings, Suspended, Suspender,
+    Transport,
 };
 
 const MS: u64 = 1_000_000;
+/// Every rank's S.
+const S: u64 = 1000;
+
+/// `bytes` held against S.
+fn held(bytes: u64) -> Held {
+    Held {
+        bytes,
+        threshold: S,
+    }
+}
 
 /// The paper's protocol: a blocking decision and a suspension at every collective, sequential
 /// clock measurement. The split decision has tests of its own below.
 fn settings(mode: Mode) -> Settings {
     Settings {
         mode,
-        threshold_bytes: 1000,
         decision: Decision::Blocking,
         clock_scheme: ClockScheme::Sequential,
         ..Settings::default()
@@ -39,7 +49,7 @@ fn suspend_once(
     flush: &mut dyn FnMut() -> FlushReport,
 ) -> (Suspended, u64, u64) {
     let done = suspender
-        .suspend(rank, bytes, flush)
+        .suspend(rank, held(bytes), flush)
         .expect("transport works")
         .expect("a suspension was due");
     let true_start = rank.true_at(done.record.start);
@@ -151,7 +161,7 @@ fn without_re_measurement_drift_inflates_w() {
             for _ in 0..4 {
                 rank.wait_until(rank.now() + 150 * MS);
                 rank.barrier().unwrap();
-                let done = s.suspend(rank, 0, &mut no_flush).unwrap().unwrap();
+                let done = s.suspend(rank, held(0), &mut no_flush).unwrap().unwrap();
                 ws.push(done.record.w_ns);
             }
             ws
@@ -284,7 +294,7 @@ fn modes_off_every_static_noremeasure_and_local() {
     let offs = inproc::run(&InProcConfig::new(2), |rank| {
         let mut s = Suspender::new(settings(Mode::Off));
         assert!(s.init(rank).unwrap().is_none());
-        s.suspend(rank, 1 << 30, &mut no_flush).unwrap()
+        s.suspend(rank, held(1 << 30), &mut no_flush).unwrap()
     });
     assert!(offs.iter().all(Option::is_none));
 
@@ -297,7 +307,7 @@ fn modes_off_every_static_noremeasure_and_local() {
         s.init(rank).unwrap();
         (0..9)
             .map(|_| {
-                s.suspend(rank, 0, &mut no_flush)
+                s.suspend(rank, held(0), &mut no_flush)
                     .unwrap()
                     .map(|d| d.record.seq)
             })
@@ -349,7 +359,7 @@ fn modes_off_every_static_noremeasure_and_local() {
             let mut s = Suspender::new(settings(mode));
             s.init(rank).unwrap();
             let init = s.init_sync().unwrap().clone();
-            let done = s.suspend(rank, 0, &mut no_flush).unwrap().unwrap();
+            let done = s.suspend(rank, held(0), &mut no_flush).unwrap().unwrap();
             (init, done)
         });
         for (init, done) in &runs {
@@ -378,8 +388,8 @@ fn modes_off_every_static_noremeasure_and_local() {
             bytes_stored: 3,
         };
         vec![
-            s.suspend(rank, 10, &mut flush).unwrap(),
-            s.suspend(rank, 5000, &mut flush).unwrap(),
+            s.suspend(rank, held(10), &mut flush).unwrap(),
+            s.suspend(rank, held(5000), &mut flush).unwrap(),
         ]
     });
     assert!(locals[1][0].is_none());
@@ -422,7 +432,7 @@ fn post_write_overshoots(remedy: Remedy, ranks: usize, flushes: usize) -> Vec<Ve
                     bytes_stored: 5000,
                 }
             };
-            let done = s.suspend(rank, 5000, &mut flush).unwrap().unwrap();
+            let done = s.suspend(rank, held(5000), &mut flush).unwrap().unwrap();
             if rank.rank() != 0 {
                 overshoots.lock().unwrap()[i].push(done.record.overshoot_ns);
             }

@@ -7,7 +7,7 @@
 //! collective) and from the shared true clock, not from the protocol's own records.
 
 use offload::inproc::{self, InProcConfig, InProcRank};
-use offload::{ClockScheme, Decision, FlushReport, Mode, Settings, Suspender, Transport};
+use offload::{ClockScheme, Decision, FlushReport, Held, Mode, Settings, Suspender, Transport};
 
 const MS: u64 = 1_000_000;
 const THRESHOLD: u64 = 1000;
@@ -15,7 +15,6 @@ const THRESHOLD: u64 = 1000;
 fn split(interval_ns: u64, scheme: ClockScheme) -> Settings {
     Settings {
         mode: Mode::Dynamic,
-        threshold_bytes: THRESHOLD,
         decision: Decision::Split,
         decision_interval_ns: interval_ns,
         clock_scheme: scheme,
@@ -68,7 +67,14 @@ fn drive(
             }
         };
         let done = suspender
-            .suspend(rank, bytes(me, k, seen.flushed_at.len()), &mut flush)
+            .suspend(
+                rank,
+                Held {
+                    bytes: bytes(me, k, seen.flushed_at.len()),
+                    threshold: THRESHOLD,
+                },
+                &mut flush,
+            )
             .expect("transport works");
         if flushed {
             seen.flushed_at.push(k);
@@ -264,7 +270,16 @@ fn a_failure_on_one_rank_turns_the_protocol_off_everywhere_at_once() {
                 suspender.request_disable();
             }
             let mut flush = || panic!("nobody is above S");
-            suspender.suspend(rank, 0, &mut flush).unwrap();
+            suspender
+                .suspend(
+                    rank,
+                    Held {
+                        bytes: 0,
+                        threshold: THRESHOLD,
+                    },
+                    &mut flush,
+                )
+                .unwrap();
             if suspender.disabled() && off_at.is_none() {
                 off_at = Some(k);
             }

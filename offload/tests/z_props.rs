@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use offload::inproc::{self, InProcConfig};
-use offload::{ClockScheme, Decision, FlushReport, Mode, Settings, Suspender, Transport};
+use offload::{ClockScheme, Decision, FlushReport, Held, Mode, Settings, Suspender, Transport};
 use proptest::prelude::*;
 
 const US: u64 = 1_000;
@@ -85,7 +85,6 @@ fn run(case: &Case) -> Vec<BTreeMap<u64, u64>> {
     inproc::run(&config, |rank| {
         let mut suspender = Suspender::new(Settings {
             mode: case.mode,
-            threshold_bytes: 1000,
             decision: case.decision,
             decision_interval_ns: 0,
             clock_scheme: case.clock_scheme,
@@ -108,7 +107,17 @@ fn run(case: &Case) -> Vec<BTreeMap<u64, u64>> {
                     bytes_stored: bytes,
                 }
             };
-            if let Some(done) = suspender.suspend(rank, bytes, &mut flush).unwrap() {
+            if let Some(done) = suspender
+                .suspend(
+                    rank,
+                    Held {
+                        bytes,
+                        threshold: 1000,
+                    },
+                    &mut flush,
+                )
+                .unwrap()
+            {
                 assert!(
                     done.record.end >= done.record.start + done.record.z_ns,
                     "rank {me}: paused less than Z: {:?}",

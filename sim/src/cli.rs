@@ -121,8 +121,7 @@ impl Args {
         config.app.trace_bytes = parse_size(&self.trace_bytes).map_err(anyhow::Error::msg)?;
         config.app.untraced_s = self.untraced_s;
         config.app.imbalance = self.imbalance.clamp(0.0, 1.0);
-        config.settings.threshold_bytes =
-            parse_size(&self.threshold).map_err(anyhow::Error::msg)?;
+        config.threshold_bytes = parse_size(&self.threshold).map_err(anyhow::Error::msg)?;
         config.settings.clock_scheme =
             ClockScheme::from_name(&self.clock_scheme).with_context(|| {
                 format!("--clock-scheme: expected {}", ClockScheme::NAMES.join(", "))

@@ -22,7 +22,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Instant;
 
-use offload::{FlushReport, Mode, Settings, Suspended, Suspender, TransportError};
+use offload::{FlushReport, Held, Mode, Settings, Suspended, Suspender, TransportError};
 use serde::Serialize;
 use views::info::Quantiles;
 
@@ -35,6 +35,9 @@ pub struct SimConfig {
     pub ranks: usize,
     /// The protocol's settings, exactly as the recorder would use them.
     pub settings: Settings,
+    /// Every rank's threshold S, in bytes (the recorder's `back::threshold` owns it in a real
+    /// run; here, the configuration does).
+    pub threshold_bytes: u64,
     /// Record no trace at all (the untraced program; the protocol is not called).
     pub untraced: bool,
     pub app: AppModel,
@@ -57,7 +60,6 @@ impl Default for SimConfig {
             ranks: 32,
             settings: Settings {
                 mode: Mode::Dynamic,
-                threshold_bytes: 512 << 20,
                 // The paper's m is the mean of the 2·P messages of one measurement: one exchange
                 // per rank.
                 clock_tries: 1,
@@ -68,6 +70,7 @@ impl Default for SimConfig {
                 clock_scheme: offload::ClockScheme::Sequential,
                 ..Settings::default()
             },
+            threshold_bytes: 512 << 20,
             untraced: false,
             app: AppModel {
                 trace_bytes: 896 << 20,
@@ -322,6 +325,10 @@ pub fn simulate(config: &SimConfig) -> Result<SimResult, String> {
             .map(|(rank, suspender)| {
                 let world = &world;
                 let bytes = buffers[rank];
+                let held = Held {
+                    bytes,
+                    threshold: config.threshold_bytes,
+                };
                 let future: ProtocolFuture<'_, Option<Suspended>> = Box::pin(async move {
                     let mut transport = SimRank::new(world, rank);
                     let mut flush = move || FlushReport {
@@ -329,7 +336,7 @@ pub fn simulate(config: &SimConfig) -> Result<SimResult, String> {
                         bytes_stored: bytes,
                     };
                     suspender
-                        .suspend_async(&mut transport, bytes, &mut flush)
+                        .suspend_async(&mut transport, held, &mut flush)
                         .await
                 });
                 Some(future)
@@ -432,7 +439,7 @@ pub fn simulate(config: &SimConfig) -> Result<SimResult, String> {
         } else {
             0.0
         },
-        threshold_mb: config.settings.threshold_bytes as f64 / mib,
+        threshold_mb: config.threshold_bytes as f64 / mib,
         total_s: total / NS,
         untraced_s: untraced / NS,
         in_memory_s: in_memory / NS,

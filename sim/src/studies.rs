@@ -57,7 +57,7 @@ fn run_variant(
     let mut config = base.clone();
     config.app.trace_bytes = (trace_mb * (1u64 << 20) as f64) as u64;
     config.settings.mode = mode;
-    config.settings.threshold_bytes = threshold_mb << 20;
+    config.threshold_bytes = threshold_mb << 20;
     simulate(&config)
 }
 

@@ -41,7 +41,7 @@ fn z_always_covers_wait_broadcast_and_error() {
             };
             c.app.iterations = 12;
             c.app.trace_bytes = 40 << 20;
-            c.settings.threshold_bytes = 8 << 20;
+            c.threshold_bytes = 8 << 20;
             c.settings.clock_scheme = scheme;
             c.disk.mbps = 2000.0;
             let r = simulate(&c).unwrap();
@@ -168,7 +168,7 @@ fn modes_behave_as_the_paper_describes() {
     c.app.iterations = 60;
     c.app.untraced_s = 6.0;
     c.app.trace_bytes = 300 << 20;
-    c.settings.threshold_bytes = 100 << 20;
+    c.threshold_bytes = 100 << 20;
     c.disk.mbps = 400.0;
     let run = |mode: Mode| {
         let mut c = c.clone();
@@ -221,7 +221,7 @@ fn cli_runs_the_named_modes_and_studies_plot() {
     ])
     .unwrap();
     let config = args.config().unwrap();
-    assert_eq!(config.settings.threshold_bytes, 16 << 20);
+    assert_eq!(config.threshold_bytes, 16 << 20);
     let results = sim::cli::run_modes(&config, &args.modes().unwrap()).unwrap();
     let names: Vec<&str> = results.iter().map(|r| r.mode.as_str()).collect();
     assert_eq!(names, ["untraced", "dynamic", "off"]);

@@ -54,22 +54,18 @@ struct Protocol {
 
 impl Protocol {
     /// The suspender's step after a collective (or, in mode `local`, a buffer's growth), voting
-    /// with S as [`threshold`] has it now.
+    /// with S as [`threshold`], its one owner, has it now.
     fn suspend(
         &mut self,
         used: u64,
     ) -> Result<Option<offload::Suspended>, offload::TransportError> {
-        sync_threshold(&mut self.suspender);
+        let held = offload::Held {
+            bytes: used,
+            threshold: threshold::current(),
+        };
         self.suspender
-            .suspend(&mut self.transport, used, &mut flush_all)
+            .suspend(&mut self.transport, held, &mut flush_all)
     }
-}
-
-/// The suspender keeps a copy of S for its vote ([`offload::Settings::threshold_bytes`]);
-/// [`threshold`] owns S, and this is where the copy is brought up to date: at init and before
-/// every step that may vote.
-fn sync_threshold(suspender: &mut Suspender) {
-    suspender.set_threshold(threshold::current());
 }
 
 static PROTOCOL: Mutex<Option<Protocol>> = Mutex::new(None);
@@ -125,7 +121,6 @@ pub fn on_init_done() {
     };
     let settings = Settings::from_config(&session.config);
     let mut suspender = Suspender::new(settings);
-    sync_threshold(&mut suspender);
     let sample = match suspender.init(&mut transport) {
         Ok(Some(sample)) => Ok(sample),
         // Modes that never suspend collectively still need the offsets for the trace.
