@@ -196,12 +196,7 @@ pub(crate) fn summarize(
         s.skipped.extend(meta.skipped.iter().cloned());
         s.per_rank.push(r);
     }
-    let mut hosts: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for meta in metas {
-        if let Some(h) = &meta.host {
-            hosts.entry(h.clone()).or_default().push(meta.rank);
-        }
-    }
+    let hosts = trace::definitions::ranks_by_host(metas);
     s.oversubscribed = trace::oversubscription::crowded_hosts(trace.meta.as_ref(), &hosts);
     s.unreliable
         .extend(trace::oversubscription::warnings(&s.oversubscribed));

@@ -7,7 +7,7 @@
 //! elsewhere: the happened-before context (`reconstruct::hb`), `views::export::CommTable`, the
 //! OTF2 exporter's `CommDefs` and the report's `ProfileStats.comms`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use format::{ClockCalibration, ClockSample, CommId, Event, FunctionId, Marker, Suspension};
 
@@ -115,4 +115,16 @@ impl RankMeta {
         }
         true
     }
+}
+
+/// Which ranks ran on each host (each rank's `RankInfo`; a rank without one is left out): what
+/// `info` lists and what the oversubscription check counts.
+pub fn ranks_by_host(metas: &[RankMeta]) -> BTreeMap<String, Vec<u32>> {
+    let mut hosts: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for meta in metas {
+        if let Some(h) = &meta.host {
+            hosts.entry(h.clone()).or_default().push(meta.rank);
+        }
+    }
+    hosts
 }

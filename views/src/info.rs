@@ -280,9 +280,6 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                 .or_default()
                 .push(ticks_to_s(&clock, s.end.saturating_sub(s.start)) * 1e9);
         }
-        if let Some(host) = &rank.host {
-            info.hosts.entry(host.clone()).or_default().push(files.rank);
-        }
         if rank.writers.iter().any(|w| w.change == "fallback") {
             info.writer_fallbacks.push(files.rank);
         }
@@ -306,6 +303,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         1 => run_ids.into_iter().next(),
         _ => Some(run_ids.into_iter().collect::<Vec<_>>().join(" + ")),
     };
+    info.hosts = trace::definitions::ranks_by_host(&metas);
     info.oversubscribed = trace::oversubscription::crowded_hosts(trace.meta.as_ref(), &info.hosts);
     info.suspension.count = resumes.len() as u64;
     info.suspension.z_us = Quantiles::of(&mut z_us);
