@@ -12,6 +12,7 @@ packages=(
   zstd                                # inspecting compressed chunks by hand
   fonts-dejavu-core                   # the font of every PNG (timeline, validate, simulator plots): DejaVuSans.ttf
   python3-mpi4py                      # a real MPI program nobody here wrote (tests)
+  lammps                              # a real application: tests/lammps.rs, the fidelity bench
   python3-pip                         # the perfetto Python package below
   chromium                            # a real browser opens the Chrome JSON export (tests/browser.rs)
   dpkg-dev                            # apt-get source: MPICH's test suite (tests/mpich_testsuite.rs)
