@@ -25,13 +25,24 @@ pub(crate) struct LaneMarks {
 }
 
 /// Maps one lane's events in place, in order.
+///
+/// The recorder's cost of a call (or poll run) is spent right after the call's end, before the
+/// program goes on, so it is removed from the wall time that follows the end, at the rate that
+/// time passes, and never more than the time that passed before the lane's next call: removing
+/// more would move the next call before the end of this one. What does not fit (a rank
+/// descheduled while the recorder sampled its cost, or slow-path time measured before this call
+/// and charged to it) is removed from the gaps that follow, as they come.
 pub(crate) struct LaneMapper<'a> {
     map: &'a TimeMap,
     cur: MapCursor,
     remove_dp_prime: bool,
     remove_dp: bool,
-    /// The recorder's cost spent so far on this lane, ticks.
-    dp_ticks: u64,
+    /// The recorder's cost spent on this lane up to the last call's end, ns.
+    dp_ns: f64,
+    /// Cost charged so far and not yet removed, ns, to be removed from the wall time after
+    /// `last_end`, the last call's end in the clock before DP is removed.
+    pending_ns: f64,
+    last_end: f64,
     pub marks: LaneMarks,
     /// Time the mapping removed at the last call mapped (ns): its recorded time in the global
     /// clock is the mapped time plus this, which lets the matcher also judge the times as
@@ -46,45 +57,63 @@ impl<'a> LaneMapper<'a> {
             cur: MapCursor::default(),
             remove_dp_prime,
             remove_dp,
-            dp_ticks: 0,
+            dp_ns: 0.0,
+            pending_ns: 0.0,
+            last_end: 0.0,
             marks: LaneMarks::default(),
             removed: 0,
         }
     }
 
+    /// A time in the output clock before DP is removed: global, with DP' collapsed if asked.
+    fn before_dp(&mut self, t: u64) -> f64 {
+        if self.remove_dp_prime {
+            self.map.collapsed_ns(t, &mut self.cur)
+        } else {
+            self.map.global_ns(t, &mut self.cur)
+        }
+    }
+
+    /// The recorder's cost spent by `at` (in the clock of [`Self::before_dp`]).
+    fn dp_at(&self, at: f64) -> f64 {
+        self.dp_ns + self.pending_ns.min((at - self.last_end).max(0.0))
+    }
+
+    /// Starts a call or poll run at `at`: what the gap before it held of the pending cost is
+    /// removed; the rest waits for the next gap.
+    fn settle_cost(&mut self, at: f64) {
+        let spent = self.pending_ns.min((at - self.last_end).max(0.0));
+        self.dp_ns += spent;
+        self.pending_ns -= spent;
+    }
+
+    /// Ends a call or poll run: what the mapping removed at its end (for the matcher), and its
+    /// cost, added to what is pending from `end` on.
+    fn after_end(&mut self, raw_end: u64, end: f64, removed_dp: f64, cost_ticks: u32) {
+        if self.remove_dp_prime || self.remove_dp {
+            let g = self.map.global_ns(raw_end, &mut self.cur);
+            self.removed = (g - end + removed_dp).max(0.0).round() as u64;
+        }
+        self.pending_ns += f64::from(cost_ticks) * self.map.ns_per_tick();
+        self.last_end = end;
+    }
+
     #[inline]
     pub fn map_event(&mut self, e: &mut Event) {
         let npt = self.map.ns_per_tick();
-        let (map, cur, collapse) = (self.map, &mut self.cur, self.remove_dp_prime);
-        let removed_dp = if self.remove_dp {
-            self.dp_ticks as f64 * npt
-        } else {
-            0.0
-        };
-        let to_out = |t: u64, cur: &mut MapCursor| {
-            let g = if collapse {
-                map.collapsed_ns(t, cur)
-            } else {
-                map.global_ns(t, cur)
-            };
-            map.absolute(g - removed_dp)
-        };
+        let map = self.map;
+        let removable = |dp: f64, remove_dp: bool| if remove_dp { dp } else { 0.0 };
         // Calls and completions are nearly every event: handled here without the generic walk.
         match e {
             Event::Call(c) => {
-                if collapse || self.remove_dp {
-                    let g = map.global_ns(c.end, cur);
-                    let out = if collapse {
-                        map.collapsed_ns(c.end, cur)
-                    } else {
-                        g
-                    };
-                    self.removed = (g - out + removed_dp).max(0.0).round() as u64;
-                }
-                c.start = to_out(c.start, cur);
-                c.end = to_out(c.end, cur);
-                // The cost of an event is spent after its end, so it delays the next events only.
-                self.dp_ticks = self.dp_ticks.saturating_add(u64::from(c.cost));
+                let raw_end = c.end;
+                let start = self.before_dp(c.start);
+                self.settle_cost(start);
+                let end = self.before_dp(raw_end);
+                let dp = removable(self.dp_ns, self.remove_dp);
+                c.start = map.absolute(start - dp);
+                c.end = map.absolute(end - dp);
+                self.after_end(raw_end, end, dp, c.cost);
                 c.cost = if self.remove_dp {
                     0
                 } else {
@@ -98,20 +127,16 @@ impl<'a> LaneMapper<'a> {
                 // progress), not when it has polled enough: the recorder's cost inside the run
                 // (`inner_cost`) did not delay its end, so both ends move by the cost spent
                 // before the run, and only the last poll's cost delays what follows.
-                if collapse || self.remove_dp {
-                    // As for a call, at the run's end: the replay needs the recorder's cost spent
-                    // after the last poll (up to the call that ends the loop).
-                    let g = map.global_ns(p.end, cur);
-                    let out = if collapse {
-                        map.collapsed_ns(p.end, cur)
-                    } else {
-                        g
-                    };
-                    self.removed = (g - out + removed_dp).max(0.0).round() as u64;
-                }
-                p.start = to_out(p.start, cur);
-                p.end = to_out(p.end, cur).max(p.start);
-                self.dp_ticks = self.dp_ticks.saturating_add(u64::from(p.cost));
+                let start = self.before_dp(p.start);
+                self.settle_cost(start);
+                let end = self.before_dp(p.end).max(start);
+                let dp = removable(self.dp_ns, self.remove_dp);
+                let raw_end = p.end;
+                p.start = map.absolute(start - dp);
+                p.end = map.absolute(end - dp).max(p.start);
+                // As for a call, at the run's end: the replay needs the recorder's cost spent
+                // after the last poll (up to the call that ends the loop).
+                self.after_end(raw_end, end, dp, p.cost);
                 p.busy = (p.busy as f64 * npt).round() as u64;
                 p.inner_cost = (p.inner_cost as f64 * npt).round() as u64;
                 p.cost = if self.remove_dp {
@@ -123,13 +148,14 @@ impl<'a> LaneMapper<'a> {
             }
             _ => {}
         }
-        let dp_ns = self.dp_ticks as f64 * npt;
         if let Event::Marker(Marker::InitDone { time } | Marker::FinalizeStart { time }) = *e {
+            let at = self.before_dp(time);
+            let dp_ns = self.dp_at(at);
             let mark = Mark {
-                global: map.global_ns(time, cur),
-                collapsed: map.collapsed_ns(time, cur),
+                global: map.global_ns(time, &mut self.cur),
+                collapsed: map.collapsed_ns(time, &mut self.cur),
                 dp_ns,
-                mapped: to_out(time, cur),
+                mapped: map.absolute(at - removable(dp_ns, self.remove_dp)),
                 shift_ns: 0.0,
             };
             if matches!(e, Event::Marker(Marker::InitDone { .. })) {
@@ -138,7 +164,10 @@ impl<'a> LaneMapper<'a> {
                 self.marks.finalize.get_or_insert(mark);
             }
         }
-        trace::times::for_each_time(e, |t| *t = to_out(*t, cur));
+        trace::times::for_each_time(e, |t| {
+            let at = self.before_dp(*t);
+            *t = map.absolute(at - removable(self.dp_at(at), self.remove_dp));
+        });
         if let Event::Clock(s) = e {
             s.offset_ns = 0.0;
         }

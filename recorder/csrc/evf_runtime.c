@@ -150,7 +150,7 @@ static void evf_start(uint16_t fid, uint64_t t0, uint64_t t1, int rank, int size
     r.start = t0;
     r.end = t1;
     evf_rec_call(&r);
-    evf_rust_init_done(t1);
+    evf_rust_init_done();
 }
 
 void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)

@@ -109,7 +109,7 @@ typedef struct {
 int evf_rust_pre_init(void);
 int evf_rust_init(int world_rank, int world_size, int thread_level);
 void evf_rust_set_library(const char *version, int len);
-void evf_rust_init_done(uint64_t tick);
+void evf_rust_init_done(void);
 uint64_t evf_rust_settings_fingerprint(void);
 int evf_rust_callsites(void);
 void evf_rust_refuse(uint64_t mine, uint64_t lowest, uint64_t highest);

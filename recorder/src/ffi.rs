@@ -249,10 +249,15 @@ pub extern "C" fn evf_rust_refuse(mine: u64, lowest: u64, highest: u64) {
     }
 }
 
-/// End of `MPI_Init`: the measured span starts here.
+/// End of `MPI_Init` (its call record is stored): the recorder's start-up, then the `InitDone`
+/// marker, where the measured span starts.
+///
+/// The marker is taken when the start-up is done, as the program regains control, and the
+/// start-up is charged to nothing: it lies before the span, as the untraced run's `MPI_Init`
+/// does. Charged to the first call instead, it was wall time before that call (under load, up to
+/// most of a short run) that reconstruction can only remove after it.
 #[unsafe(no_mangle)]
-pub extern "C" fn evf_rust_init_done(tick: u64) {
-    record_event(&Event::Marker(Marker::InitDone { time: tick }));
+pub extern "C" fn evf_rust_init_done() {
     if std::env::var_os("EVENFLUSH_CHECK_LINK").is_some() {
         match transport::self_check() {
             Ok(report) => eprintln!("evenflush: transport ok: {report}"),
@@ -260,9 +265,7 @@ pub extern "C" fn evf_rust_init_done(tick: u64) {
         }
     }
     protocol::on_init_done();
-    // Everything since PMPI_Init returned (calibration wait, settings, definitions, the protocol's
-    // initial clock measurement) is recorder time before the application's first event.
-    cost::charge(clock::now().wrapping_sub(tick));
+    record_event(&Event::Marker(Marker::InitDone { time: clock::now() }));
 }
 
 /// # Safety
