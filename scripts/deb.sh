@@ -16,7 +16,7 @@ while [ $# -gt 0 ]; do
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
     --out=*) out="${1#--out=}"; shift ;;
     --no-build) install_args+=(--no-build); shift ;;
-    -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "deb.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -77,5 +77,7 @@ CONTROL
 
 mkdir -p "$out"
 deb="$out/evenflush_${version}_${arch}.deb"
+# gzip -1: the tests build the package too; xz would make it ~40 % smaller but takes over a
+# minute on 2 cores.
 dpkg-deb --root-owner-group -Zgzip -z1 --build "$stage" "$deb" >/dev/null
 echo "$deb"

@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     --destdir) destdir="${2:?--destdir needs a directory}"; shift 2 ;;
     --destdir=*) destdir="${1#--destdir=}"; shift ;;
     --no-build) build=0; shift ;;
-    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
