@@ -65,7 +65,7 @@ fn unix_now() -> f64 {
 /// explicit choice must not fall back silently to another build); otherwise next to the `evenflush`
 /// binary (cargo's target/release) and in `<bin>/../lib/evenflush` (an installed prefix:
 /// `scripts/install.sh`, the Debian package).
-pub fn library_dirs() -> Result<Vec<PathBuf>> {
+fn library_dirs() -> Result<Vec<PathBuf>> {
     if let Some(d) = std::env::var_os("EVENFLUSH_LIB_DIR") {
         return Ok(vec![PathBuf::from(d)]);
     }
@@ -79,7 +79,7 @@ pub fn library_dirs() -> Result<Vec<PathBuf>> {
     Ok(vec![bin, installed])
 }
 
-/// The preload library for `mpi`: the first found in [`library_dirs`].
+/// The preload library for `mpi`: the first found in `library_dirs()`.
 pub fn library_path(mpi: Mpi) -> Result<PathBuf> {
     let dirs = library_dirs()?;
     if let Some(lib) = dirs
