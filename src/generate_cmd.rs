@@ -33,7 +33,13 @@ pub fn run(args: &GenerateArgs) -> Result<()> {
     }
 }
 
-fn completions(mut cmd: clap::Command, dir: &Path) -> Result<()> {
+fn completions(cmd: clap::Command, dir: &Path) -> Result<()> {
+    // clap_complete offers hidden subcommands too (this one among them): completions are written
+    // from a copy of the command line that has only the visible ones.
+    let mut cmd = clap::Command::new(cmd.get_name().to_string())
+        .version(cmd.get_version().unwrap_or_default().to_string())
+        .args(cmd.get_arguments().cloned())
+        .subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
         clap_complete::generate_to(shell, &mut cmd, "evenflush", dir).with_context(|| {
             format!("cannot write the {shell} completion into {}", dir.display())

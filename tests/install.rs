@@ -381,6 +381,10 @@ fn bash_completion_offers_every_subcommand() {
         missing.is_empty(),
         "bash does not complete {missing:?}; offered {offered:?}"
     );
+    assert!(
+        !offered.contains("generate"),
+        "bash offers the hidden subcommand: {offered:?}"
+    );
 }
 
 /// A dpkg database root of its own: the package is installed and removed there, never into the
