@@ -16,6 +16,7 @@ packages=(
   python3-pip                         # the perfetto Python package below
   chromium                            # a real browser opens the Chrome JSON export (tests/browser.rs)
   dpkg-dev                            # apt-get source: MPICH's test suite (tests/mpich_testsuite.rs)
+  lmod                                # loads the installed module files (tests/install.rs)
 )
 
 missing=()

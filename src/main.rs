@@ -5,6 +5,7 @@ mod compare_cmd;
 mod dump;
 mod experiment_cmd;
 mod export_cmd;
+mod generate_cmd;
 mod info;
 mod mpi;
 mod mpi_job;
@@ -96,6 +97,9 @@ enum Cmd {
         #[arg(long)]
         rank: Option<u32>,
     },
+    /// Write man pages or shell completions into a directory (used by scripts/install.sh).
+    #[command(hide = true)]
+    Generate(generate_cmd::GenerateArgs),
 }
 
 mod run_args;
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
         Cmd::Experiment(a) => experiment_cmd::run(a).map(|()| ExitCode::SUCCESS),
         Cmd::Simulate(args) => simulate_cmd::simulate(args).map(|()| ExitCode::SUCCESS),
         Cmd::Dump { dir, rank } => dump::dump(&dir, rank).map(|()| ExitCode::SUCCESS),
+        Cmd::Generate(a) => generate_cmd::run(&a).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -61,29 +61,45 @@ fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Where the preload libraries live: next to the `evenflush` binary (cargo puts them there), unless
-/// EVENFLUSH_LIB_DIR says otherwise.
-pub fn library_path(mpi: Mpi) -> Result<PathBuf> {
-    let dir = match std::env::var_os("EVENFLUSH_LIB_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => std::env::current_exe()
-            .context("cannot locate the evenflush binary")?
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default(),
-    };
-    let lib = dir.join(mpi.library_file());
-    if !lib.is_file() {
-        bail!(
-            "the recorder library for {} is not built: {} does not exist.\n\
-             Build it with `cargo build --release` on a machine with {} installed \
-             (scripts/setup.sh installs it), or set EVENFLUSH_LIB_DIR.",
-            mpi.name(),
-            lib.display(),
-            mpi.name()
-        );
+/// Where the preload libraries are looked for, in order: only EVENFLUSH_LIB_DIR when it is set (an
+/// explicit choice must not fall back silently to another build); otherwise next to the `evenflush`
+/// binary (cargo's target/release) and in `<bin>/../lib/evenflush` (an installed prefix:
+/// `scripts/install.sh`, the Debian package).
+fn library_dirs() -> Result<Vec<PathBuf>> {
+    if let Some(d) = std::env::var_os("EVENFLUSH_LIB_DIR") {
+        return Ok(vec![PathBuf::from(d)]);
     }
-    Ok(lib)
+    // current_exe resolves symbolic links, so a link to an installed binary finds its prefix.
+    let exe = std::env::current_exe().context("cannot locate the evenflush binary")?;
+    let bin = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    let installed = bin
+        .parent()
+        .map(|p| p.join("lib").join("evenflush"))
+        .unwrap_or_else(|| bin.join("../lib/evenflush"));
+    Ok(vec![bin, installed])
+}
+
+/// The preload library for `mpi`: the first found in `library_dirs()`.
+pub fn library_path(mpi: Mpi) -> Result<PathBuf> {
+    let dirs = library_dirs()?;
+    if let Some(lib) = dirs
+        .iter()
+        .map(|d| d.join(mpi.library_file()))
+        .find(|l| l.is_file())
+    {
+        return Ok(lib);
+    }
+    let looked: Vec<String> = dirs.iter().map(|d| format!("  {}", d.display())).collect();
+    bail!(
+        "the recorder library for {} ({}) was not found; looked in:\n{}\n\
+         Build it with `cargo build --release` on a machine with {} installed \
+         (scripts/setup.sh installs it), install it with `scripts/install.sh --prefix DIR`, \
+         or set EVENFLUSH_LIB_DIR to the directory that holds it.",
+        mpi.name(),
+        mpi.library_file(),
+        looked.join("\n"),
+        mpi.name()
+    )
 }
 
 pub(crate) fn detect_mpi(command: &[String]) -> Result<(Mpi, String)> {

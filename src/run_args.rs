@@ -56,11 +56,16 @@ fn settings_from(matches: &ArgMatches) -> BTreeMap<String, String> {
         .collect()
 }
 
-pub fn parse_cli() -> Result<Cli, clap::Error> {
-    let command = Cli::command()
+/// The whole command line, settings flags included: what is parsed, and what man pages and
+/// completions are generated from.
+pub fn cli_command() -> clap::Command {
+    Cli::command()
         .mut_subcommand("run", with_setting_flags)
-        .mut_subcommand("validate", with_setting_flags);
-    let matches = command.try_get_matches()?;
+        .mut_subcommand("validate", with_setting_flags)
+}
+
+pub fn parse_cli() -> Result<Cli, clap::Error> {
+    let matches = cli_command().try_get_matches()?;
     let mut cli = Cli::from_arg_matches(&matches)?;
     match (&mut cli.command, matches.subcommand()) {
         (Cmd::Run(args), Some(("run", sub))) => args.settings = settings_from(sub),
