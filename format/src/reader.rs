@@ -524,6 +524,9 @@ impl<'a> ChunkReader<'a> {
 }
 
 fn decompress(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
+    if raw_len <= PREALLOCATE_LIMIT {
+        return decompress_reusing_context(stored, raw_len as usize);
+    }
     let mut out = Vec::with_capacity(raw_len.min(PREALLOCATE_LIMIT) as usize);
     let decoder =
         zstd::stream::read::Decoder::with_buffer(stored).map_err(|e| format!("zstd: {e}"))?;
@@ -534,6 +537,37 @@ fn decompress(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
         .read_to_end(&mut out)
         .map_err(|e| format!("zstd: {e}"))?;
     if out.len() as u64 != raw_len {
+        return Err(format!(
+            "decompressed to {} bytes, header says {raw_len}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// One chunk into a buffer of exactly `raw_len`, with this thread's decompression context.
+/// Creating a context costs as much as decoding a small chunk (a trace of thousands of ranks has
+/// as many small chunks), so each reading thread keeps one. A frame that decodes to more than
+/// `raw_len` does not fit the buffer and fails.
+fn decompress_reusing_context(stored: &[u8], raw_len: usize) -> Result<Vec<u8>, String> {
+    thread_local! {
+        static CONTEXT: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let mut out = Vec::with_capacity(raw_len);
+    CONTEXT.with(|cell| {
+        let mut context = cell.borrow_mut();
+        if context.is_none() {
+            *context = Some(zstd::bulk::Decompressor::new().map_err(|e| format!("zstd: {e}"))?);
+        }
+        let Some(decompressor) = context.as_mut() else {
+            return Err("zstd: no decompression context".to_string());
+        };
+        decompressor
+            .decompress_to_buffer(stored, &mut out)
+            .map_err(|e| format!("zstd: {e}"))
+    })?;
+    if out.len() != raw_len {
         return Err(format!(
             "decompressed to {} bytes, header says {raw_len}",
             out.len()
