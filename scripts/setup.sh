@@ -16,6 +16,7 @@ packages=(
   python3-pip                         # the perfetto Python package below
   chromium                            # a real browser opens the Chrome JSON export (tests/browser.rs)
   dpkg-dev                            # apt-get source: MPICH's test suite (tests/mpich_testsuite.rs)
+  slurm-wlm munge                     # a private one-node Slurm cluster (scripts/slurm-cluster.sh, tests/slurm.rs)
 )
 
 missing=()
