@@ -59,12 +59,14 @@ fn settings_from(matches: &ArgMatches) -> BTreeMap<String, String> {
 pub fn parse_cli() -> Result<Cli, clap::Error> {
     let command = Cli::command()
         .mut_subcommand("run", with_setting_flags)
-        .mut_subcommand("validate", with_setting_flags);
+        .mut_subcommand("validate", with_setting_flags)
+        .mut_subcommand("wrap", with_setting_flags);
     let matches = command.try_get_matches()?;
     let mut cli = Cli::from_arg_matches(&matches)?;
     match (&mut cli.command, matches.subcommand()) {
         (Cmd::Run(args), Some(("run", sub))) => args.settings = settings_from(sub),
         (Cmd::Validate(args), Some(("validate", sub))) => args.settings = settings_from(sub),
+        (Cmd::Wrap(args), Some(("wrap", sub))) => args.settings = settings_from(sub),
         _ => {}
     }
     Ok(cli)
