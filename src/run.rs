@@ -295,3 +295,26 @@ pub(crate) fn write_meta(path: &Path, meta: &Meta) -> Result<()> {
 pub(crate) fn hostname() -> String {
     offload::config::hostname()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn srun_ranks_get_their_environment_through_env() {
+        let env = BTreeMap::from([
+            ("A".to_string(), "1,2".to_string()),
+            ("B".to_string(), "x y".to_string()),
+        ]);
+        let argv = with_rank_env(Mpi::Mpich, &words("srun --mpi=pmi2 -n 2 ./app -n 3"), &env);
+        let mut want = words("srun --mpi=pmi2 -n 2 env A=1,2");
+        want.extend(["B=x y".to_string(), "./app".into(), "-n".into(), "3".into()]);
+        assert_eq!(argv, want);
+        let argv = with_rank_env(Mpi::OpenMpi, &words("mpirun -np 2 ./app"), &env);
+        assert_eq!(argv[..3], words("mpirun -x A=1,2"));
+    }
+}

@@ -232,8 +232,9 @@ fn check_traced(cluster: &Cluster, dir: &Path, what: &str) -> Value {
 }
 
 fn traced_under_srun(mpi: Mpi) {
-    let _lock = mpi_lock();
+    // The cluster before the lock: a test waiting for the lock keeps it running for the next.
     let Some(cluster) = cluster() else { return };
+    let _lock = mpi_lock();
     let ring = programs(mpi).join("ring");
     let Some(plain) = plain_srun(&cluster, mpi, &ring) else {
         return;
@@ -339,8 +340,9 @@ fn traced_under_srun(mpi: Mpi) {
 /// `evenflush validate` takes an srun line as it takes an mpirun one: the untraced runs get the
 /// clock probe and the traced ones the recorder, both through srun.
 fn validates_under_srun(mpi: Mpi) {
-    let _lock = mpi_lock();
+    // The cluster before the lock: a test waiting for the lock keeps it running for the next.
     let Some(cluster) = cluster() else { return };
+    let _lock = mpi_lock();
     let apps = programs(mpi);
     let Some(_) = plain_srun(&cluster, mpi, &apps.join("ring")) else {
         return;
