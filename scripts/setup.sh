@@ -17,6 +17,7 @@ packages=(
   chromium                            # a real browser opens the Chrome JSON export (tests/browser.rs)
   dpkg-dev                            # apt-get source: MPICH's test suite (tests/mpich_testsuite.rs)
   lmod                                # loads the installed module files (tests/install.rs)
+  slurm-wlm munge                     # a private one-node Slurm cluster (scripts/slurm-cluster.sh, tests/slurm.rs)
 )
 
 missing=()

@@ -16,6 +16,7 @@ mod simulate_cmd;
 mod timeline_cmd;
 mod validate_cmd;
 mod window_args;
+mod wrap;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +48,12 @@ enum Cmd {
         Every flag can also be given as its EVENFLUSH_* environment variable (shown with each flag)."
     )]
     Run(run_args::RunArgs),
+    /// Run one rank of a job whose launcher starts the ranks itself (Slurm's srun) with the
+    /// recorder preloaded; takes `run`'s flags.
+    #[command(
+        after_help = "Example (in an sbatch script):\n  srun -n 64 evenflush wrap --out trace -- ./app arg1\n\n        `evenflush run --out trace -- srun -n 64 ./app` does the same and also times the job.         Task 0 of the Slurm step records the job and step in the trace's meta.json."
+    )]
+    Wrap(wrap::WrapArgs),
     /// Prove the reconstruction on your own program: K untraced and K traced runs, interleaved;
     /// each traced run reconstructed; the error of T(G) against the untraced time, with its
     /// confidence interval and the untraced noise floor.
@@ -124,6 +131,7 @@ fn main() -> ExitCode {
             .into_request()
             .and_then(run::run)
             .map(|code| ExitCode::from(code.clamp(0, 255) as u8)),
+        Cmd::Wrap(args) => wrap::wrap(args).map(|()| ExitCode::FAILURE),
         Cmd::Validate(args) => validate_cmd::validate(args).map(|()| ExitCode::SUCCESS),
         Cmd::Info { dirs, json } => info::info(&dirs, json).map(|()| ExitCode::SUCCESS),
         Cmd::Collect(a) => collect_cmd::run(&a),

@@ -149,6 +149,106 @@ const OPTIONS_WITH_VALUE: &[&str] = &[
 /// Options whose value is two words (`-genv NAME VALUE`, `--mca KEY VALUE`).
 const OPTIONS_WITH_TWO_VALUES: &[&str] = &["-genv", "-env", "-mca", "--mca", "-gmca", "--gmca"];
 
+/// Slurm's `srun` options that take a value (its optional-value options take it only as
+/// `--opt=value`, so they are not listed). `-c` is `--cpus-per-task` there, not a rank count.
+const SRUN_OPTIONS_WITH_VALUE: &[&str] = &[
+    "-A",
+    "--account",
+    "-b",
+    "--begin",
+    "-B",
+    "--extra-node-info",
+    "-c",
+    "--cpus-per-task",
+    "-C",
+    "--constraint",
+    "-d",
+    "--dependency",
+    "-D",
+    "--chdir",
+    "-e",
+    "--error",
+    "-G",
+    "--gpus",
+    "-i",
+    "--input",
+    "-J",
+    "--job-name",
+    "-L",
+    "--licenses",
+    "-m",
+    "--distribution",
+    "-M",
+    "--clusters",
+    "-n",
+    "--ntasks",
+    "-N",
+    "--nodes",
+    "-o",
+    "--output",
+    "-p",
+    "--partition",
+    "-q",
+    "--qos",
+    "-r",
+    "--relative",
+    "-S",
+    "--core-spec",
+    "-t",
+    "--time",
+    "-T",
+    "--threads",
+    "-w",
+    "--nodelist",
+    "-W",
+    "--wait",
+    "-x",
+    "--exclude",
+    "--mpi",
+    "--export",
+    "--mem",
+    "--mem-per-cpu",
+    "--mem-per-gpu",
+    "--ntasks-per-node",
+    "--ntasks-per-core",
+    "--ntasks-per-socket",
+    "--cpu-bind",
+    "--gres",
+    "--gpus-per-task",
+    "--cpus-per-gpu",
+    "--reservation",
+    "--comment",
+    "--jobid",
+    "--het-group",
+    "--signal",
+    "--tmp",
+    "--mincpus",
+    "--network",
+    "--hint",
+    "--sockets-per-node",
+    "--cores-per-socket",
+    "--threads-per-core",
+    "--task-prolog",
+    "--task-epilog",
+    "--prolog",
+    "--epilog",
+    "--open-mode",
+    "--deadline",
+    "--profile",
+    "--uid",
+    "--gid",
+    "--slurmd-debug",
+    "--time-min",
+    "--wckey",
+    "--mcs-label",
+];
+
+/// Whether `launcher` is Slurm's `srun`, which starts the ranks itself (no mpirun), hands them
+/// its own environment and takes options of its own.
+pub fn is_srun(launcher: &str) -> bool {
+    Path::new(launcher).file_name().is_some_and(|f| f == "srun")
+}
+
 /// The parsed shape of `mpirun [options] program [args]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchLine {
@@ -163,6 +263,16 @@ pub struct LaunchLine {
 /// not start with a recognisable launcher or names no program.
 pub fn parse_launch_line(cmd: &[String]) -> Option<LaunchLine> {
     let launcher = cmd.first()?.clone();
+    let srun = is_srun(&launcher);
+    let (with_value, with_two, rank_flags): (&[&str], &[&str], &[&str]) = if srun {
+        (SRUN_OPTIONS_WITH_VALUE, &[], &["-n", "--ntasks"])
+    } else {
+        (
+            OPTIONS_WITH_VALUE,
+            OPTIONS_WITH_TWO_VALUES,
+            &["-n", "-np", "--np", "-c"],
+        )
+    };
     let mut ranks = None;
     let mut i = 1;
     while i < cmd.len() {
@@ -175,12 +285,20 @@ pub fn parse_launch_line(cmd: &[String]) -> Option<LaunchLine> {
             });
         }
         let (flag, inline_value) = match word.split_once('=') {
+            // srun, like getopt, also takes a short option's value attached: `-n4`.
+            None if srun
+                && !word.starts_with("--")
+                && word.len() > 2
+                && with_value.contains(&&word[..2]) =>
+            {
+                (&word[..2], Some(&word[2..]))
+            }
             Some((f, v)) => (f, Some(v)),
             None => (word, None),
         };
-        let takes = if OPTIONS_WITH_TWO_VALUES.contains(&flag) {
+        let takes = if with_two.contains(&flag) {
             2
-        } else if OPTIONS_WITH_VALUE.contains(&flag) {
+        } else if with_value.contains(&flag) {
             1
         } else {
             0
@@ -190,7 +308,7 @@ pub fn parse_launch_line(cmd: &[String]) -> Option<LaunchLine> {
                 .then(|| cmd.get(i + 1).map(|s| s.as_str()))
                 .flatten()
         });
-        if matches!(flag, "-n" | "-np" | "--np" | "-c") {
+        if rank_flags.contains(&flag) {
             ranks = value.and_then(|v| v.parse().ok());
         }
         i += 1 + if inline_value.is_some() { 0 } else { takes };
@@ -218,6 +336,20 @@ mod tests {
         let line = parse_launch_line(&words("mpiexec --np=8 prog")).unwrap();
         assert_eq!(line.program_index, 2);
         assert_eq!(line.ranks, Some(8));
+    }
+
+    #[test]
+    fn srun_lines_are_parsed_with_srun_options() {
+        let line =
+            parse_launch_line(&words("srun --mpi pmix -c 2 -n 4 -p debug ./app -n 9")).unwrap();
+        assert_eq!(line.program_index, 9);
+        assert_eq!(line.ranks, Some(4));
+        let line = parse_launch_line(&words("/usr/bin/srun -n2 --mpi=pmi2 -l app")).unwrap();
+        assert_eq!(line.program_index, 4);
+        assert_eq!(line.ranks, Some(2));
+        let line = parse_launch_line(&words("srun --ntasks=3 -N 1 app")).unwrap();
+        assert_eq!(line.program_index, 4);
+        assert_eq!(line.ranks, Some(3));
     }
 
     #[test]

@@ -22,30 +22,36 @@ pub struct RunRequest {
     pub mpi: Option<Mpi>,
 }
 
+/// `meta.json`: written by `evenflush run` (or, under a bare `srun`, by task 0's `evenflush wrap`).
 #[derive(Serialize)]
-struct Meta<'a> {
-    evenflush_version: &'a str,
-    command: &'a [String],
-    program: &'a str,
-    mpi: &'a str,
-    library: String,
-    ranks_requested: Option<u32>,
-    host: String,
+pub(crate) struct Meta<'a> {
+    pub evenflush_version: &'a str,
+    pub command: &'a [String],
+    pub program: &'a str,
+    pub mpi: &'a str,
+    pub library: String,
+    pub ranks_requested: Option<u32>,
+    pub host: String,
     /// Cores this host gives the job (the launcher's affinity and quota): more ranks than this
-    /// on `host` is oversubscription, which `reconstruct` and `validate` warn of.
-    host_cpus: usize,
-    settings: &'a BTreeMap<String, String>,
-    start_unix_s: f64,
-    end_unix_s: Option<f64>,
-    wall_s: Option<f64>,
-    exit_code: Option<i32>,
+    /// on `host` is oversubscription, which `reconstruct` and `validate` warn of. Not known to a
+    /// task of an srun step (its own affinity is not the node's share of the job).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_cpus: Option<usize>,
+    pub settings: &'a BTreeMap<String, String>,
+    pub start_unix_s: f64,
+    pub end_unix_s: Option<f64>,
+    pub wall_s: Option<f64>,
+    pub exit_code: Option<i32>,
     /// The S rank 0 used from start-up and where it came from (its `Threshold` record), after
     /// the run.
-    threshold: Option<ThresholdJson>,
+    pub threshold: Option<ThresholdJson>,
+    /// The Slurm step, when the ranks ran in one (task 0's `evenflush wrap` adds it).
+    #[serde(rename = "slurm", skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<trace::slurm::SlurmStep>,
 }
 
 #[derive(Serialize)]
-struct ThresholdJson {
+pub(crate) struct ThresholdJson {
     bytes: u64,
     /// `fixed` (--threshold SIZE), `cgroup` or `node` (--threshold auto, from that free memory),
     /// `unknown` (auto with nothing readable: the fallback).
@@ -54,7 +60,7 @@ struct ThresholdJson {
     ranks_on_node: u32,
 }
 
-fn unix_now() -> f64 {
+pub(crate) fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -201,13 +207,14 @@ pub fn run(req: RunRequest) -> Result<i32> {
         library: lib.display().to_string(),
         ranks_requested: line.as_ref().and_then(|l| l.ranks),
         host: host.clone(),
-        host_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        host_cpus: Some(std::thread::available_parallelism().map_or(0, |n| n.get())),
         settings: &env,
         start_unix_s: unix_now(),
         end_unix_s: None,
         wall_s: None,
         exit_code: None,
         threshold: None,
+        slurm: None,
     };
     let meta_path = first_out.join("meta.json");
     write_meta(&meta_path, &meta)?;
@@ -216,8 +223,27 @@ pub fn run(req: RunRequest) -> Result<i32> {
     // never loads it; the environment of mpirun gets it too as a fallback for launchers that do not
     // forward options, since the library is inert in processes that never call MPI_Init.
     let mut rank_env = env.clone();
-    rank_env.insert("LD_PRELOAD".into(), lib.display().to_string());
-    let argv = with_rank_env(mpi, &req.command, &rank_env);
+    let argv = match &line {
+        // srun starts the ranks itself: each goes through `evenflush wrap`, which preloads the
+        // library into that rank only and records the Slurm step (task 0).
+        Some(l) if mpi::is_srun(&l.launcher) => {
+            let exe = std::env::current_exe().context("cannot locate the evenflush binary")?;
+            let mut wrapped = req.command[..l.program_index].to_vec();
+            wrapped.extend([
+                exe.display().to_string(),
+                "wrap".into(),
+                "--mpi".into(),
+                mpi.name().into(),
+                "--".into(),
+            ]);
+            wrapped.extend(req.command[l.program_index..].iter().cloned());
+            with_rank_env(mpi, &wrapped, &rank_env)
+        }
+        _ => {
+            rank_env.insert("LD_PRELOAD".into(), lib.display().to_string());
+            with_rank_env(mpi, &req.command, &rank_env)
+        }
+    };
 
     let started = Instant::now();
     let status = Command::new(&argv[0])
@@ -229,6 +255,7 @@ pub fn run(req: RunRequest) -> Result<i32> {
     meta.end_unix_s = Some(unix_now());
     meta.wall_s = Some(started.elapsed().as_secs_f64());
     meta.exit_code = Some(code);
+    meta.slurm = read_meta(&meta_path).and_then(|m| trace::slurm::SlurmStep::from_meta(Some(&m)));
     meta.threshold = trace::open::initial_threshold(first_out).map(|t| ThresholdJson {
         bytes: t.bytes,
         basis: t.basis.name(),
@@ -241,10 +268,18 @@ pub fn run(req: RunRequest) -> Result<i32> {
 
 /// The launch command with `env` handed to every rank through the launcher's own option (`-x` or
 /// `-genv`), inserted after the launcher and, for Open MPI's MPMD lines, after each `:` (a `-x`
-/// before the first program reaches only that program's ranks). A command that is not a known
-/// launch line is returned as is.
+/// before the first program reaches only that program's ranks). srun has no such option that
+/// takes any value (`--export` splits at commas), so each rank starts as `env NAME=VALUE ...
+/// program`. A command that is not a known launch line is returned as is.
 pub fn with_rank_env(mpi: Mpi, command: &[String], env: &BTreeMap<String, String>) -> Vec<String> {
     let line = mpi::parse_launch_line(command);
+    if let Some(l) = line.as_ref().filter(|l| mpi::is_srun(&l.launcher)) {
+        let mut argv = command[..l.program_index].to_vec();
+        argv.push("env".into());
+        argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+        argv.extend(command[l.program_index..].iter().cloned());
+        return argv;
+    }
     let env_args: Vec<String> = env.iter().flat_map(|(k, v)| mpi.env_args(k, v)).collect();
     let mut argv: Vec<String> = vec![command[0].clone()];
     if line.is_some() {
@@ -264,11 +299,38 @@ pub(crate) fn signal_of(status: &std::process::ExitStatus) -> i32 {
     status.signal().unwrap_or(0)
 }
 
-fn write_meta(path: &Path, meta: &Meta) -> Result<()> {
+pub(crate) fn read_meta(path: &Path) -> Option<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+pub(crate) fn write_meta(path: &Path, meta: &Meta) -> Result<()> {
     let text = serde_json::to_string_pretty(meta)?;
     std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     offload::config::hostname()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn srun_ranks_get_their_environment_through_env() {
+        let env = BTreeMap::from([
+            ("A".to_string(), "1,2".to_string()),
+            ("B".to_string(), "x y".to_string()),
+        ]);
+        let argv = with_rank_env(Mpi::Mpich, &words("srun --mpi=pmi2 -n 2 ./app -n 3"), &env);
+        let mut want = words("srun --mpi=pmi2 -n 2 env A=1,2");
+        want.extend(["B=x y".to_string(), "./app".into(), "-n".into(), "3".into()]);
+        assert_eq!(argv, want);
+        let argv = with_rank_env(Mpi::OpenMpi, &words("mpirun -np 2 ./app"), &env);
+        assert_eq!(argv[..3], words("mpirun -x A=1,2"));
+    }
 }

@@ -62,6 +62,7 @@ pub fn cli_command() -> clap::Command {
     Cli::command()
         .mut_subcommand("run", with_setting_flags)
         .mut_subcommand("validate", with_setting_flags)
+        .mut_subcommand("wrap", with_setting_flags)
 }
 
 pub fn parse_cli() -> Result<Cli, clap::Error> {
@@ -70,6 +71,7 @@ pub fn parse_cli() -> Result<Cli, clap::Error> {
     match (&mut cli.command, matches.subcommand()) {
         (Cmd::Run(args), Some(("run", sub))) => args.settings = settings_from(sub),
         (Cmd::Validate(args), Some(("validate", sub))) => args.settings = settings_from(sub),
+        (Cmd::Wrap(args), Some(("wrap", sub))) => args.settings = settings_from(sub),
         _ => {}
     }
     Ok(cli)

@@ -16,6 +16,7 @@ pub mod oversubscription;
 pub mod parallel;
 pub mod progress;
 pub mod scan;
+pub mod slurm;
 pub mod span;
 pub mod times;
 pub mod window;

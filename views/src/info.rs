@@ -115,6 +115,8 @@ pub struct Info {
     pub run_id: Option<String>,
     /// Host name to the ranks that ran there, from the ranks' `RankInfo` records.
     pub hosts: BTreeMap<String, Vec<u32>>,
+    /// The Slurm job step the ranks ran in (`meta.json`), if any.
+    pub slurm: Option<trace::slurm::SlurmStep>,
     /// Hosts that ran more ranks than they had cores for the job.
     pub oversubscribed: Vec<trace::oversubscription::Crowding>,
     /// Ranks whose writer fell back from the requested one (see `per_rank[].writers`).
@@ -304,6 +306,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         _ => Some(run_ids.into_iter().collect::<Vec<_>>().join(" + ")),
     };
     info.hosts = trace::definitions::ranks_by_host(&metas);
+    info.slurm = trace::slurm::SlurmStep::from_meta(trace.meta.as_ref());
     info.oversubscribed = trace::oversubscription::crowded_hosts(trace.meta.as_ref(), &info.hosts);
     info.suspension.count = resumes.len() as u64;
     info.suspension.z_us = Quantiles::of(&mut z_us);
@@ -373,6 +376,9 @@ pub fn render_table(info: &Info) -> String {
     let _ = writeln!(s, "ranks        {}", info.ranks);
     if let Some(run) = &info.run_id {
         let _ = writeln!(s, "run          {run}");
+    }
+    if let Some(step) = &info.slurm {
+        let _ = writeln!(s, "slurm        {}", step.describe());
     }
     let _ = writeln!(
         s,
