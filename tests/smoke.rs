@@ -731,7 +731,8 @@ fn partitioned(mpi: Mpi) {
 /// sessions_edge.c (MPICH; Open MPI 4.1 has no sessions). `overlap`: the world model joins a
 /// recording a session started and outlives the session: MPI_Init, the Barrier after
 /// MPI_Session_finalize and MPI_Finalize are recorded, and the recording ends at MPI_Finalize.
-/// `uneven`: rank r opens r+1 sessions; every rank's trace has all of them, one start, one end.
+/// `world-first`: MPI_Finalize first; the session's later calls are recorded and its end is the
+/// recording's. `uneven`: rank r opens r+1 sessions; every rank's trace has all of them, one start, one end.
 fn sessions_edge(mpi: Mpi) {
     let _guard = mpi_lock();
     let (output, dir) = traced(
@@ -779,6 +780,45 @@ fn sessions_edge(mpi: Mpi) {
         assert!(position(&named("MPI_Session_finalize")) < end, "rank {r}");
         assert!(position(&named("MPI_Barrier")) < end, "rank {r}");
         assert!(end < position(&named("MPI_Finalize")), "rank {r}");
+    }
+
+    // The other order: MPI_Finalize first, the session goes on and its end is the recording's.
+    let (output, dir) = traced(
+        mpi,
+        2,
+        "sessions_edge",
+        &["world-first"],
+        "sessions-world-first",
+        &["--mode", "off"],
+    );
+    succeeded(&output, "sessions_edge world-first");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("sessions world-first ok 2 2"), "{stdout}");
+    for (r, rank) in read_trace(&dir).iter().enumerate() {
+        for name in [
+            "MPI_Session_init",
+            "MPI_Init",
+            "MPI_Finalize",
+            "MPI_Session_finalize",
+        ] {
+            one(rank, name);
+        }
+        assert_eq!(calls_of(rank, "MPI_Allreduce").len(), 2, "rank {r}");
+        let position = |want: &dyn Fn(&Event) -> bool| rank.all().position(want).unwrap();
+        let end = position(&|e| matches!(e, Event::Marker(Marker::FinalizeStart { .. })));
+        let finalize =
+            position(&|e| matches!(e, Event::Call(c) if rank.name(c.func) == "MPI_Finalize"));
+        let last_allreduce = rank
+            .all()
+            .enumerate()
+            .filter(|(_, e)| matches!(e, Event::Call(c) if rank.name(c.func) == "MPI_Allreduce"))
+            .map(|(i, _)| i)
+            .last()
+            .unwrap();
+        assert!(
+            finalize < last_allreduce && last_allreduce < end,
+            "rank {r}"
+        );
     }
 
     let (output, dir) = traced(

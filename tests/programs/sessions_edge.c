@@ -1,6 +1,7 @@
 /* Sessions edge cases (MPI-4), by the first argument (tests/smoke.rs sessions_edge):
  *   overlap: a session, then the world model while it is open; the session ends before
  *            MPI_Finalize, and a Barrier on MPI_COMM_WORLD follows it;
+ *   world-first: the same, but MPI_Finalize comes first and the session is used after it;
  *   after:   a session opened and finalized, then MPI_Init ... MPI_Finalize (MPICH 4.0.2 itself
  *            crashes in that MPI_Init, so no test runs it);
  *   uneven:  sessions only, rank r opens r+1 sessions (at most 8), one Allreduce on the first.
@@ -29,7 +30,18 @@ int main(int argc, char **argv)
 {
 #if MPI_VERSION >= 4
     const char *mode = argc > 1 ? argv[1] : "after";
-    if (strcmp(mode, "overlap") == 0) {
+    if (strcmp(mode, "world-first") == 0) {
+        MPI_Session s;
+        MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s);
+        MPI_Init(&argc, &argv);
+        int rank, world = 0, one = 1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Allreduce(&one, &world, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Finalize();
+        int sum = session_sum(s, "org.evenflush.test.after");
+        MPI_Session_finalize(&s);
+        if (rank == 0) printf("sessions world-first ok %d %d\n", sum, world);
+    } else if (strcmp(mode, "overlap") == 0) {
         MPI_Session s;
         MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s);
         int sum = session_sum(s, "org.evenflush.test.before");
