@@ -183,7 +183,7 @@ pub fn run(req: RunRequest) -> Result<i32> {
                 .unwrap_or(0);
             format!("{host}-{}-{ns}", std::process::id())
         });
-    env.insert("EVENFLUSH_RUN_ID".into(), run_id);
+    env.insert("EVENFLUSH_RUN_ID".into(), run_id.clone());
     env.insert(
         "EVENFLUSH_OUT".into(),
         req.out
@@ -252,6 +252,7 @@ pub fn run(req: RunRequest) -> Result<i32> {
         .status()
         .with_context(|| format!("cannot start `{}`", argv[0]))?;
     let code = status.code().unwrap_or(128 + signal_of(&status));
+    remove_memory_pages(&run_id);
     meta.end_unix_s = Some(unix_now());
     meta.wall_s = Some(started.elapsed().as_secs_f64());
     meta.exit_code = Some(code);
@@ -310,6 +311,23 @@ pub(crate) fn write_meta(path: &Path, meta: &Meta) -> Result<()> {
 
 pub(crate) fn hostname() -> String {
     offload::config::hostname()
+}
+
+/// The ranks unlink their node's shared memory page once all of them mapped it, or when they
+/// finish; ranks killed before that leave it behind on this host: removed here.
+fn remove_memory_pages(run_id: &str) {
+    let prefix = offload::config::memory_page_prefix(run_id);
+    let Some((dir, start)) = prefix.rsplit_once('/') else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(start) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 #[cfg(test)]

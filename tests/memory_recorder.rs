@@ -286,10 +286,92 @@ fn poorly_compressing_phase_falls_back_to_a_local_flush(mpi: Mpi) {
     }
 }
 
+/// 16 ranks on this one node under `--threshold auto` (every rank used to run a watcher reading
+/// the node every 50 ms): exactly one rank becomes the node's memory watcher, and the others read
+/// its figures. And in a 2.5 s phase without MPI calls (idle_phase.c) every rank still gets a
+/// memory sample, taken by its watcher thread, inside the phase.
+fn idle_phase_is_sampled_by_one_node_watcher(mpi: Mpi) {
+    let dir = scratch(&format!("memory-idle-{}", mpi.name()));
+    let out = {
+        let _guard = mpi_lock();
+        run_traced_output(
+            mpi,
+            16,
+            "idle_phase",
+            &["2500"],
+            &dir,
+            &["--threshold", "auto"],
+        )
+    };
+    common::check(out, "idle_phase under --threshold auto");
+    let trace = read_trace(&dir);
+    assert_eq!(trace.len(), 16);
+    let mut watchers = Vec::new();
+    for r in &trace {
+        let samples: Vec<(usize, MemorySample)> = r
+            .streams
+            .iter()
+            .flat_map(|(&stream, events)| {
+                events.iter().filter_map(move |e| match e {
+                    Event::Memory(m) => Some((stream as usize, *m)),
+                    _ => None,
+                })
+            })
+            .collect();
+        if samples
+            .iter()
+            .any(|(_, m)| m.when == MemoryWhen::NodeWatcher)
+        {
+            watchers.push(r.rank);
+        }
+        // The phase: from the end of the first Barrier to the start of the second.
+        let barriers = r.calls("MPI_Barrier");
+        assert_eq!(barriers.len(), 2, "rank {}", r.rank);
+        let (from, to) = (barriers[0].end, barriers[1].start);
+        let inside: Vec<&(usize, MemorySample)> = samples
+            .iter()
+            .filter(|(_, m)| m.time > from && m.time < to)
+            .collect();
+        assert!(
+            inside.iter().any(|(stream, m)| m.when == MemoryWhen::Idle
+                && *stream != 0
+                && m.rss_bytes > MIB
+                && m.rss_bytes < 64 << 30),
+            "rank {}: no idle sample inside the phase without MPI calls: {samples:?}",
+            r.rank
+        );
+    }
+    assert_eq!(watchers.len(), 1, "node watchers: ranks {watchers:?}");
+    // The ranks unlinked their shared page, or `evenflush run` removed it.
+    let prefix = offload::config::memory_page_prefix(&trace_run_id(&trace));
+    let (shm, start) = prefix.rsplit_once('/').unwrap();
+    let left: Vec<String> = std::fs::read_dir(shm)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(start))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in {shm}: {left:?}");
+}
+
+/// The run id every rank's `RankInfo` carries.
+fn trace_run_id(trace: &[common::RankEvents]) -> String {
+    trace[0]
+        .all()
+        .find_map(|e| match e {
+            Event::RankInfo(i) => Some(i.run_id.clone()),
+            _ => None,
+        })
+        .expect("RankInfo")
+}
+
 for_both_mpis!(
     collective_free_phase_stays_in_memory,
     flushing_suspensions_sample_memory,
-    poorly_compressing_phase_falls_back_to_a_local_flush
+    poorly_compressing_phase_falls_back_to_a_local_flush,
+    idle_phase_is_sampled_by_one_node_watcher
 );
 
 /// A memory cgroup of our own for one job, removed on drop (root only).

@@ -653,11 +653,206 @@ fn sessions(mpi: Mpi) {
     assert_eq!(read_trace(&dir).len(), 2);
 }
 
+/// partitioned.c on 2 ranks (MPI-4 partitioned point-to-point, MPICH 4.0 has it, Open MPI 4.1
+/// does not): every `Pready` form and each successful `Parrived` names the request of its
+/// `Psend_init`/`Precv_init`, as do its two `Start`s, its two completions and its free; and the
+/// trace reconstructs. Figures from partitioned.c.
+fn partitioned(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(
+        mpi,
+        2,
+        "partitioned",
+        &[],
+        "partitioned",
+        &["--mode", "off"],
+    );
+    succeeded(&output, "partitioned");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if mpi == Mpi::OpenMpi {
+        // Open MPI 4.1 declares no partitioned calls: its preload has no wrappers for them (rows
+        // an MPI's mpi.h lacks are left out of its build) and the program cannot call them.
+        assert!(stdout.contains("no partitioned"), "{stdout}");
+        common::skip_or_fail(
+            "openmpi-partitioned",
+            "this Open MPI has no partitioned communication (MPI 4.0): Pready/Parrived not traced",
+        );
+        return;
+    }
+    // The receiver's last partition holds round 1 + index 31.
+    assert!(stdout.contains("partitioned ok 32"), "{stdout}");
+    let trace = read_trace(&dir);
+    assert_eq!(trace.len(), 2);
+    for (r, rank) in trace.iter().enumerate() {
+        let (init, users) = if r == 0 {
+            (
+                "MPI_Psend_init",
+                &["MPI_Pready", "MPI_Pready_range", "MPI_Pready_list"][..],
+            )
+        } else {
+            ("MPI_Precv_init", &["MPI_Parrived"][..])
+        };
+        let c = one(rank, init);
+        // 4 partitions x 8 ints.
+        assert_eq!((c.peer, c.tag, c.bytes), (1 - r as i32, 7, 128), "rank {r}");
+        let req = c.request;
+        assert_ne!(req, format::NO_REQUEST, "rank {r}");
+        for name in users {
+            // One per round (the Parrived polls that found nothing are folded, without request).
+            let calls = calls_of(rank, name);
+            assert_eq!(calls.len(), 2, "rank {r} {name}");
+            for call in &calls {
+                assert_eq!(call.request, req, "rank {r}: {name} names its {init}");
+            }
+        }
+        let starts: Vec<_> = calls_of(rank, "MPI_Start");
+        assert_eq!(starts.len(), 2, "rank {r}");
+        assert!(starts.iter().all(|s| s.request == req), "rank {r}");
+        let done = rank
+            .all()
+            .filter(|e| matches!(e, Event::Completion(d) if d.request == req))
+            .count();
+        assert_eq!(done, 2, "rank {r}: completions of the partitioned request");
+        assert_eq!(one(rank, "MPI_Request_free").request, req, "rank {r}");
+    }
+    let output = Command::new(common::evenflush_bin())
+        .arg("reconstruct")
+        .arg(&dir)
+        .args(["--hb", "--json", "--out"])
+        .arg(dir.join("reconstructed"))
+        .output()
+        .unwrap();
+    let summary = common::reconstruct_summary(&common::check(output, "reconstruct"), "partitioned");
+    let before = &summary["hb"]["before"];
+    assert_eq!(before["unmatched_sends"], 0, "{summary}");
+    assert_eq!(before["unmatched_receives"], 0, "{summary}");
+}
+
+/// sessions_edge.c (MPICH; Open MPI 4.1 has no sessions). `overlap`: the world model joins a
+/// recording a session started and outlives the session: MPI_Init, the Barrier after
+/// MPI_Session_finalize and MPI_Finalize are recorded, and the recording ends at MPI_Finalize.
+/// `world-first`: MPI_Finalize first; the session's later calls are recorded and its end is the
+/// recording's. `uneven`: rank r opens r+1 sessions; every rank's trace has all of them, one start, one end.
+fn sessions_edge(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(
+        mpi,
+        2,
+        "sessions_edge",
+        &["overlap"],
+        "sessions-overlap",
+        &["--mode", "off"],
+    );
+    succeeded(&output, "sessions_edge overlap");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if mpi == Mpi::OpenMpi {
+        assert!(stdout.contains("no sessions"), "{stdout}");
+        common::skip_or_fail(
+            "openmpi-sessions",
+            "this Open MPI has no MPI Sessions (MPI 4.0): the sessions edge cases were not traced",
+        );
+        return;
+    }
+    assert!(stdout.contains("sessions overlap ok 2 2"), "{stdout}");
+    let trace = read_trace(&dir);
+    let overlap_counts = counts(&dir);
+    assert_eq!(trace.len(), 2);
+    for (r, rank) in trace.iter().enumerate() {
+        for name in [
+            "MPI_Session_init",
+            "MPI_Init",
+            "MPI_Session_finalize",
+            "MPI_Barrier",
+            "MPI_Finalize",
+        ] {
+            one(rank, name);
+        }
+        // One on the session's communicator, one on MPI_COMM_WORLD (id 0, the world process set).
+        let allreduce = calls_of(rank, "MPI_Allreduce");
+        assert_eq!(allreduce.len(), 2, "rank {r}");
+        assert_eq!(allreduce[1].comm, 0, "rank {r}");
+        assert_eq!(overlap_counts[r].marker("InitDone"), 1, "rank {r}");
+        assert_eq!(overlap_counts[r].marker("FinalizeStart"), 1, "rank {r}");
+        // The end is MPI_Finalize's: after the session's end and the Barrier that follows it.
+        let position = |want: &dyn Fn(&Event) -> bool| rank.all().position(want).unwrap();
+        let named = |name: &'static str| move |e: &Event| matches!(e, Event::Call(c) if rank.name(c.func) == name);
+        let end = position(&|e| matches!(e, Event::Marker(Marker::FinalizeStart { .. })));
+        assert!(position(&named("MPI_Session_finalize")) < end, "rank {r}");
+        assert!(position(&named("MPI_Barrier")) < end, "rank {r}");
+        assert!(end < position(&named("MPI_Finalize")), "rank {r}");
+    }
+
+    // The other order: MPI_Finalize first, the session goes on and its end is the recording's.
+    let (output, dir) = traced(
+        mpi,
+        2,
+        "sessions_edge",
+        &["world-first"],
+        "sessions-world-first",
+        &["--mode", "off"],
+    );
+    succeeded(&output, "sessions_edge world-first");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("sessions world-first ok 2 2"), "{stdout}");
+    for (r, rank) in read_trace(&dir).iter().enumerate() {
+        for name in [
+            "MPI_Session_init",
+            "MPI_Init",
+            "MPI_Finalize",
+            "MPI_Session_finalize",
+        ] {
+            one(rank, name);
+        }
+        assert_eq!(calls_of(rank, "MPI_Allreduce").len(), 2, "rank {r}");
+        let position = |want: &dyn Fn(&Event) -> bool| rank.all().position(want).unwrap();
+        let end = position(&|e| matches!(e, Event::Marker(Marker::FinalizeStart { .. })));
+        let finalize =
+            position(&|e| matches!(e, Event::Call(c) if rank.name(c.func) == "MPI_Finalize"));
+        let last_allreduce = rank
+            .all()
+            .enumerate()
+            .filter(|(_, e)| matches!(e, Event::Call(c) if rank.name(c.func) == "MPI_Allreduce"))
+            .map(|(i, _)| i)
+            .last()
+            .unwrap();
+        assert!(
+            finalize < last_allreduce && last_allreduce < end,
+            "rank {r}"
+        );
+    }
+
+    let (output, dir) = traced(
+        mpi,
+        3,
+        "sessions_edge",
+        &["uneven"],
+        "sessions-uneven",
+        &["--mode", "off"],
+    );
+    succeeded(&output, "sessions_edge uneven");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("sessions uneven ok 3"), "{stdout}");
+    let uneven = counts(&dir);
+    assert_eq!(uneven.len(), 3);
+    for (r, c) in uneven.iter().enumerate() {
+        let n = r as u64 + 1;
+        assert_eq!(c.call("MPI_Session_init").0, n, "rank {r}");
+        assert_eq!(c.call("MPI_Session_finalize").0, n, "rank {r}");
+        assert_eq!(c.call("MPI_Allreduce"), (1, 4), "rank {r}");
+        assert_eq!(c.marker("InitDone"), 1, "rank {r}");
+        assert_eq!(c.marker("FinalizeStart"), 1, "rank {r}");
+    }
+    let info = common::info_json(&dir);
+    assert_eq!(info["lost_events"], 0);
+}
+
 for_both_mpis!(
     smoke,
     coverage,
     mpi4,
+    partitioned,
     sessions,
+    sessions_edge,
     fortran_use_mpi,
     fortran_use_mpi_f08,
     abnormal_abort,

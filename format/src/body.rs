@@ -583,6 +583,8 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                 2 => MemoryWhen::Periodic,
                 3 => MemoryWhen::Finalize,
                 4 => MemoryWhen::Compressed,
+                5 => MemoryWhen::Idle,
+                6 => MemoryWhen::NodeWatcher,
                 _ => return Err("unknown memory sample kind"),
             };
             Event::Memory(MemorySample {

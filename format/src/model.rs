@@ -276,6 +276,12 @@ pub enum MemoryWhen {
     Finalize = 3,
     /// Right after the buffers were compressed in memory (`Marker::Compressed`).
     Compressed = 4,
+    /// Taken by the rank's memory watcher thread, in its own stream, because the program made
+    /// no sample for a few seconds (a long phase without MPI calls or decision points).
+    Idle = 5,
+    /// This rank's watcher became its node's memory watcher (the one that reads the node's
+    /// figures for every rank of the node with `--threshold auto`) since its previous sample.
+    NodeWatcher = 6,
 }
 
 /// [`MemorySample`] fields that were not available on this node.

@@ -721,6 +721,29 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
 
+/// The shared-memory page through which the ranks of run `run` on `host` share one memory
+/// watcher (recorder `back::node_share`), and the start of every such name of the run, which
+/// `evenflush run` removes after the job in case ranks died before they did.
+pub fn memory_page_path(run: &str, host: &str) -> String {
+    format!("{}{}", memory_page_prefix(run), file_safe(host))
+}
+
+pub fn memory_page_prefix(run: &str) -> String {
+    format!("/dev/shm/evenflush-mem-{}--", file_safe(run))
+}
+
+fn file_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,9 @@
 //!   communicator's (remote) size; `inplace`: that buffer being `MPI_IN_PLACE` means bytes = 0
 //!   (the count/type arguments are then not significant and may be garbage).
 //! - `req`/`preq` (+`reqkind`): the call creates a request (persistent for `preq`); `start`,
-//!   `startall`+`n`: the call starts persistent requests; `freereq`: the request is freed.
+//!   `startall`+`n`: the call starts persistent requests; `freereq`: the request is freed;
+//!   `ureq`: the call works on a live request without changing it (`Pready*`, `Parrived` on a
+//!   partitioned request): the record names that request's id.
 //! - `complete`: a Wait/Test family call; with `wreq` or `wreqs`+`n`, `status`/`statuses`, `flag`,
 //!   `index`, `outcount`+`indices`. Each completed request becomes a `Completion` record.
 //! - `recvstatus`: a blocking receive; its status becomes a `Completion` without request.

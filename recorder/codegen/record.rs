@@ -38,13 +38,15 @@ pub(super) fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
             return;
         }
         "finalize" => {
-            w(out, "evf_finalize_begin();");
+            // A program whose session started the recorder may finalize the world model first:
+            // the recording then goes on until its last session ends.
+            w(out, "int evf_last = evf_finalize_begin();");
             w(out, &format!("evf_call_t evf_r = evf_call_blank({fid});"));
             w(out, "evf_r.start = evf_now();");
             w(out, call);
             w(out, "evf_r.end = evf_now();");
             w(out, "evf_record_call(&evf_r);");
-            w(out, "evf_finalize_end();");
+            w(out, "if (evf_last) evf_finalize_end();");
             return;
         }
         "session-init" => {
@@ -391,6 +393,15 @@ pub(super) fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
                 ),
             );
         }
+    }
+    if let Some(r) = f.role("ureq") {
+        // Looked up whatever the call returned: a failed Pready still names the request it was
+        // given, which ties it to its Psend_init in the trace.
+        let h = handle_of(lang, f.param(r), "Request");
+        w(
+            out,
+            &format!("evf_r.req_handle = EVF_REQ_H({h}); evf_r.req_op = EVF_REQ_USE;"),
+        );
     }
     if let Some(k) = f.role("reqkind") {
         let kind = match k {

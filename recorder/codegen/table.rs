@@ -111,6 +111,7 @@ const ROLE_KEYS: &[&str] = &[
     "startall",
     "n",
     "freereq",
+    "ureq",
     "complete",
     "wreq",
     "wreqs",

@@ -68,10 +68,11 @@ fn call_args(f: &Func, names: &[String]) -> String {
 }
 
 /// When a wrapper only forwards: inside the recorder (depth), or while not recording. Init calls
-/// are recorded before the recorder is active; a session's start may also be the recorder's.
+/// are recorded before the recorder is active; a session's start may also be the recorder's, and
+/// then a later `MPI_Init` joins its recording.
 fn guard(f: &Func) -> &'static str {
     match f.category.as_str() {
-        "init" => "evf_depth != 0 || evf_initialized",
+        "init" => "evf_depth != 0 || (evf_initialized && !evf_session_mode)",
         "session-init" => "evf_depth != 0",
         _ => "evf_depth != 0 || !evf_active",
     }

@@ -22,7 +22,7 @@ void evf_set_watching(int on) { evf_watching = on; }
 static MPI_Comm evf_tr_comm = MPI_COMM_NULL;
 /* Set when MPI_Session_init started the recorder: MPI_COMM_WORLD and MPI_COMM_SELF are then not
  * usable, and the recorder works on communicators of its own session. */
-static int evf_session_mode;
+int evf_session_mode;
 /* The communicator of the MPI-IO trace writer's files. */
 static MPI_Comm evf_self_comm = MPI_COMM_SELF;
 
@@ -40,8 +40,12 @@ static MPI_Group evf_world_group = MPI_GROUP_NULL;
 
 void evf_init_begin(void)
 {
+    /* A session started the recorder: its clock is chosen and calibrated already. */
+    if (evf_session_mode) return;
     evf_clock_tsc = evf_rust_pre_init();
 }
+
+static void evf_world_joins_session(uint16_t fid, uint64_t t0, uint64_t t1, int rc);
 
 static void evf_define_comm(uint32_t id, MPI_Comm comm);
 static void evf_resolve_fortran_constants(void);
@@ -155,6 +159,10 @@ static void evf_start(uint16_t fid, uint64_t t0, uint64_t t1, int rank, int size
 
 void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)
 {
+    if (evf_session_mode) {
+        evf_world_joins_session(fid, t0, t1, rc);
+        return;
+    }
     if (rc != MPI_SUCCESS) return;
     evf_initialized = 1;
     int rank = 0, size = 1;
@@ -181,6 +189,11 @@ void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)
  * their sessions calls are then ordinary calls. */
 
 static atomic_int evf_sessions_open;
+/* The world model joined a recording that a session started (MPI_Init while a session is open):
+ * the recording then ends at the later of MPI_Finalize and the last MPI_Session_finalize. */
+static atomic_int evf_world_open;
+/* The recording ended: a later MPI_Init or MPI_Finalize must not end it again. */
+static atomic_int evf_ended;
 #if MPI_VERSION >= 4
 static MPI_Session evf_own_session = MPI_SESSION_NULL;
 #endif
@@ -239,35 +252,80 @@ void evf_session_init_end(uint16_t fid, int first, uint64_t t0, uint64_t t1, int
 #endif
 }
 
-int evf_session_finalize_begin(void)
+/* The end of the recording, before the MPI call that ends it: the last flush needs the private
+ * communicator, which is freed here. Returns 0 if the recording ended before. */
+static int evf_stop_begin(void)
 {
-    if (!evf_session_mode) return 0;
-    if (atomic_fetch_sub(&evf_sessions_open, 1) != 1) return 0;
-    evf_finalize_begin();
-    return 1;
-}
-
-void evf_session_finalize_end(void)
-{
-#if MPI_VERSION >= 4
-    if (evf_self_comm != MPI_COMM_NULL && evf_self_comm != MPI_COMM_SELF) PMPI_Comm_free(&evf_self_comm);
-    if (evf_own_session != MPI_SESSION_NULL) PMPI_Session_finalize(&evf_own_session);
-#endif
-    evf_finalize_end();
-}
-
-void evf_finalize_begin(void)
-{
+    if (atomic_exchange(&evf_ended, 1)) return 0;
     evf_rust_finalize_begin();
     evf_rust_set_transport(NULL);
     if (evf_tr_comm != MPI_COMM_NULL) PMPI_Comm_free(&evf_tr_comm);
     if (evf_world_group != MPI_GROUP_NULL) PMPI_Group_free(&evf_world_group);
+    return 1;
+}
+
+/* After the MPI call that ended the recording: write everything. */
+static void evf_stop_end(void)
+{
+#if MPI_VERSION >= 4
+    if (evf_session_mode) {
+        if (evf_self_comm != MPI_COMM_NULL && evf_self_comm != MPI_COMM_SELF) PMPI_Comm_free(&evf_self_comm);
+        if (evf_own_session != MPI_SESSION_NULL) PMPI_Session_finalize(&evf_own_session);
+    }
+#endif
+    evf_active = 0;
+    evf_rust_finalize_end();
+}
+
+/* MPI_Init (or _thread) in a program whose session started the recorder. While a session is open
+ * the world model joins the recording: MPI_Init is an ordinary call, and MPI_COMM_WORLD is id 0,
+ * the world process set's. After the last session ended the recording (MPICH 4.0 cannot even
+ * initialise then), nothing more is recorded, and the program is told so. */
+static void evf_world_joins_session(uint16_t fid, uint64_t t0, uint64_t t1, int rc)
+{
+    if (rc != MPI_SUCCESS) return;
+    if (!evf_active || atomic_load(&evf_ended)) {
+        int rank = 0;
+        PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        if (rank == 0)
+            fprintf(stderr, "evenflush: MPI_Init after the last MPI_Session_finalize ended the recording; "
+                            "the world model's calls are not recorded\n");
+        return;
+    }
+    atomic_store(&evf_world_open, 1);
+    evf_call_t r = evf_call_blank(fid);
+    r.start = t0;
+    r.end = t1;
+    evf_record_call(&r);
+}
+
+int evf_session_finalize_begin(void)
+{
+    if (!evf_session_mode) return 0;
+    if (atomic_fetch_sub(&evf_sessions_open, 1) != 1) return 0;
+    if (atomic_load(&evf_world_open)) return 0;
+    return evf_stop_begin();
+}
+
+void evf_session_finalize_end(void)
+{
+    evf_stop_end();
+}
+
+int evf_finalize_begin(void)
+{
+    if (evf_session_mode) {
+        /* The world leaves a recording a session started: it ends here only if no session is
+         * open any more. */
+        atomic_store(&evf_world_open, 0);
+        if (atomic_load(&evf_sessions_open) > 0) return 0;
+    }
+    return evf_stop_begin();
 }
 
 void evf_finalize_end(void)
 {
-    evf_active = 0;
-    evf_rust_finalize_end();
+    evf_stop_end();
 }
 
 /* ---------------- communicator ids ----------------

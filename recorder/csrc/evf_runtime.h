@@ -36,7 +36,7 @@
 #endif
 #define EVF_REQ_H(r) EVF_HANDLE_U64(r)
 
-enum { EVF_REQ_NONE = 0, EVF_REQ_NEW = 1, EVF_REQ_NEW_PERSISTENT = 2, EVF_REQ_START = 3, EVF_REQ_FREE = 4 };
+enum { EVF_REQ_NONE = 0, EVF_REQ_NEW = 1, EVF_REQ_NEW_PERSISTENT = 2, EVF_REQ_START = 3, EVF_REQ_FREE = 4, EVF_REQ_USE = 5 };
 enum { EVF_KIND_NONE = 0, EVF_KIND_SEND = 1, EVF_KIND_RECV = 2, EVF_KIND_OTHER = 3 };
 /* EVF_DONE_ALL_IN_STATUS: a Waitall/Testall that returned MPI_ERR_IN_STATUS, whose requests
  * completed (with or without an error of their own) unless their status says MPI_ERR_PENDING. */
@@ -153,8 +153,11 @@ extern __thread void *evf_tb __attribute__((tls_model("initial-exec")));
 
 void evf_init_begin(void);
 void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided);
-void evf_finalize_begin(void);
+/* MPI_Finalize: whether it ends the recording (not while a session that started it is open). */
+int evf_finalize_begin(void);
 void evf_finalize_end(void);
+/* The recording was started by MPI_Session_init (a program without MPI_Init, so far). */
+extern int evf_session_mode;
 uint32_t evf_comm_id_slow(MPI_Comm comm);
 /* The recorder's id of `comm`: the predefined ones without a call. */
 static inline uint32_t evf_comm_id(MPI_Comm comm)

@@ -76,6 +76,10 @@ build_f smoke_f08
 # MPI-4 classes (tests/smoke.rs mpi4, sessions); each uses what its MPI has.
 build_c mpi4 -Wno-stringop-overflow
 build_c sessions
+build_c partitioned
+build_c sessions_edge
+# Memory samples in a phase without MPI calls (tests/memory_recorder.rs).
+build_c idle_phase
 # Recorder hardening (tests/hardening.rs): signals, fork, spawn, comm frees at depth.
 build_c hardening -pthread
 # Not an MPI program: the LD_PRELOAD fault injector of the disk-error tests.

@@ -249,7 +249,7 @@ pub fn arb_poll_run() -> impl Strategy<Value = PollRun> {
 }
 
 pub fn arb_memory_sample() -> impl Strategy<Value = MemorySample> {
-    (proptest::array::uniform8(any::<u64>()), 0usize..5).prop_map(|(v, when)| MemorySample {
+    (proptest::array::uniform8(any::<u64>()), 0usize..7).prop_map(|(v, when)| MemorySample {
         time: v[0],
         rss_bytes: v[1],
         recorder_bytes: v[2],
@@ -264,6 +264,8 @@ pub fn arb_memory_sample() -> impl Strategy<Value = MemorySample> {
             MemoryWhen::Periodic,
             MemoryWhen::Finalize,
             MemoryWhen::Compressed,
+            MemoryWhen::Idle,
+            MemoryWhen::NodeWatcher,
         ][when],
     })
 }

@@ -4,16 +4,19 @@
 //! Cost: every file is opened once and re-read with `pread`, which skips the path lookup (an
 //! `open` of a `/proc` file costs more than reading it). The per-rank figure (`/proc/self/statm`,
 //! about 1 µs) is read by the rank's own thread at each sample; the node-wide ones
-//! (`/proc/meminfo`, `/proc/vmstat`, the cgroup's files, 15–35 µs together) by a watcher thread of
-//! one rank per node (of every rank with `--threshold auto`), which publishes them in atomics.
-//! Samples are only ever taken at init, inside flushing suspensions, at decision points or
-//! buffer growths at most every [`PERIOD_NS`], and at finalize: never on the per-call path.
+//! (`/proc/meminfo`, `/proc/vmstat`, the cgroup's files, 15–35 µs together) by the watcher thread
+//! of one rank per node (with `--threshold auto` shared through `node_share`), which publishes
+//! them in atomics. Samples are only ever taken at init, inside flushing suspensions, at decision
+//! points or buffer growths at most every [`PERIOD_NS`], at finalize, and by the watcher thread
+//! when none was taken for [`PERIOD_NS`]: never on the per-call path.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::back::node_share::NodeShare;
 use std::time::Duration;
 
 use format::{MemorySample, MemoryWhen, ThresholdBasis, UNKNOWN_BYTES};
@@ -345,46 +348,88 @@ static OWN: Mutex<Option<Own>> = Mutex::new(None);
 static LAST_SAMPLE: AtomicU64 = AtomicU64::new(0);
 static PERIOD_TICKS: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// Opens the files, reads the node's figures once (so the first sample and S have them), and on
-/// the ranks that read node figures (the node's first; every rank with `--threshold auto`) starts
-/// the thread that keeps them fresh. That thread does the costly reads (`/proc/meminfo`,
+/// Opens the files, reads the node's figures once (so the first sample and S have them), and
+/// starts the rank's watcher thread. That thread does the costly reads (`/proc/meminfo`,
 /// `/proc/vmstat`, the cgroup's `memory.stat`: 15–35 µs) off the program's path: a sample or a
-/// decision then costs one `statm` read and a few atomic loads.
+/// decision then costs one `statm` read and a few atomic loads. Who reads the node: the node's
+/// first rank; with `--threshold auto`, one elected rank per node for all ranks of the node
+/// (`node_share`), or every rank when the launcher did not say which ranks share a node. The
+/// thread also takes the rank's sample when the program made none for [`PERIOD_NS`] (a long
+/// phase without MPI calls), in a stream of its own: the program's buffers are its threads'.
 pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64) {
     PERIOD_TICKS.store(
         (PERIOD_NS as f64 * 1e-9 * ticks_per_sec) as u64,
         Ordering::Relaxed,
     );
+    let share = (every_rank_reads_node && place.known)
+        .then(|| {
+            let run = std::env::var("EVENFLUSH_RUN_ID")
+                .ok()
+                .filter(|r| !r.is_empty())
+                // SAFETY: getppid cannot fail; the launcher's proxy is every local rank's parent.
+                .unwrap_or_else(|| format!("ppid{}", unsafe { libc::getppid() }));
+            NodeShare::attach(&run, &offload::config::hostname(), place.local_size)
+        })
+        .flatten();
     let reads_node = place.reads_node() || every_rank_reads_node;
+    let mut watcher = Sampler::open();
     if reads_node {
-        let mut watcher = Sampler::open();
         publish(&watcher.node(place.reads_node()));
-        let period = if every_rank_reads_node {
-            WATCH_AUTO
-        } else {
-            WATCH_PLAIN
-        };
-        let swap = place.reads_node();
-        let spawned = std::thread::Builder::new()
-            .name("evenflush-memory".into())
-            .spawn(move || {
-                block_signals();
-                while crate::lifecycle::session::active() {
-                    std::thread::sleep(period);
-                    publish(&watcher.node(swap));
+    }
+    let period = if every_rank_reads_node {
+        WATCH_AUTO
+    } else {
+        WATCH_PLAIN
+    };
+    let swap = place.reads_node() || share.is_some();
+    let spawned = std::thread::Builder::new()
+        .name("evenflush-memory".into())
+        .spawn(move || {
+            block_signals();
+            while crate::lifecycle::session::active() {
+                std::thread::sleep(period);
+                match &share {
+                    Some(share) => {
+                        let round = share.round(|| {
+                            NODE_READS.fetch_add(1, Ordering::Relaxed);
+                            watcher.node(swap)
+                        });
+                        if round.elected {
+                            NODE_ELECTED.store(true, Ordering::Relaxed);
+                        }
+                        publish(&round.node);
+                    }
+                    None if reads_node => {
+                        NODE_READS.fetch_add(1, Ordering::Relaxed);
+                        publish(&watcher.node(swap));
+                    }
+                    None => {}
                 }
-            });
-        if let Err(e) = spawned {
-            eprintln!(
-                "evenflush: cannot start the memory watcher thread: {e}; node memory figures stay as read at start-up"
-            );
-        }
+                if crate::lifecycle::session::active() {
+                    crate::back::memory_watch::when_idle();
+                }
+            }
+            if let Some(share) = &share {
+                share.unlink();
+            }
+        });
+    if let Err(e) = spawned {
+        eprintln!(
+            "evenflush: cannot start the memory watcher thread: {e}; node memory figures stay as read at start-up"
+        );
     }
     *OWN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Own {
         sampler: Sampler::open(),
         place,
     });
 }
+
+/// Node reads by this process's watcher thread (after the one at init): with `--threshold auto`
+/// on a node the launcher described, one rank of the node does them all.
+pub static NODE_READS: AtomicU64 = AtomicU64::new(0);
+/// Set when this rank's thread became its node's watcher; the program's thread records that as a
+/// `NodeWatcher` sample at its next sample point.
+pub static NODE_ELECTED: AtomicBool = AtomicBool::new(false);
 
 /// The application's signals must reach its own threads (or the recorder's handler on them),
 /// never this helper.

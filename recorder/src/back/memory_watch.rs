@@ -4,6 +4,7 @@
 //! than the next flush needs.
 
 use std::sync::Once;
+use std::sync::atomic::Ordering;
 
 use format::{Event, Marker, MemorySample, MemoryWhen};
 
@@ -58,10 +59,29 @@ pub fn at_decision() {
     maybe_periodic();
 }
 
-/// At a decision point or a buffer growth: a sample if the last is a few seconds old.
+/// At a decision point or a buffer growth: a sample if the last is a few seconds old, and one
+/// saying so if this rank's thread became its node's watcher.
 pub fn maybe_periodic() {
     if memory::periodic_due(clock::now()) {
         observe(MemoryWhen::Periodic);
+    }
+    note_election();
+}
+
+fn note_election() {
+    if memory::NODE_ELECTED.load(Ordering::Relaxed)
+        && memory::NODE_ELECTED.swap(false, Ordering::Relaxed)
+    {
+        take(MemoryWhen::NodeWatcher);
+    }
+}
+
+/// On the watcher thread, after each of its rounds: the rank's sample if the program took none
+/// for a few seconds (a phase without MPI calls, or without decision points and buffer growth).
+/// It goes to the watcher thread's own stream; S is left to the program's decision points.
+pub fn when_idle() {
+    if memory::periodic_due(clock::now()) {
+        take(MemoryWhen::Idle);
     }
 }
 
@@ -72,6 +92,7 @@ pub fn at_compression() {
 
 /// Start of `MPI_Finalize`.
 pub fn at_finalize() {
+    note_election();
     take(MemoryWhen::Finalize);
 }
 

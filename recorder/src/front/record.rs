@@ -21,6 +21,8 @@ pub const REQ_NEW: u8 = 1;
 pub const REQ_NEW_PERSISTENT: u8 = 2;
 pub const REQ_START: u8 = 3;
 pub const REQ_FREE: u8 = 4;
+/// The call names a live request and leaves it as it is (`MPI_Pready`, `MPI_Parrived`).
+pub const REQ_USE: u8 = 5;
 /// Request kinds (`evf_call_t.req_kind`).
 pub const KIND_SEND: u8 = 1;
 pub const KIND_RECV: u8 = 2;
@@ -120,7 +122,7 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) -> bool {
     sampled
 }
 
-/// The request id of a call that makes, starts or frees a request.
+/// The request id of a call that makes, starts, frees or uses a request.
 #[inline(never)]
 fn request_of(rec: &CallRecord) -> u64 {
     match rec.req_op {
@@ -139,6 +141,7 @@ fn request_of(rec: &CallRecord) -> u64 {
         }
         REQ_START => requests::start(rec.req_handle),
         REQ_FREE => requests::free(rec.req_handle),
+        REQ_USE => requests::lookup(rec.req_handle),
         _ => NO_REQUEST,
     }
 }

@@ -188,6 +188,12 @@ pub fn start(handle: u64) -> u64 {
     })
 }
 
+/// A call that works on a live request without starting, completing or freeing it (`MPI_Pready`,
+/// `MPI_Parrived`): its id, or [`NO_REQUEST`] if the handle is unknown (made before recording).
+pub fn lookup(handle: u64) -> u64 {
+    with_table(handle, |t| t.map.get(&handle).map_or(NO_REQUEST, |i| i.id))
+}
+
 /// `MPI_Request_free`: forgets the handle; returns the id it had. Of several live requests
 /// sharing the handle the oldest goes (they are indistinguishable to MPI as well), and the next
 /// one takes its place, as at a completion.
@@ -326,6 +332,7 @@ mod tests {
         assert_eq!(complete(h), None, "not started yet: nothing completes");
         for _ in 0..3 {
             assert_eq!(start(h), id);
+            assert_eq!(lookup(h), id, "a Pready names the started request");
             assert_eq!(complete(h).map(|r| r.id), Some(id));
         }
         assert_eq!(free(h), id);
