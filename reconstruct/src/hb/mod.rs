@@ -255,39 +255,32 @@ impl HbContext {
         // The world is one shared list, not a copy per rank; each distinct list is hashed once
         // (see `ListIds`), so a world of R ranks costs O(R) here.
         let world = trace::members::identity(world_size);
-        let mut lists = trace::members::ListIds::default();
-        let mut interned: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut identities = trace::comm_identity::CommIdentities::default();
         let mut func_names: HashMap<String, u32> = HashMap::new();
         let mut ranks = Vec::with_capacity(metas.len());
         for meta in metas {
-            let mut seen: HashMap<u32, u32> = HashMap::new();
-            let mut comms = FastMap::default();
-            let mut define =
-                |id: format::CommId, members: Members, comms: &mut FastMap<_, Comm>| {
-                    let list = lists.id(&members);
-                    let occurrence = seen.entry(list).or_default();
-                    let key = (list, *occurrence);
-                    *occurrence += 1;
-                    let n = interned.len() as u32;
-                    let global = *interned.entry(key).or_insert(n);
-                    let me = trace::members::position(&members, meta.rank);
-                    comms.insert(
-                        id,
-                        Comm {
-                            global,
-                            members,
-                            me,
-                        },
-                    );
-                };
+            let mut defs: Vec<(format::CommId, Members)> = Vec::with_capacity(meta.comms.len() + 2);
             if !meta.comms.iter().any(|(id, _)| *id == 0) {
-                define(0, world.clone(), &mut comms);
+                defs.push((0, world.clone()));
             }
             if !meta.comms.iter().any(|(id, _)| *id == 1) {
-                define(1, Members::from([meta.rank]), &mut comms);
+                defs.push((1, Members::from([meta.rank])));
             }
-            for (id, members) in &meta.comms {
-                define(*id, members.clone(), &mut comms);
+            defs.extend(meta.comms.iter().cloned());
+            let inter: std::collections::HashSet<format::CommId> =
+                meta.remote_groups.iter().map(|(id, _)| *id).collect();
+            let globals = identities.rank(&defs, &meta.origins, |id| inter.contains(&id));
+            let mut comms = FastMap::default();
+            for ((id, members), global) in defs.into_iter().zip(globals) {
+                let me = trace::members::position(&members, meta.rank);
+                comms.insert(
+                    id,
+                    Comm {
+                        global,
+                        members,
+                        me,
+                    },
+                );
             }
             let len = meta
                 .functions
