@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use format::{CommId, CommOrigin};
 
+use crate::definitions::RankMeta;
 use crate::members::{ListIds, Members};
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -157,6 +158,27 @@ impl CommIdentities {
                 State::Done(g) => g,
                 _ => unreachable!("every definition is resolved"),
             })
+            .collect()
+    }
+
+    /// One rank's communicators and windows with their global identities, in definition order,
+    /// `MPI_COMM_WORLD` (members `world`) and `MPI_COMM_SELF` first where the rank's trace does
+    /// not define them.
+    pub fn of_rank(&mut self, meta: &RankMeta, world: &Members) -> Vec<(CommId, Members, u32)> {
+        let mut defs: Vec<(CommId, Members)> = Vec::with_capacity(meta.comms.len() + 2);
+        if !meta.comms.iter().any(|(id, _)| *id == 0) {
+            defs.push((0, world.clone()));
+        }
+        if !meta.comms.iter().any(|(id, _)| *id == 1) {
+            defs.push((1, Members::from([meta.rank])));
+        }
+        defs.extend(meta.comms.iter().cloned());
+        let inter: std::collections::HashSet<CommId> =
+            meta.remote_groups.iter().map(|(id, _)| *id).collect();
+        let globals = self.rank(&defs, &meta.origins, |id| inter.contains(&id));
+        defs.into_iter()
+            .zip(globals)
+            .map(|((id, members), g)| (id, members, g))
             .collect()
     }
 

@@ -19,7 +19,6 @@ use format::Event;
 
 use trace::definitions::RankMeta;
 use trace::lanes::LaneId;
-use trace::members::Members;
 
 mod collective_instance;
 mod estimates;
@@ -253,25 +252,14 @@ impl HbContext {
     /// `metas` in rank order, one per rank of the world.
     pub fn new(metas: &[RankMeta], world_size: u32) -> HbContext {
         // The world is one shared list, not a copy per rank; each distinct list is hashed once
-        // (see `ListIds`), so a world of R ranks costs O(R) here.
+        // (`trace::members::ListIds`, in `CommIdentities`), so a world of R ranks costs O(R) here.
         let world = trace::members::identity(world_size);
         let mut identities = trace::comm_identity::CommIdentities::default();
         let mut func_names: HashMap<String, u32> = HashMap::new();
         let mut ranks = Vec::with_capacity(metas.len());
         for meta in metas {
-            let mut defs: Vec<(format::CommId, Members)> = Vec::with_capacity(meta.comms.len() + 2);
-            if !meta.comms.iter().any(|(id, _)| *id == 0) {
-                defs.push((0, world.clone()));
-            }
-            if !meta.comms.iter().any(|(id, _)| *id == 1) {
-                defs.push((1, Members::from([meta.rank])));
-            }
-            defs.extend(meta.comms.iter().cloned());
-            let inter: std::collections::HashSet<format::CommId> =
-                meta.remote_groups.iter().map(|(id, _)| *id).collect();
-            let globals = identities.rank(&defs, &meta.origins, |id| inter.contains(&id));
             let mut comms = FastMap::default();
-            for ((id, members), global) in defs.into_iter().zip(globals) {
+            for (id, members, global) in identities.of_rank(meta, &world) {
                 let me = trace::members::position(&members, meta.rank);
                 comms.insert(
                     id,
