@@ -10,9 +10,9 @@
  *     and by the order a rank made them crosses them on odd ranks.
  *   - On P1, a Comm_split in which rank 0 passes MPI_UNDEFINED (it gets MPI_COMM_NULL), then a
  *     Comm_dup D of P1: the split counts on P1 on rank 0 too.
- *   - H = the half of the world a rank is in (Comm_split of the world); on each half,
- *     Comm_create_group(MPI_COMM_WORLD, half's group, tag 7) twice: G1, G2.
- * Then N = --iterations (default 10) times: on each of X1, X2, X3, D, G1, G2 in turn, a ring
+ *   - H = the half of the world a rank is in (one Comm_split of the world makes both halves); on
+ *     each half, Comm_create_group(MPI_COMM_WORLD, half's group, tag 7) twice: G1, G2.
+ * Then N = --iterations (default 10) times: on each of X1, X2, X3, D, G1, G2, H in turn, a ring
  * exchange (Sendrecv to the right, from the left, tag = the communicator's number, the value
  * checked) and an Allreduce of the rank, checked; X1 and X2 also a Bcast from rank 1.
  * Prints "commorder: errors=0" (rank 0) when every value was right.
@@ -80,9 +80,9 @@ int main(int argc, char **argv)
     MPI_Comm_create_group(MPI_COMM_WORLD, half_group, 7, &g2);
     MPI_Group_free(&half_group);
 
-    MPI_Comm comms[6] = {x1, x2, x3, d, g1, g2};
+    MPI_Comm comms[7] = {x1, x2, x3, d, g1, g2, half};
     for (long it = 0; it < iterations; it++) {
-        for (int c = 0; c < 6; c++) exchange(comms[c], c + 1, it);
+        for (int c = 0; c < 7; c++) exchange(comms[c], c + 1, it);
         for (int c = 0; c < 2; c++) {
             int v = rank == 1 ? (int)it + c : -1;
             MPI_Bcast(&v, 1, MPI_INT, 1, comms[c]);
@@ -93,9 +93,8 @@ int main(int argc, char **argv)
     int total = 0;
     MPI_Reduce(&errors, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("commorder: errors=%d\n", total);
-    for (int c = 0; c < 6; c++) MPI_Comm_free(&comms[c]);
+    for (int c = 0; c < 7; c++) MPI_Comm_free(&comms[c]);
     if (none != MPI_COMM_NULL) MPI_Comm_free(&none);
-    MPI_Comm_free(&half);
     MPI_Comm_free(&p1);
     MPI_Comm_free(&p2);
     MPI_Finalize();

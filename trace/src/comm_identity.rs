@@ -2,7 +2,8 @@
 //! communicator ids across ranks follows (the happened-before matching, the OTF2 export).
 //!
 //! A communicator with a usable `CommOrigin` (format chunk version 8) is identified by how it was
-//! made: (its parent's identity, the how-many-th constructor on that parent), or for
+//! made: (its parent's identity, the how-many-th constructor on that parent, its members: the
+//! parts of one `MPI_Comm_split` share the first two), or for
 //! `MPI_Comm_create_group` and `MPI_Comm_create_from_group` by their tag and members as well,
 //! which every member computes alike (FORMAT.md, `CommOrigin`). The others (the predefined ones,
 //! intercommunicators made between two groups, everything in older traces) and those whose parent
@@ -23,9 +24,12 @@ enum Key {
         list: u32,
         occurrence: u32,
     },
+    /// With the members: one `MPI_Comm_split` (or `MPI_Comm_create` with disjoint groups) makes
+    /// several communicators at the same index.
     Parent {
         parent: u32,
         index: u32,
+        list: u32,
     },
     Group {
         parent: u32,
@@ -135,6 +139,7 @@ impl CommIdentities {
                     CommOrigin::Parent { index, .. } => Key::Parent {
                         parent: parent.unwrap_or(u32::MAX),
                         index: *index,
+                        list: self.lists.id(&defs[i].1),
                     },
                     CommOrigin::Group { tag, index, .. } => Key::Group {
                         parent: parent.unwrap_or(u32::MAX),
@@ -227,6 +232,29 @@ mod tests {
         let o0 = old.rank(&[(5, world.clone()), (6, world.clone())], &[], |_| false);
         let o1 = old.rank(&[(9, world.clone()), (8, world.clone())], &[], |_| false);
         assert_eq!(o0[0], o1[0]);
+    }
+
+    #[test]
+    fn the_parts_of_one_split_differ() {
+        let mut ids = CommIdentities::default();
+        let world = m(&[0, 1, 2, 3]);
+        let a = ids.rank(
+            &[(0, world.clone()), (5, m(&[0, 2]))],
+            &[(5, parent(0, 0))],
+            |_| false,
+        );
+        let b = ids.rank(
+            &[(0, world.clone()), (5, m(&[1, 3]))],
+            &[(5, parent(0, 0))],
+            |_| false,
+        );
+        let c = ids.rank(
+            &[(0, world.clone()), (7, m(&[0, 2]))],
+            &[(7, parent(0, 0))],
+            |_| false,
+        );
+        assert_ne!(a[1], b[1]);
+        assert_eq!(a[1], c[1]);
     }
 
     #[test]
