@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the programs of MPICH's own test suite that tests/mpich_testsuite.rs runs, for one MPI.
 #   mpich-testsuite.sh build <openmpi|mpich>   compile what tests/mpich-testsuite/list names
-#   mpich-testsuite.sh list <openmpi|mpich>    print "name ranks arg..." of each program, in order
+#   mpich-testsuite.sh list <openmpi|mpich>    print "name ranks matching arg..." of each program, in
+#                                              order (matching: all, or unmatched-sends)
 # The sources are MPICH's test/mpi, which scripts/setup.sh fetches into target/mpich-testsuite/src
 # (build exits with 3 when they are missing).
 # Binaries go to target/mpich-testsuite/<mpi>/<dir>/<name>. A program is compiled again only when
@@ -39,10 +40,14 @@ entries() {
 if [ "$action" = list ]; then
     entries | while read -r name ranks _ options; do
         args=()
+        matching=all
         for o in $options; do
-            case "$o" in arg=*) args+=("${o#arg=}") ;; esac
+            case "$o" in
+            arg=*) args+=("${o#arg=}") ;;
+            unmatched-sends) matching=$o ;;
+            esac
         done
-        echo "$name $ranks ${args[*]}"
+        echo "$name $ranks $matching ${args[*]}"
     done
     exit 0
 fi
@@ -129,7 +134,7 @@ while read -r name _ _ options; do
         case "$o" in
         src=*) src="$suite/$dir/${o#src=}.c" ;;
         -D*) extra+=("$o") ;;
-        arg=*) ;;
+        arg=* | unmatched-sends) ;;
         *)
             echo "list: $name: unknown option '$o'" >&2
             exit 1

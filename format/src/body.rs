@@ -24,6 +24,7 @@ pub(crate) const KIND_THRESHOLD: u8 = 17;
 pub(crate) const KIND_POLLS: u8 = 18;
 pub(crate) const KIND_CALL_SITE: u8 = 19;
 pub(crate) const KIND_EPOCH_GROUP: u8 = 20;
+pub(crate) const KIND_COMM_ORIGIN: u8 = 21;
 
 /// Byte offsets of the fields of a `Polls` body (FORMAT.md) that change while polls keep finding
 /// nothing: the recorder's buffer extends the run in place.
@@ -48,6 +49,7 @@ const MAX_KIND_BY_VERSION: [u8; CHUNK_VERSION as usize] = [
     KIND_POLLS,
     KIND_CALL_SITE,
     KIND_EPOCH_GROUP,
+    KIND_COMM_ORIGIN,
 ];
 
 /// The highest event kind a chunk of `version` may hold; `None` for a version this crate does not
@@ -59,6 +61,11 @@ pub(crate) fn max_kind(version: u16) -> Option<u8> {
 
 /// The highest kind of all: the newest version's.
 const LATEST_KIND: u8 = MAX_KIND_BY_VERSION[MAX_KIND_BY_VERSION.len() - 1];
+
+/// How a `CommOrigin` body goes on after the id (FORMAT.md "Misc bodies").
+const ORIGIN_PARENT: u8 = 0;
+const ORIGIN_GROUP: u8 = 1;
+const ORIGIN_TAGGED: u8 = 2;
 
 const MARKER_LOCAL_FLUSH: u8 = 1;
 const MARKER_RECORDING_STOPPED: u8 = 2;
@@ -186,6 +193,28 @@ pub(crate) fn put_misc_body(out: &mut Vec<u8>, e: &Event) -> u8 {
             put32(out, *id);
             put32(out, *comm);
             KIND_WIN_DEF
+        }
+        Event::CommOrigin { id, origin } => {
+            put32(out, *id);
+            match origin {
+                CommOrigin::Parent { parent, index } => {
+                    out.push(ORIGIN_PARENT);
+                    put32(out, *parent);
+                    put32(out, *index);
+                }
+                CommOrigin::Group { parent, tag, index } => {
+                    out.push(ORIGIN_GROUP);
+                    put32(out, *parent);
+                    put32(out, *tag as u32);
+                    put32(out, *index);
+                }
+                CommOrigin::Tagged { tag, index } => {
+                    out.push(ORIGIN_TAGGED);
+                    put32(out, *index);
+                    out.extend_from_slice(tag.as_bytes());
+                }
+            }
+            KIND_COMM_ORIGIN
         }
         Event::Clock(c) => {
             put64(out, c.local);
@@ -363,6 +392,11 @@ pub(crate) fn misc_body_len(e: &Event) -> usize {
             4 + 4 * members.len()
         }
         Event::WinDef { .. } => 8,
+        Event::CommOrigin { origin, .. } => match origin {
+            CommOrigin::Parent { .. } => 13,
+            CommOrigin::Group { .. } => 17,
+            CommOrigin::Tagged { tag, .. } => 9 + tag.len(),
+        },
         Event::Memory(_) => 65,
         Event::Threshold(_) => 29,
         Event::Polls(_) => polls_at::LEN,
@@ -493,6 +527,31 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
             id: c.u32().ok_or(short)?,
             comm: c.u32().ok_or(short)?,
         },
+        KIND_COMM_ORIGIN => {
+            let id = c.u32().ok_or(short)?;
+            let origin = match c.u8().ok_or(short)? {
+                ORIGIN_PARENT => CommOrigin::Parent {
+                    parent: c.u32().ok_or(short)?,
+                    index: c.u32().ok_or(short)?,
+                },
+                ORIGIN_GROUP => CommOrigin::Group {
+                    parent: c.u32().ok_or(short)?,
+                    tag: c.u32().ok_or(short)? as i32,
+                    index: c.u32().ok_or(short)?,
+                },
+                ORIGIN_TAGGED => {
+                    let index = c.u32().ok_or(short)?;
+                    let tag = std::str::from_utf8(c.rest())
+                        .map_err(|_| "communicator string tag is not UTF-8")?;
+                    CommOrigin::Tagged {
+                        tag: tag.to_owned(),
+                        index,
+                    }
+                }
+                _ => return Err("unknown communicator origin"),
+            };
+            Event::CommOrigin { id, origin }
+        }
         KIND_CLOCK => Event::Clock(ClockSample {
             local: c.u64().ok_or(short)?,
             offset_ns: c.f64().ok_or(short)?,

@@ -216,6 +216,28 @@ pub fn every_kind() -> Vec<Event> {
             win: 7,
             members: vec![0, 1],
         },
+        Event::CommOrigin {
+            id: 5,
+            origin: CommOrigin::Parent {
+                parent: 0,
+                index: 2,
+            },
+        },
+        Event::CommOrigin {
+            id: 6,
+            origin: CommOrigin::Group {
+                parent: 5,
+                tag: -7,
+                index: 0,
+            },
+        },
+        Event::CommOrigin {
+            id: 8,
+            origin: CommOrigin::Tagged {
+                tag: "org.example.tag".into(),
+                index: 1,
+            },
+        },
     ]);
     events.extend(
         [
@@ -383,7 +405,7 @@ pub fn seed_corpus() -> Vec<(String, Vec<u8>)> {
         edit_header(stored.bytes.clone(), |h| h.events -= 1),
     ));
     seeds.push((
-        "malformed-version-8.bin".into(),
+        "malformed-version-next.bin".into(),
         edit_header(stored.bytes.clone(), |h| h.version = CHUNK_VERSION + 1),
     ));
     seeds.push((

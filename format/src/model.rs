@@ -516,6 +516,35 @@ pub enum Event {
         win: CommId,
         members: Vec<u32>,
     },
+    /// How communicator (or window) `id`, defined by the `CommDef` just before it in the same
+    /// stream, was made (chunk version 8): what identifies it on every member without the members'
+    /// lists (which two communicators can share) and without the order in which a rank made its
+    /// communicators (which MPI leaves free between different parents).
+    CommOrigin {
+        id: CommId,
+        origin: CommOrigin,
+    },
+}
+
+/// What identifies a communicator across its members: every member computes the same value
+/// without communicating (FORMAT.md, `CommOrigin`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CommOrigin {
+    /// Made by a call collective over `parent` (`MPI_Comm_dup`, `idup`, `split`, `create`,
+    /// `split_type`, topology constructors, `Intercomm_merge`, window creation): the `index`-th
+    /// such call on `parent` of this rank, counting from 0, calls that returned
+    /// `MPI_COMM_NULL` here included. MPI orders these calls per parent the same on every member.
+    Parent { parent: CommId, index: u32 },
+    /// Made by `MPI_Comm_create_group(parent, group, tag)`, collective over the group only: the
+    /// `index`-th call of this rank on `parent` with this `tag` and the same members.
+    Group {
+        parent: CommId,
+        tag: i32,
+        index: u32,
+    },
+    /// Made by `MPI_Comm_create_from_group(group, stringtag)` (MPI-4 sessions): the `index`-th
+    /// call of this rank with this `tag` and the same members.
+    Tagged { tag: String, index: u32 },
 }
 
 /// A member of a `CommDef` or `RemoteGroup` that is not a process of this `MPI_COMM_WORLD`.

@@ -274,7 +274,7 @@ fn first_chunk_offset() -> usize {
 
 #[test]
 fn version_1_chunks_are_still_read() {
-    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 7));
+    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 8));
     // A version-1 chunk is a version-5 chunk without the newer kinds: same layout otherwise.
     let events = synthetic::events(&synthetic::HaloConfig {
         iterations: 5,
@@ -413,20 +413,20 @@ fn poll_runs_are_a_version_5_kind() {
 #[test]
 fn versions_beyond_the_known_ones_are_refused() {
     let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
-    // Only the header says 8: no writer knows that layout.
+    // Only the header says 9: no writer knows that layout.
     let at = first_chunk_offset();
     let mut h = ChunkHeader::from_bytes(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
-    h.version = 8;
+    h.version = 9;
     bytes[at..at + CHUNK_HEADER_LEN].copy_from_slice(&h.to_bytes());
-    let file = RankFile::from_bytes(bytes, "v8.evf").unwrap();
+    let file = RankFile::from_bytes(bytes, "v9.evf").unwrap();
     let (_, _, err) = read_everything(&file);
     let err = err.expect("refused");
     assert!(
         matches!(
             err,
             FormatError::UnsupportedVersion {
-                version: 8,
-                supported: 7,
+                version: 9,
+                supported: 8,
                 ..
             }
         ),
@@ -534,4 +534,64 @@ fn epoch_groups_are_version_7_kinds() {
     assert_eq!(kind, 20);
     assert_eq!(body.len(), 12);
     round_trips_and_is_refused_at(&events, 6);
+}
+
+/// Version 8 added how a communicator was made (`CommOrigin`), its three forms each with exact
+/// bytes; they round-trip, and a version-7 chunk may not hold them (a version-7 trace, whose
+/// communicators have no origin, still reads: `version_1_chunks_are_still_read`, the corpus).
+#[test]
+fn comm_origins_are_version_8_kinds() {
+    let parent = Event::CommOrigin {
+        id: 5,
+        origin: CommOrigin::Parent {
+            parent: 2,
+            index: 3,
+        },
+    };
+    let group = Event::CommOrigin {
+        id: 6,
+        origin: CommOrigin::Group {
+            parent: 0,
+            tag: -2,
+            index: 1,
+        },
+    };
+    let tagged = Event::CommOrigin {
+        id: 7,
+        origin: CommOrigin::Tagged {
+            tag: "ab".into(),
+            index: 4,
+        },
+    };
+    let want: [&[u8]; 3] = [
+        &[5, 0, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0],
+        &[
+            6, 0, 0, 0, 1, 0, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff, 1, 0, 0, 0,
+        ],
+        &[7, 0, 0, 0, 2, 4, 0, 0, 0, b'a', b'b'],
+    ];
+    for (event, want) in [&parent, &group, &tagged].into_iter().zip(want) {
+        let (kind, body) = raw_body(event);
+        assert_eq!((kind, body.as_slice()), (21, want), "{event:?}");
+    }
+    let events = vec![
+        Event::CommDef {
+            id: 5,
+            members: vec![1, 0],
+        },
+        parent,
+        group,
+        tagged,
+    ];
+    round_trips_and_is_refused_at(&events, 7);
+    // An origin of an unknown form is refused, not guessed.
+    let file =
+        RankFile::from_bytes(chunk_with_body(21, &[5, 0, 0, 0, 3, 0, 0, 0, 0]), "bad.evf").unwrap();
+    let (chunks, _, err) = read_everything(&file);
+    assert!(chunks.is_empty());
+    assert!(
+        err.expect("rejected")
+            .to_string()
+            .contains("unknown communicator origin")
+    );
 }

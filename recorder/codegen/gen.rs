@@ -18,6 +18,11 @@
 //! - `newcomm`: the call creates a communicator (defined right away); `freecomm`: frees one;
 //!   `dupcomm`: the call returns a communicator with the group of `comm` that may not be used
 //!   before a request completes (`MPI_Comm_idup`): it is defined from `comm`'s group at once.
+//! - `origin` (with `newcomm`/`dupcomm`): what identifies the new communicator across ranks, in a
+//!   `CommOrigin` after its `CommDef`: `parent` (a call collective over `comm`, counted per
+//!   `comm` at every successful call, `MPI_COMM_NULL` results included), `group`
+//!   (`MPI_Comm_create_group`: `comm`, `tag` and the members), `tagged` (`stringtag` and the
+//!   members: `MPI_Comm_create_from_group`).
 //! - `win`: the call works on a window; the window's id goes into the record's `comm` field.
 //!   `newwin` (with `comm`): the call creates a window over `comm`; `freewin`: frees one.
 //!   `group` (with `win`): the group of a PSCW epoch (`Win_post`, `Win_start`), recorded as world

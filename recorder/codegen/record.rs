@@ -333,13 +333,19 @@ pub(super) fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
     if let Some(recv) = recv_bytes_expr(lang, f) {
         w(out, &format!("evf_r.recv_bytes = {recv};"));
     }
+    let origin = comm_origin(lang, f);
     if let Some(nc) = f.role("newcomm") {
         let h = handle_of(lang, f.param(nc), "Comm");
         w(
             out,
-            &format!(
-                "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; if (evf_nc != MPI_COMM_NULL) (void)evf_comm_id(evf_nc); }}"
-            ),
+            &match &origin {
+                None => format!(
+                    "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; if (evf_nc != MPI_COMM_NULL) (void)evf_comm_id(evf_nc); }}"
+                ),
+                Some(o) => format!(
+                    "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; uint32_t evf_nid = evf_nc != MPI_COMM_NULL ? evf_comm_id(evf_nc) : EVF_NO_COMM; {o} }}"
+                ),
+            },
         );
     }
     if let Some(nc) = f.role("dupcomm") {
@@ -347,9 +353,14 @@ pub(super) fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
         let old = handle_of(lang, f.param(f.role("comm").unwrap()), "Comm");
         w(
             out,
-            &format!(
-                "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; if (evf_nc != MPI_COMM_NULL) evf_comm_define_like(evf_nc, {old}); }}"
-            ),
+            &match &origin {
+                None => format!(
+                    "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; if (evf_nc != MPI_COMM_NULL) (void)evf_comm_define_like(evf_nc, {old}); }}"
+                ),
+                Some(o) => format!(
+                    "if (evf_rc == MPI_SUCCESS) {{ MPI_Comm evf_nc = {h}; uint32_t evf_nid = evf_nc != MPI_COMM_NULL ? evf_comm_define_like(evf_nc, {old}) : EVF_NO_COMM; {o} }}"
+                ),
+            },
         );
     }
     if let Some(wn) = f.role("newwin") {
@@ -577,4 +588,32 @@ pub(super) fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
 /// Name of the local that replaces a status parameter in the real call.
 fn evf_alias(p: &Param) -> String {
     format!("evf_use_{}", p.name)
+}
+
+/// The call recording a new communicator's `CommOrigin` (`origin` role), with `evf_nid` its id
+/// (`EVF_NO_COMM` when this rank got `MPI_COMM_NULL`, which still counts on the parent).
+fn comm_origin(lang: Lang, f: &Func) -> Option<String> {
+    let form = f.role("origin")?;
+    Some(match form {
+        "parent" => "evf_rec_comm_origin(evf_nid, 0, evf_r.comm, 0, NULL, 0);".to_string(),
+        "group" => {
+            assert!(
+                f.role("tag").is_some(),
+                "{}: origin=group needs tag",
+                f.name
+            );
+            "evf_rec_comm_origin(evf_nid, 1, evf_r.comm, evf_r.tag, NULL, 0);".to_string()
+        }
+        "tagged" => {
+            let p = f
+                .role("stringtag")
+                .unwrap_or_else(|| panic!("{}: origin=tagged needs stringtag", f.name));
+            let len = match lang {
+                Lang::C => format!("{p} != NULL ? strlen({p}) : 0"),
+                Lang::Fortran => format!("{p}_len"),
+            };
+            format!("evf_rec_comm_origin(evf_nid, 2, EVF_NO_COMM, 0, {p}, {len});")
+        }
+        other => panic!("{}: unknown origin {other}", f.name),
+    })
 }

@@ -125,6 +125,8 @@ const ROLE_KEYS: &[&str] = &[
     "newcomm",
     "freecomm",
     "dupcomm",
+    "origin",
+    "stringtag",
     "win",
     "newwin",
     "freewin",
@@ -238,7 +240,7 @@ pub fn parse(tsv: &str) -> Result<Vec<Func>, String> {
         for (k, v) in &f.roles {
             if !matches!(
                 k.as_str(),
-                "complete" | "reqkind" | "fortran" | "rper" | "rwhere"
+                "complete" | "reqkind" | "fortran" | "rper" | "rwhere" | "origin"
             ) && !f.params.iter().any(|p| &p.name == v)
             {
                 return Err(format!("{}: role {k} names unknown parameter {v}", f.name));

@@ -475,7 +475,7 @@ uint32_t evf_comm_id_slow(MPI_Comm comm) { return evf_comm_lookup(comm, comm); }
 
 /* MPI_Comm_idup's new handle may not be used before its request completes, but its group is that
  * of the communicator it copies: defined from there, at the call. */
-void evf_comm_define_like(MPI_Comm comm, MPI_Comm same_group_as) { (void)evf_comm_lookup(comm, same_group_as); }
+uint32_t evf_comm_define_like(MPI_Comm comm, MPI_Comm same_group_as) { return evf_comm_lookup(comm, same_group_as); }
 
 /* The id of `comm`, defined (with the members of `group_of`) on first sight. */
 static uint32_t evf_comm_lookup(MPI_Comm comm, MPI_Comm group_of)
@@ -572,6 +572,8 @@ static uint32_t evf_win_add(MPI_Win win, uint32_t comm)
     else
         evf_rec_commdef(id, NULL, 0);
     evf_rec_windef(id, comm);
+    /* Window creation is collective over `comm`: counted among its constructors. */
+    if (comm != EVF_NO_COMM) evf_rec_comm_origin(id, 0, comm, 0, NULL, 0);
     if (evf_nwins < evf_cap_wins) evf_wins[evf_nwins++] = (evf_win_entry){EVF_HANDLE_U64(win), id};
     return id;
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <x86intrin.h>
 
@@ -122,6 +123,7 @@ void evf_rec_completion(void *thread_buf, uint64_t req_handle, int32_t source, i
 void evf_rec_commdef(uint32_t id, const int32_t *members, int n);
 void evf_rec_remote_group(uint32_t id, const int32_t *members, int n);
 void evf_rec_windef(uint32_t id, uint32_t comm);
+void evf_rec_comm_origin(uint32_t id, uint32_t form, uint32_t parent, int32_t tag, const char *stringtag, size_t len);
 void evf_rec_epoch_group(uint32_t win, const int32_t *members, int n);
 int evf_after_blocking_collective(uint32_t comm, uint16_t func);
 void evf_rust_charge(uint64_t ticks);
@@ -167,7 +169,7 @@ static inline uint32_t evf_comm_id(MPI_Comm comm)
     return evf_comm_id_slow(comm);
 }
 void evf_comm_forget(MPI_Comm comm);
-void evf_comm_define_like(MPI_Comm comm, MPI_Comm same_group_as);
+uint32_t evf_comm_define_like(MPI_Comm comm, MPI_Comm same_group_as);
 uint32_t evf_win_id(MPI_Win win);
 void evf_win_define(MPI_Win win, uint32_t comm);
 void evf_epoch_group(MPI_Group group, uint32_t win);

@@ -363,7 +363,32 @@ pub unsafe extern "C" fn evf_rec_commdef(id: u32, members: *const i32, n: c_int)
         sorted.iter().enumerate().all(|(i, &r)| i as u32 == r)
     };
     set_spans_world(id, spans);
+    crate::front::origins::defined(id, &members);
     record_event(&Event::CommDef { id, members });
+}
+
+/// How communicator `id` (just defined, or `NO_COMM` when this rank got `MPI_COMM_NULL`) was made:
+/// `form` 0 = by a call collective over `parent`, 1 = `MPI_Comm_create_group` on `parent` with
+/// `tag`, 2 = `MPI_Comm_create_from_group` with the `len` bytes at `stringtag`.
+///
+/// # Safety
+/// `stringtag` must point to `len` readable bytes (or be null with `len == 0`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn evf_rec_comm_origin(
+    id: u32,
+    form: u32,
+    parent: u32,
+    tag: i32,
+    stringtag: *const std::ffi::c_char,
+    len: usize,
+) {
+    let tag_bytes: &[u8] = if stringtag.is_null() || len == 0 {
+        &[]
+    } else {
+        // SAFETY: per the contract, `len` readable bytes.
+        unsafe { std::slice::from_raw_parts(stringtag.cast::<u8>(), len) }
+    };
+    crate::front::origins::made(id, form, parent, tag, tag_bytes);
 }
 
 /// The remote group of intercommunicator `id`, right after its `CommDef`.

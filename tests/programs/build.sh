@@ -70,6 +70,7 @@ build_c coverage -Wno-stringop-overflow
 build_c matching -Wno-stringop-overflow
 build_c rma_io
 build_c pscw
+build_c commorder -Wno-stringop-overflow
 build_c abnormal -pthread
 build_f smoke_f77
 build_f smoke_f08

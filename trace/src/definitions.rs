@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use format::{ClockCalibration, ClockSample, CommId, Event, FunctionId, Marker, Suspension};
+use format::{
+    ClockCalibration, ClockSample, CommId, CommOrigin, Event, FunctionId, Marker, Suspension,
+};
 
 use crate::error::Skipped;
 use crate::members::{Members, intern};
@@ -31,6 +33,9 @@ pub struct RankMeta {
     /// ([`crate::members::intern`]): ranks defining the same communicator share one list, so the
     /// world's members cost O(R) over all ranks, not O(R²).
     pub comms: Vec<(CommId, Members)>,
+    /// How communicators and windows were made (`Event::CommOrigin`), in the order they appear:
+    /// what identifies them across ranks ([`crate::comm_identity`]).
+    pub origins: Vec<(CommId, CommOrigin)>,
     /// Intercommunicators' remote groups (`Event::RemoteGroup`), in the order they appear; the
     /// `comms` entry of the same id is the local group.
     pub remote_groups: Vec<(CommId, Members)>,
@@ -103,6 +108,7 @@ impl RankMeta {
                 self.remote_groups.push((*id, intern(members)));
             }
             Event::WinDef { id, comm } => self.wins.push((*id, *comm)),
+            Event::CommOrigin { id, origin } => self.origins.push((*id, origin.clone())),
             Event::RankInfo(info) => {
                 if self.host.is_none() && !info.host.is_empty() {
                     self.host = Some(info.host.clone());

@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod collect;
+pub mod comm_identity;
 pub mod definitions;
 pub mod error;
 pub mod files;

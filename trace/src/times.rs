@@ -42,6 +42,7 @@ pub fn for_each_time(e: &mut Event, mut f: impl FnMut(&mut u64)) {
         | Event::RemoteGroup { .. }
         | Event::WinDef { .. }
         | Event::EpochGroup { .. }
+        | Event::CommOrigin { .. }
         | Event::CallSite(_) => {}
     }
 }

@@ -225,6 +225,17 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         ),
         1 => (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..8))
             .prop_map(|(win, members)| Event::EpochGroup { win, members }),
+        1 => (any::<u32>(), arb_comm_origin()).prop_map(|(id, origin)| Event::CommOrigin { id, origin }),
+    ]
+}
+
+pub fn arb_comm_origin() -> impl Strategy<Value = CommOrigin> {
+    prop_oneof![
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(parent, index)| CommOrigin::Parent { parent, index }),
+        (any::<u32>(), any::<i32>(), any::<u32>())
+            .prop_map(|(parent, tag, index)| CommOrigin::Group { parent, tag, index }),
+        (".{0,40}", any::<u32>()).prop_map(|(tag, index)| CommOrigin::Tagged { tag, index }),
     ]
 }
 

@@ -19,7 +19,6 @@ use format::Event;
 
 use trace::definitions::RankMeta;
 use trace::lanes::LaneId;
-use trace::members::Members;
 
 mod collective_instance;
 mod estimates;
@@ -253,41 +252,23 @@ impl HbContext {
     /// `metas` in rank order, one per rank of the world.
     pub fn new(metas: &[RankMeta], world_size: u32) -> HbContext {
         // The world is one shared list, not a copy per rank; each distinct list is hashed once
-        // (see `ListIds`), so a world of R ranks costs O(R) here.
+        // (`trace::members::ListIds`, in `CommIdentities`), so a world of R ranks costs O(R) here.
         let world = trace::members::identity(world_size);
-        let mut lists = trace::members::ListIds::default();
-        let mut interned: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut identities = trace::comm_identity::CommIdentities::default();
         let mut func_names: HashMap<String, u32> = HashMap::new();
         let mut ranks = Vec::with_capacity(metas.len());
         for meta in metas {
-            let mut seen: HashMap<u32, u32> = HashMap::new();
             let mut comms = FastMap::default();
-            let mut define =
-                |id: format::CommId, members: Members, comms: &mut FastMap<_, Comm>| {
-                    let list = lists.id(&members);
-                    let occurrence = seen.entry(list).or_default();
-                    let key = (list, *occurrence);
-                    *occurrence += 1;
-                    let n = interned.len() as u32;
-                    let global = *interned.entry(key).or_insert(n);
-                    let me = trace::members::position(&members, meta.rank);
-                    comms.insert(
-                        id,
-                        Comm {
-                            global,
-                            members,
-                            me,
-                        },
-                    );
-                };
-            if !meta.comms.iter().any(|(id, _)| *id == 0) {
-                define(0, world.clone(), &mut comms);
-            }
-            if !meta.comms.iter().any(|(id, _)| *id == 1) {
-                define(1, Members::from([meta.rank]), &mut comms);
-            }
-            for (id, members) in &meta.comms {
-                define(*id, members.clone(), &mut comms);
+            for (id, members, global) in identities.of_rank(meta, &world) {
+                let me = trace::members::position(&members, meta.rank);
+                comms.insert(
+                    id,
+                    Comm {
+                        global,
+                        members,
+                        me,
+                    },
+                );
             }
             let len = meta
                 .functions

@@ -9,6 +9,7 @@ pub mod buffers;
 pub mod callsites;
 pub mod cost;
 pub mod filter;
+pub mod origins;
 pub mod record;
 pub mod requests;
 

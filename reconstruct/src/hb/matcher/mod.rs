@@ -10,8 +10,10 @@
 //!   target's `Win_wait` waits for every origin's `Win_complete`, like a message;
 //! - the calls of one rank's threads are taken in time order (the scheduler sees to it).
 //!
-//! Communicators are recorder-local ids; two ranks' communicators are the same when they have the
-//! same members and are the same-numbered communicator with those members on both ranks.
+//! Communicators are recorder-local ids; which of two ranks' are the same one is
+//! `trace::comm_identity`'s rule: by parent and creation index on it where the trace records how
+//! each was made (chunk version 8), else by members and which communicator with those members it
+//! is on each rank.
 //!
 //! Here: what each function is for matching ([`Class`]), the state kept per rank, and the
 //! dispatch of a call, and of what a held call waits for, to its family.

@@ -7,9 +7,10 @@
 //! - `MPI_COMM_WORLD` (comm 0, all ranks), `MPI_COMM_SELF` (comm 1, the `COMM_SELF` group); every
 //!   further single-process communicator of a rank is the k-th self-like communicator, shared by
 //!   the ranks as Score-P unifies them;
-//! - the other intracommunicators, identified across ranks by their members and by which
-//!   communicator with those members it is on each rank (the happened-before matching's rule), with
-//!   the communicator their creating call was made on as parent;
+//! - the other intracommunicators, identified across ranks as the happened-before matching does
+//!   (`trace::comm_identity`: by parent and creation index where the trace records them, else by
+//!   members and which communicator with those members it is on each rank), with the communicator
+//!   their creating call was made on as parent;
 //! - intercommunicators as `InterComm` definitions over the `COMM_GROUP`s of their two sides (the
 //!   trace's `RemoteGroup` record), identified by the unordered pair of sides;
 //! - RMA windows as `RmaWin` definitions over the communicator they were created on.
@@ -94,9 +95,10 @@ impl CommDefs {
         let world_members = identity(world);
         let mut lists = ListIds::default();
         let mut group_of_list: HashMap<u32, u32> = HashMap::new();
-        let mut intra: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut identities = trace::comm_identity::CommIdentities::default();
+        let mut intra: HashMap<u32, u32> = HashMap::new();
         let mut inter: HashMap<(u32, u32, u32), u32> = HashMap::new();
-        let mut wins: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut wins: HashMap<u32, u32> = HashMap::new();
         let mut selves: Vec<u32> = Vec::new();
         let world_group = defs.group(&mut lists, &mut group_of_list, &world_members);
         defs.comms.push(GlobalComm {
@@ -109,9 +111,11 @@ impl CommDefs {
             let win_comm: HashMap<u32, u32> = meta.wins.iter().copied().collect();
             let remote: HashMap<u32, &Members> =
                 meta.remote_groups.iter().map(|(id, m)| (*id, m)).collect();
-            let mut seen_intra = Occurrences::default();
+            let mut identity: HashMap<u32, u32> = HashMap::new();
+            for (id, _, g) in identities.of_rank(meta, &world_members) {
+                identity.entry(id).or_insert(g);
+            }
             let mut seen_inter = Occurrences::default();
-            let mut seen_wins = Occurrences::default();
             // Self-like communicators after MPI_COMM_SELF, in the order the rank defined them.
             let mut self_count = 1usize;
             ids.comms.insert(0, 0);
@@ -125,8 +129,7 @@ impl CommDefs {
                     continue;
                 }
                 if let Some(&comm) = win_comm.get(&id) {
-                    let list = lists.id(members);
-                    let key = (list, seen_wins.next((list, 0)));
+                    let key = identity[&id];
                     let global = *wins.entry(key).or_insert_with(|| {
                         defs.wins.push(GlobalWin {
                             name: format!("window {} ({} ranks)", defs.wins.len(), members.len()),
@@ -181,8 +184,7 @@ impl CommDefs {
                     self_count += 1;
                     continue;
                 }
-                let list = lists.id(members);
-                let key = (list, seen_intra.next((list, 0)));
+                let key = identity[&id];
                 let global = match intra.get(&key) {
                     Some(&g) => g,
                     None => {
