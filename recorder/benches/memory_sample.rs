@@ -29,6 +29,7 @@ fn sampling(c: &mut Criterion) {
         },
         false,
         1e9,
+        || {},
     );
     let mut t = 0u64;
     group.bench_function("sample", |b| {

@@ -16,60 +16,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+pub use crate::back::node::{NodeMemory, NodePlace};
 use crate::back::node_share::NodeShare;
 use std::time::Duration;
 
-use format::{MemorySample, MemoryWhen, ThresholdBasis, UNKNOWN_BYTES};
+use format::{MemorySample, MemoryWhen, UNKNOWN_BYTES};
 
 /// At least this long between two periodic samples (ns of the recorder's clock).
 pub const PERIOD_NS: u64 = 2_000_000_000;
 
 /// A cgroup v1 limit this large means "no limit" (the kernel reports `PAGE_COUNTER_MAX` pages).
 const V1_NO_LIMIT: u64 = 1 << 62;
-
-/// Where this rank sits on its node, from the launcher's environment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodePlace {
-    pub local_rank: u32,
-    pub local_size: u32,
-    /// The launcher said so; otherwise every rank is assumed to share one node (which makes
-    /// `--threshold auto` conservative) and every rank reads the node's figures.
-    pub known: bool,
-}
-
-impl NodePlace {
-    /// Open MPI's and MPICH's (Hydra's) variables, then Slurm's local id; `world_size` stands in
-    /// for the node's size when none is set.
-    pub fn from_env(world_size: u32) -> NodePlace {
-        let num = |name: &str| std::env::var(name).ok()?.trim().parse::<u32>().ok();
-        let pairs = [
-            ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
-            ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-        ];
-        for (rank, size) in pairs {
-            if let (Some(local_rank), Some(local_size)) = (num(rank), num(size))
-                && local_size > 0
-                && local_rank < local_size
-            {
-                return NodePlace {
-                    local_rank,
-                    local_size,
-                    known: true,
-                };
-            }
-        }
-        NodePlace {
-            local_rank: num("SLURM_LOCALID").unwrap_or(0),
-            local_size: world_size.max(1),
-            known: false,
-        }
-    }
-
-    /// Whether this rank reads the node-wide figures.
-    pub fn reads_node(&self) -> bool {
-        !self.known || self.local_rank == 0
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum CgroupVersion {
@@ -85,43 +42,6 @@ struct Cgroup {
     /// v2 only: `memory.max` of this cgroup and of every ancestor that has one (the tightest
     /// applies). v1 reads `hierarchical_memory_limit` from `memory.stat` instead.
     limits: Vec<File>,
-}
-
-/// The node's and cgroup's figures, read together.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NodeMemory {
-    pub node_available: u64,
-    pub cgroup_limit: u64,
-    pub cgroup_usage: u64,
-    pub swap_out_pages: u64,
-}
-
-impl NodeMemory {
-    const UNKNOWN: NodeMemory = NodeMemory {
-        node_available: UNKNOWN_BYTES,
-        cgroup_limit: UNKNOWN_BYTES,
-        cgroup_usage: UNKNOWN_BYTES,
-        swap_out_pages: UNKNOWN_BYTES,
-    };
-
-    /// What the processes of this node (and cgroup) can still get, and from where.
-    pub fn available(&self) -> (Option<u64>, ThresholdBasis) {
-        let sample = MemorySample {
-            node_available: self.node_available,
-            cgroup_limit: self.cgroup_limit,
-            cgroup_usage: self.cgroup_usage,
-            ..Default::default()
-        };
-        let cgroup_free = (self.cgroup_limit != UNKNOWN_BYTES
-            && self.cgroup_usage != UNKNOWN_BYTES)
-            .then(|| self.cgroup_limit.saturating_sub(self.cgroup_usage));
-        let basis = match (cgroup_free, self.node_available) {
-            (Some(c), n) if n == UNKNOWN_BYTES || c <= n => ThresholdBasis::Cgroup,
-            (_, n) if n != UNKNOWN_BYTES => ThresholdBasis::Node,
-            _ => ThresholdBasis::Unknown,
-        };
-        (sample.available(), basis)
-    }
 }
 
 /// Open files for sampling; `None` entries could not be opened (and read as unknown).
@@ -356,7 +276,7 @@ static PERIOD_TICKS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// (`node_share`), or every rank when the launcher did not say which ranks share a node. The
 /// thread also takes the rank's sample when the program made none for [`PERIOD_NS`] (a long
 /// phase without MPI calls), in a stream of its own: the program's buffers are its threads'.
-pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64) {
+pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64, after_round: fn()) {
     PERIOD_TICKS.store(
         (PERIOD_NS as f64 * 1e-9 * ticks_per_sec) as u64,
         Ordering::Relaxed,
@@ -406,7 +326,7 @@ pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64) {
                     None => {}
                 }
                 if crate::lifecycle::session::active() {
-                    crate::back::memory_watch::when_idle();
+                    after_round();
                 }
             }
             if let Some(share) = &share {
@@ -485,6 +405,7 @@ pub fn sample(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use format::ThresholdBasis;
 
     #[test]
     fn name_value_files_parse() {

@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering;
 
 use format::{Event, Marker, MemorySample, MemoryWhen};
 
-use crate::back::memory::{self, NodePlace};
+use crate::back::memory;
+use crate::back::node::NodePlace;
 use crate::back::{sink, threshold};
 use crate::clock;
 use crate::front::{self, record_event};
@@ -26,6 +27,7 @@ pub fn at_init() {
         place,
         session.config.threshold_auto,
         session.clock.ticks_per_sec,
+        when_idle,
     );
     let now = clock::now();
     let sample = take(MemoryWhen::Init);
@@ -102,7 +104,7 @@ fn observe(when: MemoryWhen) {
     let (Some(session), Some(place)) = (session(), memory::place()) else {
         return;
     };
-    let node = memory::NodeMemory {
+    let node = crate::back::node::NodeMemory {
         node_available: sample.node_available,
         cgroup_limit: sample.cgroup_limit,
         cgroup_usage: sample.cgroup_usage,

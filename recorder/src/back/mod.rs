@@ -10,6 +10,7 @@ pub mod limit;
 pub mod memory;
 pub mod memory_watch;
 pub mod mpiio;
+pub mod node;
 pub mod node_share;
 pub mod protocol;
 pub mod sink;

@@ -18,7 +18,7 @@
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::back::memory::NodeMemory;
+use crate::back::node::NodeMemory;
 
 /// Without a publication for this long the watcher is taken to be gone.
 pub const STALE_NS: u64 = 2_000_000_000;

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use format::{ThresholdBasis, ThresholdChoice};
 
-use crate::back::memory::{NodeMemory, NodePlace};
+use crate::back::node::{NodeMemory, NodePlace};
 
 /// The part of the free memory per rank that auto gives the recorder.
 pub const AUTO_SHARE: f64 = 0.25;
