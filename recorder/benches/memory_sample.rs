@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use format::MemoryWhen;
-use recorder::back::memory::{self, NodePlace, Sampler};
+use recorder::back::memory::{self, Sampler};
+use recorder::back::node::NodePlace;
 
 fn sampling(c: &mut Criterion) {
     let mut group = c.benchmark_group("memory");

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub use crate::back::node::{NodeMemory, NodePlace};
+use crate::back::node::{NodeMemory, NodePlace};
 use crate::back::node_share::NodeShare;
 use std::time::Duration;
 
