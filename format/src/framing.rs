@@ -35,12 +35,7 @@ pub struct FileHeader {
 /// The bytes of a file header (FORMAT.md "File header").
 pub fn encode_file_header(h: &FileHeader) -> Vec<u8> {
     let producer = producer_cut(&h.producer);
-    let total = FILE_HEADER_FIXED_LEN + producer.len() + 4;
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(&FILE_MAGIC);
-    out.extend_from_slice(&FILE_VERSION.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&(total as u32).to_le_bytes());
+    let mut out = begin_header(&FILE_LAYOUT, producer);
     out.extend_from_slice(&h.rank.to_le_bytes());
     out.extend_from_slice(&h.world_size.to_le_bytes());
     out.extend_from_slice(&h.part.to_le_bytes());
@@ -51,11 +46,7 @@ pub fn encode_file_header(h: &FileHeader) -> Vec<u8> {
     out.extend_from_slice(&h.clock.realtime_ns.to_le_bytes());
     out.extend_from_slice(&h.created_unix_ns.to_le_bytes());
     out.extend_from_slice(&(producer.len() as u32).to_le_bytes());
-    debug_assert_eq!(out.len(), FILE_HEADER_FIXED_LEN);
-    out.extend_from_slice(producer.as_bytes());
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    finish_header(&FILE_LAYOUT, out, producer)
 }
 
 /// A producer string as stored: at most [`MAX_PRODUCER_LEN`] bytes, cut at a character boundary.
@@ -76,71 +67,105 @@ pub(crate) fn clock_source_from(v: u8) -> Option<ClockSource> {
     }
 }
 
-/// Parses and verifies a file header; returns it and its length in bytes.
-pub fn parse_file_header(bytes: &[u8], path: &Path) -> Result<(FileHeader, usize), FormatError> {
+/// The parts in which the file header and the group header (`group.rs`) differ; the checks are
+/// the same and live in [`verify_header`], so both report damage alike.
+pub(crate) struct HeaderLayout {
+    pub magic: [u8; 8],
+    pub version: u16,
+    pub fixed_len: usize,
+    /// Where the producer string's length is stored.
+    pub producer_len_at: usize,
+    /// "file", "group file": what a bad magic or version is said of.
+    pub what: &'static str,
+    pub header_what: &'static str,
+    pub length_what: &'static str,
+    pub flags_reason: &'static str,
+}
+
+pub(crate) const FILE_LAYOUT: HeaderLayout = HeaderLayout {
+    magic: FILE_MAGIC,
+    version: FILE_VERSION,
+    fixed_len: FILE_HEADER_FIXED_LEN,
+    producer_len_at: 64,
+    what: "file",
+    header_what: "file header",
+    length_what: "file header length",
+    flags_reason: "unknown file flags",
+};
+
+/// The common start of a header: magic, version, no flags, total length.
+pub(crate) fn begin_header(layout: &HeaderLayout, producer: &str) -> Vec<u8> {
+    let total = layout.fixed_len + producer.len() + 4;
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(&layout.magic);
+    out.extend_from_slice(&layout.version.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&(total as u32).to_le_bytes());
+    out
+}
+
+/// The common end of a header: the producer string and the checksum of all before it.
+pub(crate) fn finish_header(layout: &HeaderLayout, mut out: Vec<u8>, producer: &str) -> Vec<u8> {
+    debug_assert_eq!(out.len(), layout.fixed_len);
+    out.extend_from_slice(producer.as_bytes());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Checks magic, lengths, checksum, version and flags of a header laid out as `layout`; returns
+/// its total length and producer string. A damaged length is told apart from a newer layout by
+/// the version, so an old reader names the version it does not know rather than "damage".
+pub(crate) fn verify_header<'a>(
+    bytes: &'a [u8],
+    path: &Path,
+    layout: &HeaderLayout,
+) -> Result<(usize, &'a str), FormatError> {
     let p = || path.to_path_buf();
-    if bytes.len() < FILE_HEADER_FIXED_LEN + 4 {
-        let prefix = bytes.len().min(FILE_MAGIC.len());
-        if bytes[..prefix] != FILE_MAGIC[..prefix] {
-            return Err(FormatError::BadMagic {
-                path: p(),
-                offset: 0,
-                what: "file",
-                found: bytes[..prefix].to_vec(),
-            });
-        }
-        return Err(FormatError::Truncated {
-            path: p(),
-            offset: 0,
-            what: "file header",
-            needed: (FILE_HEADER_FIXED_LEN + 4) as u64,
-            available: bytes.len() as u64,
-        });
-    }
-    if bytes[..8] != FILE_MAGIC {
+    let prefix = bytes.len().min(layout.magic.len());
+    if bytes[..prefix] != layout.magic[..prefix] {
         return Err(FormatError::BadMagic {
             path: p(),
             offset: 0,
-            what: "file",
-            found: bytes[..8].to_vec(),
+            what: layout.what,
+            found: bytes[..prefix].to_vec(),
         });
     }
-    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
+    let truncated = |needed: usize| FormatError::Truncated {
+        path: p(),
+        offset: 0,
+        what: layout.header_what,
+        needed: needed as u64,
+        available: bytes.len() as u64,
+    };
+    if bytes.len() < layout.fixed_len + 4 {
+        return Err(truncated(layout.fixed_len + 4));
+    }
     let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap_or_default());
-    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default());
-    let version = u16_at(8);
-    let total = u32_at(12) as u64;
-    let producer_len = u32_at(64) as u64;
-    if producer_len > MAX_PRODUCER_LEN as u64
-        || total != FILE_HEADER_FIXED_LEN as u64 + producer_len + 4
-    {
-        // Either the version changed the layout or the lengths are damaged; the version decides.
-        if version != FILE_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                path: p(),
-                offset: 0,
-                what: "file",
-                version,
-                supported: FILE_VERSION,
-            });
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let unsupported = || FormatError::UnsupportedVersion {
+        path: p(),
+        offset: 0,
+        what: layout.what,
+        version,
+        supported: layout.version,
+    };
+    let total = u32_at(12) as usize;
+    let producer_len = u32_at(layout.producer_len_at) as usize;
+    if producer_len > MAX_PRODUCER_LEN || total != layout.fixed_len + producer_len + 4 {
+        if version != layout.version {
+            return Err(unsupported());
         }
         return Err(FormatError::BadLength {
             path: p(),
             offset: 12,
-            what: "file header length",
-            value: total,
+            what: layout.length_what,
+            value: total as u64,
             reason: "does not match the producer length",
         });
     }
-    let total = total as usize;
     if bytes.len() < total {
-        return Err(FormatError::Truncated {
-            path: p(),
-            offset: 0,
-            what: "file header",
-            needed: total as u64,
-            available: bytes.len() as u64,
-        });
+        return Err(truncated(total));
     }
     let stored = u32_at(total - 4);
     let computed = crc32c::crc32c(&bytes[..total - 4]);
@@ -148,32 +173,39 @@ pub fn parse_file_header(bytes: &[u8], path: &Path) -> Result<(FileHeader, usize
         return Err(FormatError::ChecksumMismatch {
             path: p(),
             offset: 0,
-            what: "file header",
+            what: layout.header_what,
             stored,
             computed,
         });
     }
-    if version != FILE_VERSION {
-        return Err(FormatError::UnsupportedVersion {
-            path: p(),
-            offset: 0,
-            what: "file",
-            version,
-            supported: FILE_VERSION,
-        });
+    if version != layout.version {
+        return Err(unsupported());
     }
     let bad = |reason| FormatError::BadHeader {
         path: p(),
         offset: 0,
         reason,
     };
-    if u16_at(10) != 0 {
-        return Err(bad("unknown file flags"));
+    if u16::from_le_bytes([bytes[10], bytes[11]]) != 0 {
+        return Err(bad(layout.flags_reason));
     }
+    let producer = std::str::from_utf8(&bytes[layout.fixed_len..total - 4])
+        .map_err(|_| bad("producer is not UTF-8"))?;
+    Ok((total, producer))
+}
+
+/// Parses and verifies a file header; returns it and its length in bytes.
+pub fn parse_file_header(bytes: &[u8], path: &Path) -> Result<(FileHeader, usize), FormatError> {
+    let (total, producer) = verify_header(bytes, path, &FILE_LAYOUT)?;
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap_or_default());
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap_or_default());
+    let bad = |reason| FormatError::BadHeader {
+        path: path.to_path_buf(),
+        offset: 0,
+        reason,
+    };
     let source = clock_source_from(bytes[28]).ok_or_else(|| bad("unknown clock source"))?;
-    let producer = std::str::from_utf8(&bytes[FILE_HEADER_FIXED_LEN..total - 4])
-        .map_err(|_| bad("producer is not UTF-8"))?
-        .to_owned();
+    let producer = producer.to_owned();
     let header = FileHeader {
         rank: u32_at(16),
         world_size: u32_at(20),

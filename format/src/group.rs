@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use crate::error::FormatError;
 use crate::framing::{
     CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_MIN_VERSION, CHUNK_VERSION, ChunkHeader, FILE_MAGIC,
-    FileHeader, MAX_PRODUCER_LEN, TailKind, Truncation, parse_file_header, producer_cut,
+    FileHeader, HeaderLayout, TailKind, Truncation, begin_header, finish_header, parse_file_header,
+    producer_cut, verify_header,
 };
 
 /// Magic at the start of every group file.
@@ -55,106 +56,35 @@ pub fn parse_group_file_name(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+const GROUP_LAYOUT: HeaderLayout = HeaderLayout {
+    magic: GROUP_MAGIC,
+    version: GROUP_VERSION,
+    fixed_len: GROUP_HEADER_FIXED_LEN,
+    producer_len_at: 40,
+    what: "group file",
+    header_what: "group file header",
+    length_what: "group header length",
+    flags_reason: "unknown group file flags",
+};
+
 /// The bytes of a group header (FORMAT.md "Group files").
 pub fn encode_group_header(h: &GroupHeader) -> Vec<u8> {
     let producer = producer_cut(&h.producer);
-    let total = GROUP_HEADER_FIXED_LEN + producer.len() + 4;
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(&GROUP_MAGIC);
-    out.extend_from_slice(&GROUP_VERSION.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&(total as u32).to_le_bytes());
+    let mut out = begin_header(&GROUP_LAYOUT, producer);
     out.extend_from_slice(&h.world_size.to_le_bytes());
     out.extend_from_slice(&h.group_size.to_le_bytes());
     out.extend_from_slice(&h.leader.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&h.created_unix_ns.to_le_bytes());
     out.extend_from_slice(&(producer.len() as u32).to_le_bytes());
-    debug_assert_eq!(out.len(), GROUP_HEADER_FIXED_LEN);
-    out.extend_from_slice(producer.as_bytes());
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    finish_header(&GROUP_LAYOUT, out, producer)
 }
 
 /// Parses and verifies a group header; returns it and its length in bytes.
 pub fn parse_group_header(bytes: &[u8], path: &Path) -> Result<(GroupHeader, usize), FormatError> {
-    let p = || path.to_path_buf();
-    let prefix = bytes.len().min(GROUP_MAGIC.len());
-    if bytes[..prefix] != GROUP_MAGIC[..prefix] {
-        return Err(FormatError::BadMagic {
-            path: p(),
-            offset: 0,
-            what: "group file",
-            found: bytes[..prefix].to_vec(),
-        });
-    }
-    let truncated = |needed: usize| FormatError::Truncated {
-        path: p(),
-        offset: 0,
-        what: "group file header",
-        needed: needed as u64,
-        available: bytes.len() as u64,
-    };
-    if bytes.len() < GROUP_HEADER_FIXED_LEN + 4 {
-        return Err(truncated(GROUP_HEADER_FIXED_LEN + 4));
-    }
+    let (total, producer) = verify_header(bytes, path, &GROUP_LAYOUT)?;
     let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap_or_default());
-    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    let total = u32_at(12) as usize;
-    let producer_len = u32_at(40) as usize;
-    if producer_len > MAX_PRODUCER_LEN || total != GROUP_HEADER_FIXED_LEN + producer_len + 4 {
-        if version != GROUP_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                path: p(),
-                offset: 0,
-                what: "group file",
-                version,
-                supported: GROUP_VERSION,
-            });
-        }
-        return Err(FormatError::BadLength {
-            path: p(),
-            offset: 12,
-            what: "group header length",
-            value: total as u64,
-            reason: "does not match the producer length",
-        });
-    }
-    if bytes.len() < total {
-        return Err(truncated(total));
-    }
-    let stored = u32_at(total - 4);
-    let computed = crc32c::crc32c(&bytes[..total - 4]);
-    if stored != computed {
-        return Err(FormatError::ChecksumMismatch {
-            path: p(),
-            offset: 0,
-            what: "group file header",
-            stored,
-            computed,
-        });
-    }
-    if version != GROUP_VERSION {
-        return Err(FormatError::UnsupportedVersion {
-            path: p(),
-            offset: 0,
-            what: "group file",
-            version,
-            supported: GROUP_VERSION,
-        });
-    }
-    let bad = |reason| FormatError::BadHeader {
-        path: p(),
-        offset: 0,
-        reason,
-    };
-    if u16::from_le_bytes([bytes[10], bytes[11]]) != 0 {
-        return Err(bad("unknown group file flags"));
-    }
-    let producer = std::str::from_utf8(&bytes[GROUP_HEADER_FIXED_LEN..total - 4])
-        .map_err(|_| bad("producer is not UTF-8"))?
-        .to_owned();
+    let producer = producer.to_owned();
     let header = GroupHeader {
         world_size: u32_at(16),
         group_size: u32_at(20),
