@@ -64,7 +64,7 @@ impl<'a> ChunkWalk<'a> {
         self.passed
     }
 
-    /// Only `stream`'s chunks.
+    /// Only `stream`'s chunks; the others' are passed over by their header, not decoded.
     pub fn stream(files: &'a [RankFile], stream: u32) -> Self {
         ChunkWalk {
             stream: Some(stream),
@@ -136,8 +136,13 @@ impl Iterator for ChunkWalk<'_> {
             }
             let (reader, file) = self.current.as_mut().expect("set above");
             let file: &RankFile = file;
-            let want = &self.want;
-            let next = reader.next_wanted(|h| want.as_ref().is_none_or(|w| w(h)));
+            // A stream's walk passes over the other streams' chunks by their header: it needs
+            // only their place in the sequence, and stops at the same damage (payload checksums
+            // are verified whether decoded or not).
+            let (want, stream) = (&self.want, self.stream);
+            let next = reader.next_wanted(|h| {
+                stream.is_none_or(|s| s == h.stream) && want.as_ref().is_none_or(|w| w(h))
+            });
             match next {
                 Some(Ok(Reached::Read(chunk))) => {
                     if self.in_order(file, chunk.offset, &chunk.header)

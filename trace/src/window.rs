@@ -22,7 +22,7 @@ use crate::clock::{MapCursor, TimeMap};
 use crate::definitions::RankMeta;
 use crate::error::TraceError;
 use crate::files::RankFiles;
-use crate::open::{Read, walk_events};
+use crate::open::{ChunkStats, Read, walk_events};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WindowError {
@@ -443,16 +443,25 @@ pub struct WindowRead {
 /// needs of them from outside the window it takes from the first pass ([`crate::scan`]). A
 /// decoded chunk whose header range misses one of its events is an error
 /// ([`TraceError::ChunkRange`]).
+/// `on_chunk` sees each decoded chunk's header figures before its events.
 pub fn for_each_event_in(
     files: &RankFiles,
     map: &TimeMap,
     window: &Window,
+    mut on_chunk: impl FnMut(&ChunkStats),
     mut on_event: impl FnMut(u32, &Event),
 ) -> Result<WindowRead, TraceError> {
     let want = |h: &ChunkHeader| window.meets_chunk(files.rank, map, h);
     let mut decoded = 0u64;
-    let (clock, skipped, passed) =
-        walk_events(files, Read::Wanted(&want), |_| decoded += 1, &mut on_event)?;
+    let (clock, skipped, passed) = walk_events(
+        files,
+        Read::Wanted(&want),
+        |c| {
+            decoded += 1;
+            on_chunk(c);
+        },
+        &mut on_event,
+    )?;
     Ok(WindowRead {
         clock,
         skipped,

@@ -15,6 +15,7 @@ use trace::clock::{MapCursor, TimeMap};
 use trace::open::for_each_event;
 use trace::scan::scan;
 use trace::window::{Edge, Window, WindowSpec, for_each_event_in};
+use views::export::timeline::{self, TimelineOptions};
 
 const RANKS: u32 = 4;
 const ITERATIONS: u64 = 3_000;
@@ -24,7 +25,7 @@ const CHUNK_EVENTS: usize = 40;
 /// Each rank: the synthetic halo exchange on stream 0 with a suspension a third of the way
 /// through and a clock sample now and then (so the rank's map is not one straight line), and a
 /// second stream holding one call that lasts from just after the start to near the end.
-fn write(dir: &std::path::Path) {
+fn write(dir: &std::path::Path, pause: bool) {
     let ranks: Vec<RankTrace> = (0..RANKS)
         .map(|rank| {
             let cfg = HaloConfig {
@@ -51,7 +52,7 @@ fn write(dir: &std::path::Path) {
                     c.start += shift;
                     c.end += shift;
                     calls += 1;
-                    if calls == times.len() / 3 {
+                    if pause && calls == times.len() / 3 {
                         // A pause of a millisecond, after which the rank's clock runs on.
                         let pause = 2_000_000;
                         let end = c.end;
@@ -119,7 +120,7 @@ fn overlapping(map: &TimeMap, w: &Window, rank: u32, stream: u32, e: &Event, out
 #[test]
 fn windowed_reads_skip_chunks_and_keep_every_overlapping_event() {
     let dir = temp_dir("window-chunks");
-    write(&dir);
+    write(&dir, true);
     let trace = Trace::open(&*dir).unwrap();
     let metas = scan(&trace).unwrap();
     let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
@@ -188,9 +189,13 @@ fn windowed_reads_skip_chunks_and_keep_every_overlapping_event() {
         let mut kept = Vec::new();
         let (mut decoded, mut passed) = (0u64, 0u64);
         for (files, map) in trace.ranks.iter().zip(&maps) {
-            let read = for_each_event_in(files, map, w, |stream, e| {
-                overlapping(map, w, files.rank, stream, e, &mut kept)
-            })
+            let read = for_each_event_in(
+                files,
+                map,
+                w,
+                |_| {},
+                |stream, e| overlapping(map, w, files.rank, stream, e, &mut kept),
+            )
             .unwrap();
             assert!(read.skipped.is_empty());
             decoded += read.decoded;
@@ -210,10 +215,51 @@ fn windowed_reads_skip_chunks_and_keep_every_overlapping_event() {
         }
     }
 
+    // The timeline draws from the chunks that meet its window (on the global axis) and matches
+    // messages over all of them. Without suspensions its reconstructed axis is the same axis,
+    // drawn from every chunk: the two must count the same.
+    let calm = temp_dir("window-chunks-calm");
+    write(&calm, false);
+    let calm_trace = Trace::open(&*calm).unwrap();
+    let calm_metas = scan(&calm_trace).unwrap();
+    let calm_span = {
+        let w = WindowSpec::parse(Some("0"), None, None)
+            .unwrap()
+            .resolve(&calm_metas, RANKS)
+            .unwrap();
+        w.seconds(w.to)
+    };
+    let png = calm.join("timeline.png");
+    let draw = |reconstructed: bool| {
+        let from = format!("{}", 0.4 * calm_span);
+        let to = format!("{}", 0.41 * calm_span);
+        let opts = TimelineOptions {
+            window: WindowSpec::parse(Some(&from), Some(&to), Some("0-2")).unwrap(),
+            reconstructed,
+            width: 800,
+            max_arrows: 0,
+        };
+        let before = format::chunks_decoded();
+        let s = timeline::render(&calm_trace, &png, &opts, &mut |_, _| {}).unwrap();
+        (
+            serde_json::to_string(&s).unwrap(),
+            format::chunks_decoded() - before,
+        )
+    };
+    let (windowed, windowed_chunks) = draw(false);
+    let (whole, whole_chunks) = draw(true);
+    assert_eq!(windowed, whole);
+    assert!(windowed.contains("\"calls_in_window\":"), "{windowed}");
+    assert!(!windowed.contains("\"calls_in_window\":0,"), "{windowed}");
+    eprintln!(
+        "timeline of 1 %: {windowed_chunks} chunks decoded, {whole_chunks} when drawing from all"
+    );
+    assert!(windowed_chunks < whole_chunks);
+
     // The whole run reads every chunk.
     let mut decoded = 0;
     for (files, map) in trace.ranks.iter().zip(&maps) {
-        decoded += for_each_event_in(files, map, &everything, |_, _| {})
+        decoded += for_each_event_in(files, map, &everything, |_| {}, |_, _| {})
             .unwrap()
             .decoded;
     }
