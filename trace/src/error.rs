@@ -72,7 +72,7 @@ pub enum TraceError {
 }
 
 /// Something the reader skipped or could not read, reported instead of failing the whole trace.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Skipped {
     pub file: PathBuf,
     pub offset: u64,

@@ -108,6 +108,26 @@ fn span(map: &TimeMap, e: &Event) -> Option<(u64, u64)> {
 
 type Kept = Vec<(u32, u32, Event)>;
 
+/// Metadata as text, its function table in id order (a hash map's order is not its content).
+fn canonical(metas: &[trace::definitions::RankMeta]) -> String {
+    metas
+        .iter()
+        .map(|m| {
+            let functions: std::collections::BTreeMap<_, _> = m.functions.iter().collect();
+            let mut m = m.clone();
+            m.functions.clear();
+            format!("{m:?} {functions:?}\n")
+        })
+        .collect()
+}
+
+/// `f`'s result and the chunks it decoded.
+fn counted<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = format::chunks_decoded();
+    let out = f();
+    (out, format::chunks_decoded() - before)
+}
+
 fn overlapping(map: &TimeMap, w: &Window, rank: u32, stream: u32, e: &Event, out: &mut Kept) {
     if let Some((a, b)) = span(map, e)
         && w.has_rank(rank)
@@ -246,8 +266,9 @@ fn windowed_reads_skip_chunks_and_keep_every_overlapping_event() {
             format::chunks_decoded() - before,
         )
     };
-    let (windowed, windowed_chunks) = draw(false);
+    // The first draw also makes and keeps the first pass; the second reads it back.
     let (whole, whole_chunks) = draw(true);
+    let (windowed, windowed_chunks) = draw(false);
     assert_eq!(windowed, whole);
     assert!(windowed.contains("\"calls_in_window\":"), "{windowed}");
     assert!(!windowed.contains("\"calls_in_window\":0,"), "{windowed}");
@@ -255,6 +276,33 @@ fn windowed_reads_skip_chunks_and_keep_every_overlapping_event() {
         "timeline of 1 %: {windowed_chunks} chunks decoded, {whole_chunks} when drawing from all"
     );
     assert!(windowed_chunks < whole_chunks);
+
+    // The first pass, kept: made once, then read back for a few chunks per rank, the same
+    // metadata; a rank file that changed has its pass made again.
+    let fresh = canonical(&scan(&trace).unwrap());
+    let (first, made) = counted(|| trace::meta_cache::scan_cached(&trace).unwrap());
+    let (again, reused) = counted(|| trace::meta_cache::scan_cached(&trace).unwrap());
+    assert_eq!(canonical(&first), fresh);
+    assert_eq!(canonical(&again), fresh);
+    assert!(made >= total_chunks, "{made} of {total_chunks}");
+    assert!(
+        reused <= 4 * u64::from(RANKS),
+        "{reused} chunks to read the kept pass"
+    );
+    eprintln!("first pass: {made} chunks to make and keep, {reused} to read back");
+    let rank2 = dir.join(format::rank_file_name(2, 0));
+    let mut bytes = std::fs::read(&rank2).unwrap();
+    bytes.extend_from_slice(&[0u8; 100]);
+    std::fs::write(&rank2, bytes).unwrap();
+    let trace = Trace::open(&*dir).unwrap();
+    let fresh = canonical(&scan(&trace).unwrap());
+    assert!(
+        fresh.contains("zero bytes"),
+        "the changed file's tail is reported"
+    );
+    let (changed, remade) = counted(|| trace::meta_cache::scan_cached(&trace).unwrap());
+    assert_eq!(canonical(&changed), fresh);
+    assert!(remade > total_chunks / u64::from(RANKS), "{remade}");
 
     // The whole run reads every chunk.
     let mut decoded = 0;

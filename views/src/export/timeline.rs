@@ -24,8 +24,8 @@ use trace::Trace;
 use trace::clock::MapCursor;
 use trace::clock::TimeMap;
 use trace::funcs::FuncClass;
+use trace::meta_cache::scan_for;
 use trace::open::{ChunkStats, for_each_event};
-use trace::scan::scan;
 use trace::window::WindowSpec;
 use trace::window::{Ends, for_each_event_in};
 
@@ -126,7 +126,7 @@ pub fn render(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TimelineSummary, ExportError> {
     register_font()?;
-    let metas = scan(trace)?;
+    let metas = scan_for(trace, !opts.window.is_everything())?;
     let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
     let to_axis = |map: &TimeMap, t: u64, cur: &mut MapCursor| -> f64 {
         if opts.reconstructed {
