@@ -88,7 +88,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     let (window, crossing) = if spec.is_everything() {
         (None, 0)
     } else {
-        let metas = trace::scan::scan(&run)?;
+        let metas = trace::meta_cache::scan_cached(&run)?;
         let window = spec.resolve(&metas, run.world_size)?;
         let crossing = reconstruct::matches::crossing_messages(&run, &metas, &window)?;
         (Some(window), crossing)

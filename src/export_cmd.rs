@@ -70,7 +70,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let window = if spec.is_everything() {
         trace::window::Window::everything(trace.world_size)
     } else {
-        let metas = trace::scan::scan(&trace)?;
+        let metas = trace::meta_cache::scan_cached(&trace)?;
         spec.resolve(&metas, trace.world_size)?
     };
     let bar = Bar::for_terminal("exporting");

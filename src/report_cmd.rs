@@ -76,7 +76,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         let windowed = if spec.is_everything() {
             None
         } else {
-            let metas = trace::scan::scan(&trace)?;
+            let metas = trace::meta_cache::scan_cached(&trace)?;
             let window = spec.resolve(&metas, trace.world_size)?;
             Some((window, metas))
         };

@@ -27,6 +27,8 @@ pub use group::{GroupHeader, GroupIndex, GroupMember, group_file_name};
 pub use model::*;
 pub use parts::{DirListing, GroupFile, RankPart, list_dir};
 pub use raw::RawBuf;
-pub use reader::{Chunk, ChunkReader, MiscEvents, RankFile, RankFileEntry, open_dir};
+pub use reader::{
+    Chunk, ChunkReader, MiscEvents, RankFile, RankFileEntry, Reached, chunks_decoded, open_dir,
+};
 pub use walk::{ChunkWalk, WalkIssue};
 pub use writer::{RankFileWriter, rank_file_name};

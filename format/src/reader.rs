@@ -4,6 +4,7 @@
 use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::chunk::decode::{ColumnCursor, Columns, MiscCursor, split_columns};
 use crate::error::FormatError;
@@ -17,6 +18,26 @@ use crate::model::Event;
 /// Payloads up to this size are decompressed into a buffer allocated up front; bigger claimed
 /// sizes grow the buffer only as real bytes arrive, so a lying length cannot reserve memory.
 const PREALLOCATE_LIMIT: u64 = 64 << 20;
+
+/// Chunk payloads decoded (decompressed and split into columns) by this process, over every
+/// reader: what a windowed view saves is measured in these, not in wall time, which other load
+/// on the machine blurs. Relaxed: a statistic, read after the readers finished.
+static CHUNKS_DECODED: AtomicU64 = AtomicU64::new(0);
+
+/// How many chunk payloads this process decoded so far (see [`ChunkReader::next_wanted`] for the
+/// chunks a reader passes over without decoding).
+pub fn chunks_decoded() -> u64 {
+    CHUNKS_DECODED.load(Ordering::Relaxed)
+}
+
+/// A chunk as [`ChunkReader::next_wanted`] reached it.
+#[derive(Debug)]
+pub enum Reached {
+    /// Wanted: verified and decoded.
+    Read(Box<Chunk>),
+    /// Not wanted: its header and payload checksums were verified, its payload not decoded.
+    Passed { offset: u64, header: ChunkHeader },
+}
 
 enum Data {
     Map(memmap2::Mmap),
@@ -366,12 +387,30 @@ impl<'a> ChunkReader<'a> {
         });
     }
 
-    fn fail(&mut self, e: FormatError) -> Option<Result<Chunk, FormatError>> {
+    fn fail<T>(&mut self, e: FormatError) -> Option<Result<T, FormatError>> {
         self.stop(TailKind::Damaged, e.reason());
         Some(Err(e))
     }
 
-    fn read_next(&mut self) -> Option<Result<Chunk, FormatError>> {
+    /// The next chunk, decoded only when `want` says so from its header: a reader that needs a
+    /// few chunks (a window of the run) passes over the rest at the cost of a checksum. Both kinds
+    /// go through every check up to the payload checksum, so damage stops the reader at the same
+    /// place whichever chunks are wanted, except a payload that passes its checksum and still
+    /// fails to decompress, which only a decoding reader finds.
+    pub fn next_wanted(
+        &mut self,
+        want: impl FnOnce(&ChunkHeader) -> bool,
+    ) -> Option<Result<Reached, FormatError>> {
+        if self.done {
+            return None;
+        }
+        self.read_next(want)
+    }
+
+    fn read_next(
+        &mut self,
+        want: impl FnOnce(&ChunkHeader) -> bool,
+    ) -> Option<Result<Reached, FormatError>> {
         while self.pos >= self.end {
             if !self.next_segment() {
                 self.done = true;
@@ -496,6 +535,10 @@ impl<'a> ChunkReader<'a> {
                 computed,
             });
         }
+        if !want(&h) {
+            self.pos += CHUNK_HEADER_LEN + stored_len;
+            return Some(Ok(Reached::Passed { offset, header: h }));
+        }
         let bad_payload = |reason: String| FormatError::BadPayload {
             path: path(),
             offset,
@@ -514,12 +557,13 @@ impl<'a> ChunkReader<'a> {
             Err(reason) => return self.fail(bad_payload(reason)),
         };
         self.pos += CHUNK_HEADER_LEN + stored_len;
-        Some(Ok(Chunk {
+        CHUNKS_DECODED.fetch_add(1, Ordering::Relaxed);
+        Some(Ok(Reached::Read(Box::new(Chunk {
             offset,
             header: h,
             payload,
             columns,
-        }))
+        }))))
     }
 }
 
@@ -580,10 +624,11 @@ impl Iterator for ChunkReader<'_> {
     type Item = Result<Chunk, FormatError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
+        match self.next_wanted(|_| true)? {
+            Ok(Reached::Read(chunk)) => Some(Ok(*chunk)),
+            Ok(Reached::Passed { .. }) => unreachable!("every chunk is wanted"),
+            Err(e) => Some(Err(e)),
         }
-        self.read_next()
     }
 }
 

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::framing::TailKind;
-use crate::reader::{Chunk, ChunkReader, RankFile};
+use crate::framing::{ChunkHeader, TailKind};
+use crate::reader::{Chunk, ChunkReader, RankFile, Reached};
 
 /// Something the walk could not read or chose not to read, with where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,6 +16,9 @@ pub struct WalkIssue {
     pub offset: u64,
     pub what: String,
 }
+
+/// Which chunks a walk decodes, by their header.
+type WantChunk<'a> = Box<dyn Fn(&ChunkHeader) -> bool + Send + 'a>;
 
 /// The valid chunks of one rank, in order, over all its parts (see the module docs).
 pub struct ChunkWalk<'a> {
@@ -26,6 +29,9 @@ pub struct ChunkWalk<'a> {
     stream: Option<u32>,
     next_seq: HashMap<u32, u64>,
     issues: Vec<WalkIssue>,
+    /// Which chunks to decode, by header; the others are verified and passed over.
+    want: Option<WantChunk<'a>>,
+    passed: u64,
 }
 
 impl<'a> ChunkWalk<'a> {
@@ -38,10 +44,27 @@ impl<'a> ChunkWalk<'a> {
             stream: None,
             next_seq: HashMap::new(),
             issues: Vec::new(),
+            want: None,
+            passed: 0,
         }
     }
 
-    /// Only `stream`'s chunks.
+    /// Every stream's chunks that `want` wants by their header (e.g. those whose time range
+    /// meets a window). The others still count for the sequence checks and are verified up to
+    /// their payload checksum, so gaps and damage are reported as by [`ChunkWalk::new`].
+    pub fn wanting(files: &'a [RankFile], want: impl Fn(&ChunkHeader) -> bool + Send + 'a) -> Self {
+        ChunkWalk {
+            want: Some(Box::new(want)),
+            ..ChunkWalk::new(files)
+        }
+    }
+
+    /// Chunks passed over without decoding, so far.
+    pub fn passed(&self) -> u64 {
+        self.passed
+    }
+
+    /// Only `stream`'s chunks; the others' are passed over by their header, not decoded.
     pub fn stream(files: &'a [RankFile], stream: u32) -> Self {
         ChunkWalk {
             stream: Some(stream),
@@ -68,14 +91,14 @@ impl<'a> ChunkWalk<'a> {
 
     /// Checks a chunk's place in its stream's sequence: false for a chunk already read (a second
     /// copy); a gap before it is reported.
-    fn in_order(&mut self, file: &RankFile, chunk: &Chunk) -> bool {
-        let (stream, seq) = (chunk.stream(), chunk.seq());
+    fn in_order(&mut self, file: &RankFile, offset: u64, header: &ChunkHeader) -> bool {
+        let (stream, seq) = (header.stream, header.seq);
         let expected = self.next_seq.get(&stream).copied().unwrap_or(0);
         if seq < expected {
             if self.stream.is_none_or(|s| s == stream) {
                 self.issue(
                     file,
-                    chunk.offset,
+                    offset,
                     format!(
                         "chunk {seq} of thread stream {stream} was already read (a second copy); \
                          read once"
@@ -92,7 +115,7 @@ impl<'a> ChunkWalk<'a> {
             };
             self.issue(
                 file,
-                chunk.offset,
+                offset,
                 format!("{missing} of thread stream {stream} missing before this chunk"),
             );
         }
@@ -113,12 +136,24 @@ impl Iterator for ChunkWalk<'_> {
             }
             let (reader, file) = self.current.as_mut().expect("set above");
             let file: &RankFile = file;
-            match reader.next() {
-                Some(Ok(chunk)) => {
-                    if self.in_order(file, &chunk)
+            // A stream's walk passes over the other streams' chunks by their header: it needs
+            // only their place in the sequence, and stops at the same damage (payload checksums
+            // are verified whether decoded or not).
+            let (want, stream) = (&self.want, self.stream);
+            let next = reader.next_wanted(|h| {
+                stream.is_none_or(|s| s == h.stream) && want.as_ref().is_none_or(|w| w(h))
+            });
+            match next {
+                Some(Ok(Reached::Read(chunk))) => {
+                    if self.in_order(file, chunk.offset, &chunk.header)
                         && self.stream.is_none_or(|s| s == chunk.stream())
                     {
-                        return Some(chunk);
+                        return Some(*chunk);
+                    }
+                }
+                Some(Ok(Reached::Passed { offset, header })) => {
+                    if self.in_order(file, offset, &header) {
+                        self.passed += 1;
                     }
                 }
                 // The reader stopped; its tail says why (the error repeats it).

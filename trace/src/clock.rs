@@ -404,6 +404,23 @@ impl TimeMap {
         self.base_ns + tick_diff(t, self.base_tick) * self.ns_per_tick + self.offset_ns(t, cur)
     }
 
+    /// The smallest and largest [`Self::global_ns`] of any tick in `[a, b]`: the map is linear
+    /// between clock samples, so they lie at `a`, `b` or a sample between them; however the
+    /// offsets drift, a tick inside the range never maps outside these.
+    pub fn global_range(&self, a: u64, b: u64) -> (f64, f64) {
+        let (a, b) = (a.min(b), a.max(b));
+        let mut cur = MapCursor::default();
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        let first = self.sample_at.partition_point(|&s| s <= a);
+        let inner = self.sample_at[first..].iter().take_while(|&&s| s < b);
+        for t in [a, b].into_iter().chain(inner.copied()) {
+            let g = self.global_ns(t, &mut cur);
+            lo = lo.min(g);
+            hi = hi.max(g);
+        }
+        (lo, hi)
+    }
+
     /// Tick `t` in the global clock with every suspension before it removed; a tick inside a
     /// suspension maps to the suspension's start.
     pub fn collapsed_ns(&self, t: u64, cur: &mut MapCursor) -> f64 {

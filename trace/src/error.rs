@@ -55,12 +55,24 @@ pub enum TraceError {
         world_size: u32,
         not_found: Vec<(PathBuf, PathBuf)>,
     },
+    #[error(
+        "rank {rank}: chunk {seq} of thread stream {stream} (byte {offset}) says its events lie in ticks {first}..={last}, but one is at tick {t}: a windowed read, which passes over chunks by that range, cannot trust this trace; read it without --from/--to"
+    )]
+    ChunkRange {
+        rank: u32,
+        stream: u32,
+        seq: u64,
+        offset: u64,
+        first: u64,
+        last: u64,
+        t: u64,
+    },
     #[error(transparent)]
     Format(#[from] FormatError),
 }
 
 /// Something the reader skipped or could not read, reported instead of failing the whole trace.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Skipped {
     pub file: PathBuf,
     pub offset: u64,

@@ -12,6 +12,7 @@ pub mod files;
 pub mod funcs;
 pub mod lanes;
 pub mod members;
+pub mod meta_cache;
 pub mod open;
 pub mod oversubscription;
 pub mod parallel;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use format::framing::ChunkHeader;
 use format::{ChunkWalk, ClockCalibration, Event, RankPart};
 
 use crate::error::{Skipped, TraceError};
@@ -182,7 +183,7 @@ pub fn for_each_event(
     on_chunk: impl FnMut(&ChunkStats),
     on_event: impl FnMut(u32, &Event),
 ) -> Result<(ClockCalibration, Vec<Skipped>), TraceError> {
-    walk_events(files, false, on_chunk, on_event)
+    walk_events(files, Read::All, on_chunk, on_event).map(|(c, s, _)| (c, s))
 }
 
 /// Like [`for_each_event`], but hands out only the misc events (everything except calls and
@@ -192,18 +193,34 @@ pub fn for_each_misc_event(
     on_chunk: impl FnMut(&ChunkStats),
     on_event: impl FnMut(u32, &Event),
 ) -> Result<(ClockCalibration, Vec<Skipped>), TraceError> {
-    walk_events(files, true, on_chunk, on_event)
+    walk_events(files, Read::Misc, on_chunk, on_event).map(|(c, s, _)| (c, s))
 }
 
-fn walk_events(
+/// What [`walk_events`] decodes.
+#[derive(Clone, Copy)]
+pub(crate) enum Read<'w> {
+    /// Every event of every chunk.
+    All,
+    /// The misc events of every chunk.
+    Misc,
+    /// Every event of the chunks the function wants by their header; the others are checked and
+    /// passed over (counted in the third value [`walk_events`] returns).
+    Wanted(&'w (dyn Fn(&ChunkHeader) -> bool + Sync)),
+}
+
+/// Walks one rank's chunks, decoding what `read` says.
+pub(crate) fn walk_events(
     files: &RankFiles,
-    misc_only: bool,
+    read: Read,
     mut on_chunk: impl FnMut(&ChunkStats),
     mut on_event: impl FnMut(u32, &Event),
-) -> Result<(ClockCalibration, Vec<Skipped>), TraceError> {
+) -> Result<(ClockCalibration, Vec<Skipped>, u64), TraceError> {
     let opened = files.open()?;
     let clock = opened.first().map(|f| f.header().clock).unwrap_or_default();
-    let mut walk = ChunkWalk::new(&opened);
+    let mut walk = match read {
+        Read::Wanted(want) => ChunkWalk::wanting(&opened, want),
+        Read::All | Read::Misc => ChunkWalk::new(&opened),
+    };
     for chunk in walk.by_ref() {
         let stats = ChunkStats {
             stream: chunk.stream(),
@@ -212,7 +229,31 @@ fn walk_events(
             stored_len: chunk.header.stored_len,
         };
         on_chunk(&stats);
-        if misc_only {
+        if let Read::Wanted(_) = read {
+            // A windowed read trusts the header's range for the chunks it passes over; where it
+            // can check it, it does, so a header that lies is an error, not a silent loss.
+            let (first, last) = (chunk.header.first_ts, chunk.header.last_ts);
+            for mut e in chunk.events() {
+                let mut outside = None;
+                crate::times::for_each_time(&mut e, |t| {
+                    if !(first..=last).contains(t) {
+                        outside = Some(*t);
+                    }
+                });
+                if let Some(t) = outside {
+                    return Err(TraceError::ChunkRange {
+                        rank: files.rank,
+                        stream: stats.stream,
+                        seq: chunk.header.seq,
+                        offset: chunk.offset,
+                        first,
+                        last,
+                        t,
+                    });
+                }
+                on_event(stats.stream, &e);
+            }
+        } else if let Read::Misc = read {
             for e in chunk.misc_events() {
                 on_event(stats.stream, &e);
             }
@@ -222,6 +263,7 @@ fn walk_events(
             }
         }
     }
+    let passed = walk.passed();
     let skipped = walk
         .into_issues()
         .into_iter()
@@ -231,7 +273,7 @@ fn walk_events(
             what: format!("rank {}: {}", files.rank, i.what),
         })
         .collect();
-    Ok((clock, skipped))
+    Ok((clock, skipped, passed))
 }
 
 /// Converts a tick count of a rank's clock into seconds.

@@ -15,8 +15,14 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use format::framing::ChunkHeader;
+use format::{ClockCalibration, Event};
+
 use crate::clock::{MapCursor, TimeMap};
 use crate::definitions::RankMeta;
+use crate::error::TraceError;
+use crate::files::RankFiles;
+use crate::open::{ChunkStats, Read, walk_events};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WindowError {
@@ -395,6 +401,73 @@ impl fmt::Display for Window {
             ),
         }
     }
+}
+
+impl Window {
+    /// Whether a chunk of `rank` (its header `h`, its rank's map `map`) can hold an event with a
+    /// time in the window: a chunk's `first_ts..=last_ts` holds every tick of every event in it
+    /// (a call's start and end, a suspension's start and end, ...; FORMAT.md "Chunk header"), so
+    /// an event that overlaps the window, however long before it began, lies in a chunk that
+    /// meets it. A chunk with no timed event (0, 0) is always read; the range is widened by a
+    /// nanosecond each side against rounding.
+    pub fn meets_chunk(&self, rank: u32, map: &TimeMap, h: &ChunkHeader) -> bool {
+        if !self.has_rank(rank) {
+            return false;
+        }
+        if self.cuts_nothing_in_time() || (h.first_ts == 0 && h.last_ts == 0) {
+            return true;
+        }
+        let (lo, hi) = map.global_range(h.first_ts, h.last_ts);
+        let (lo, hi) = (
+            map.absolute(lo).saturating_sub(1),
+            map.absolute(hi).saturating_add(1),
+        );
+        self.overlaps(lo, hi)
+    }
+}
+
+/// What [`for_each_event_in`] read of one rank.
+#[derive(Debug, Default)]
+pub struct WindowRead {
+    pub clock: ClockCalibration,
+    pub skipped: Vec<crate::Skipped>,
+    /// Chunks decoded (they meet the window) and passed over (checked, not decoded).
+    pub decoded: u64,
+    pub passed: u64,
+}
+
+/// The events of `files` (one rank, `map` its [`TimeMap`]) in the chunks that meet `window`
+/// ([`Window::meets_chunk`]), in order: every event with a time in the window is among them, with
+/// the events around it in its chunk, so callers still cut each event to the window themselves.
+/// Events without a time (definitions, completions) come only from those chunks: what a view
+/// needs of them from outside the window it takes from the first pass ([`crate::scan`]). A
+/// decoded chunk whose header range misses one of its events is an error
+/// ([`TraceError::ChunkRange`]).
+/// `on_chunk` sees each decoded chunk's header figures before its events.
+pub fn for_each_event_in(
+    files: &RankFiles,
+    map: &TimeMap,
+    window: &Window,
+    mut on_chunk: impl FnMut(&ChunkStats),
+    mut on_event: impl FnMut(u32, &Event),
+) -> Result<WindowRead, TraceError> {
+    let want = |h: &ChunkHeader| window.meets_chunk(files.rank, map, h);
+    let mut decoded = 0u64;
+    let (clock, skipped, passed) = walk_events(
+        files,
+        Read::Wanted(&want),
+        |c| {
+            decoded += 1;
+            on_chunk(c);
+        },
+        &mut on_event,
+    )?;
+    Ok(WindowRead {
+        clock,
+        skipped,
+        decoded,
+        passed,
+    })
 }
 
 /// Which ends of a matched message lie in a window.

@@ -17,7 +17,7 @@ use trace::Trace;
 use trace::clock::TimeMap;
 use trace::definitions::RankMeta;
 use trace::lanes::LaneId;
-use trace::scan::scan;
+use trace::meta_cache::scan_for;
 use trace::window::Window;
 
 /// What a format is told of the trace before any event, and consults while writing.
@@ -227,7 +227,7 @@ pub fn run<E: Exporter>(
     options: E::Options,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<E::Summary, ExportError> {
-    let metas = scan(trace)?;
+    let metas = scan_for(trace, !window.is_everything())?;
     let total: u64 = metas.iter().map(|m| m.events).sum();
     let binder = FlowBinder::new(&metas);
     let mut walk = Walk {

@@ -24,10 +24,10 @@ use trace::Trace;
 use trace::clock::MapCursor;
 use trace::clock::TimeMap;
 use trace::funcs::FuncClass;
-use trace::open::for_each_event;
-use trace::scan::scan;
-use trace::window::Ends;
+use trace::meta_cache::scan_for;
+use trace::open::{ChunkStats, for_each_event};
 use trace::window::WindowSpec;
+use trace::window::{Ends, for_each_event_in};
 
 /// Where the picture's font comes from (Debian package fonts-dejavu-core).
 pub const FONT_PATH: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
@@ -126,7 +126,7 @@ pub fn render(
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TimelineSummary, ExportError> {
     register_font()?;
-    let metas = scan(trace)?;
+    let metas = scan_for(trace, !opts.window.is_everything())?;
     let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
     let to_axis = |map: &TimeMap, t: u64, cur: &mut MapCursor| -> f64 {
         if opts.reconstructed {
@@ -297,87 +297,100 @@ pub fn render(
         .map(|m| m.events)
         .sum();
     let mut done = 0u64;
+    // The picture's range on the global axis, a microsecond wider than drawn so that rounding
+    // between it and the axis never leaves out a chunk.
+    let chunks_wanted = {
+        let mut w = window.clone();
+        w.from = w.from.saturating_sub(1_000);
+        w.to = w.to.saturating_add(1_000);
+        w
+    };
     for (files, (meta, map)) in trace.ranks.iter().zip(metas.iter().zip(&maps)) {
         let Some(&row) = row_of.get(&files.rank) else {
             continue;
         };
         let funcs = function_table(meta);
         let mut cursors: HashMap<u32, MapCursor> = HashMap::new();
-        let (_, skipped) = for_each_event(
-            files,
-            |chunk| {
-                done += chunk.events;
-                progress(done, total);
-            },
-            |stream, e| {
-                let mut one = |stream, e: &Event| {
-                    let cur = cursors.entry(stream).or_default();
-                    match e {
-                        Event::Call(c) => {
-                            let a = to_axis(map, c.start, cur);
-                            let b = to_axis(map, c.end, cur).max(a);
-                            if b < lo_ns || a > hi_ns {
-                                return;
-                            }
-                            summary.calls_in_window += 1;
-                            let class = funcs.get(&c.func).map_or(FuncClass::Other, |f| f.1);
-                            let kind = CallKind::of(class);
-                            let slot = kind_slot(kind);
-                            let (a, b) = (a.max(lo_ns) - lo_ns, b.min(hi_ns) - lo_ns);
-                            let first = ((a / col_ns) as usize).min(cols - 1);
-                            let last = ((b / col_ns) as usize).min(cols - 1);
-                            match kind {
-                                CallKind::Send => p2p[row][first] |= 1,
-                                CallKind::Recv => p2p[row][first] |= 2,
-                                _ => {}
-                            }
-                            for (k, col) in cover[row][first..=last].iter_mut().enumerate() {
-                                let c0 = (first + k) as f64 * col_ns;
-                                let overlap = (b.min(c0 + col_ns) - a.max(c0)).max(0.0);
-                                // Dominance goes by time actually covered; a call of zero length
-                                // still registers, so that its column is drawn (faintly).
-                                col[slot] += overlap.max(1e-3) as f32;
-                            }
+        let on_chunk = |chunk: &ChunkStats| {
+            done += chunk.events;
+            progress(done, total);
+        };
+        let on_event = |stream, e: &Event| {
+            let mut one = |stream, e: &Event| {
+                let cur = cursors.entry(stream).or_default();
+                match e {
+                    Event::Call(c) => {
+                        let a = to_axis(map, c.start, cur);
+                        let b = to_axis(map, c.end, cur).max(a);
+                        if b < lo_ns || a > hi_ns {
+                            return;
                         }
-                        Event::Suspension(s) => {
-                            let a = to_axis(map, s.start, cur);
-                            let b = to_axis(map, s.end, cur).max(a);
-                            if b >= lo_ns && a <= hi_ns {
-                                suspensions.push((row, (a - origin) / 1e9, (b - origin) / 1e9));
-                            }
+                        summary.calls_in_window += 1;
+                        let class = funcs.get(&c.func).map_or(FuncClass::Other, |f| f.1);
+                        let kind = CallKind::of(class);
+                        let slot = kind_slot(kind);
+                        let (a, b) = (a.max(lo_ns) - lo_ns, b.min(hi_ns) - lo_ns);
+                        let first = ((a / col_ns) as usize).min(cols - 1);
+                        let last = ((b / col_ns) as usize).min(cols - 1);
+                        match kind {
+                            CallKind::Send => p2p[row][first] |= 1,
+                            CallKind::Recv => p2p[row][first] |= 2,
+                            _ => {}
                         }
-                        Event::Memory(m) if m.rss_bytes != format::UNKNOWN_BYTES => {
-                            let a = to_axis(map, m.time, cur);
-                            if a >= lo_ns && a <= hi_ns {
-                                // An unknown recorder figure draws as nothing rather than off the row.
-                                let recorder = if m.recorder_bytes == format::UNKNOWN_BYTES {
-                                    0
-                                } else {
-                                    m.recorder_bytes
-                                };
-                                memory[row].push(((a - origin) / 1e9, m.rss_bytes, recorder));
-                            }
+                        for (k, col) in cover[row][first..=last].iter_mut().enumerate() {
+                            let c0 = (first + k) as f64 * col_ns;
+                            let overlap = (b.min(c0 + col_ns) - a.max(c0)).max(0.0);
+                            // Dominance goes by time actually covered; a call of zero length
+                            // still registers, so that its column is drawn (faintly).
+                            col[slot] += overlap.max(1e-3) as f32;
                         }
-                        Event::Marker(Marker::MemoryLow { time, .. }) => {
-                            let a = to_axis(map, *time, cur);
-                            if a >= lo_ns && a <= hi_ns {
-                                memory_low.push((row, (a - origin) / 1e9));
-                            }
-                        }
-                        Event::Marker(
-                            Marker::LocalFlush { time, .. } | Marker::Compressed { time, .. },
-                        ) => {
-                            let a = to_axis(map, *time, cur);
-                            if a >= lo_ns && a <= hi_ns {
-                                suspensions.push((row, (a - origin) / 1e9, (a - origin) / 1e9));
-                            }
-                        }
-                        _ => {}
                     }
-                };
-                crate::export::as_drawn(e, |e| one(stream, e));
-            },
-        )?;
+                    Event::Suspension(s) => {
+                        let a = to_axis(map, s.start, cur);
+                        let b = to_axis(map, s.end, cur).max(a);
+                        if b >= lo_ns && a <= hi_ns {
+                            suspensions.push((row, (a - origin) / 1e9, (b - origin) / 1e9));
+                        }
+                    }
+                    Event::Memory(m) if m.rss_bytes != format::UNKNOWN_BYTES => {
+                        let a = to_axis(map, m.time, cur);
+                        if a >= lo_ns && a <= hi_ns {
+                            // An unknown recorder figure draws as nothing rather than off the row.
+                            let recorder = if m.recorder_bytes == format::UNKNOWN_BYTES {
+                                0
+                            } else {
+                                m.recorder_bytes
+                            };
+                            memory[row].push(((a - origin) / 1e9, m.rss_bytes, recorder));
+                        }
+                    }
+                    Event::Marker(Marker::MemoryLow { time, .. }) => {
+                        let a = to_axis(map, *time, cur);
+                        if a >= lo_ns && a <= hi_ns {
+                            memory_low.push((row, (a - origin) / 1e9));
+                        }
+                    }
+                    Event::Marker(
+                        Marker::LocalFlush { time, .. } | Marker::Compressed { time, .. },
+                    ) => {
+                        let a = to_axis(map, *time, cur);
+                        if a >= lo_ns && a <= hi_ns {
+                            suspensions.push((row, (a - origin) / 1e9, (a - origin) / 1e9));
+                        }
+                    }
+                    _ => {}
+                }
+            };
+            crate::export::as_drawn(e, |e| one(stream, e));
+        };
+        // Everything drawn has a time on the axis, so only the chunks that meet the picture's
+        // range are read; on the reconstructed axis (suspensions removed) chunk ranges are not
+        // placed, so every chunk is.
+        let skipped = if opts.reconstructed {
+            for_each_event(files, on_chunk, on_event)?.1
+        } else {
+            for_each_event_in(files, map, &chunks_wanted, on_chunk, on_event)?.skipped
+        };
         summary.skipped.extend(skipped);
     }
     summary.suspensions_in_window = suspensions.len() as u64;

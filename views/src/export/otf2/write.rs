@@ -22,8 +22,8 @@ use crate::export::{ExportError, function_table};
 use trace::Trace;
 use trace::clock::{MapCursor, TimeMap};
 use trace::funcs::{Deferred, FuncClass};
+use trace::meta_cache::scan_for;
 use trace::open::for_each_event;
-use trace::scan::scan;
 use trace::window::Window;
 
 fn remove_old_archive(out: &Path) -> Result<(), ExportError> {
@@ -47,7 +47,7 @@ pub(super) fn export(
     window: &Window,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Otf2Summary, ExportError> {
-    let metas = scan(trace)?;
+    let metas = scan_for(trace, !window.is_everything())?;
     remove_old_archive(out)?;
     let total: u64 = metas.iter().map(|m| m.events).sum();
     let mut comm_defs = CommDefs::new(&metas, trace.world_size);
