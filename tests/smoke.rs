@@ -860,8 +860,45 @@ for_both_mpis!(
     abnormal_sigterm,
     five_thread_streams,
     hard_limit,
-    inert_outside_mpi
+    inert_outside_mpi,
+    cancel
 );
+
+/// A cancelled receive's completion says so, and no other does: completions ask MPI only once
+/// the program has called `MPI_Cancel` (see `evf_note_cancel`), so both sides of that switch are
+/// checked, in the order cancel.c runs them.
+fn cancel(mpi: Mpi) {
+    let _guard = mpi_lock();
+    let (output, dir) = traced(mpi, 1, "cancel", &[], "cancel", &["--mode", "off"]);
+    succeeded(&output, "cancel");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("cancel ok"),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let trace = read_trace(&dir);
+    let rank = &trace[0];
+    let irecvs = calls_of(rank, "MPI_Irecv");
+    assert_eq!(irecvs.len(), 3);
+    let cancelled_id = irecvs[1].request;
+    let completions: Vec<format::Completion> = rank
+        .all()
+        .filter_map(|e| match e {
+            Event::Completion(c) => Some(*c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(completions.len(), 5, "{completions:?}");
+    for c in &completions {
+        assert_eq!(
+            c.cancelled,
+            c.request == cancelled_id,
+            "request {} ({}): {completions:?}",
+            c.request,
+            mpi.name()
+        );
+    }
+}
 
 /// The skip helper itself: a skip nobody allowed is a failure.
 #[test]

@@ -12,6 +12,8 @@
 //!   `startall`+`n`: the call starts persistent requests; `freereq`: the request is freed;
 //!   `ureq`: the call works on a live request without changing it (`Pready*`, `Parrived` on a
 //!   partitioned request): the record names that request's id.
+//! - `cancel`: the call may cancel a request. Until one such call, no completion can be a
+//!   cancelled one, and completions skip asking MPI (`PMPI_Test_cancelled`).
 //! - `complete`: a Wait/Test family call; with `wreq` or `wreqs`+`n`, `status`/`statuses`, `flag`,
 //!   `index`, `outcount`+`indices`. Each completed request becomes a `Completion` record.
 //! - `recvstatus`: a blocking receive; its status becomes a `Completion` without request.

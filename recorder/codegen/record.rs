@@ -91,6 +91,10 @@ pub(super) fn body(f: &Func, lang: Lang, call: &str, out: &mut String) {
 
     w(out, &format!("evf_call_t evf_r = evf_call_blank({fid});"));
 
+    if f.role("cancel").is_some() {
+        // Before the call: a completion of the cancelled request may come on another thread.
+        w(out, "evf_note_cancel();");
+    }
     // Values that the call overwrites are captured first.
     if let Some(c) = f.role("freecomm") {
         let h = handle_of(lang, f.param(c), "Comm");

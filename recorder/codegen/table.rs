@@ -112,6 +112,7 @@ const ROLE_KEYS: &[&str] = &[
     "n",
     "freereq",
     "ureq",
+    "cancel",
     "complete",
     "wreq",
     "wreqs",

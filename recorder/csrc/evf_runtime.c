@@ -177,6 +177,11 @@ void evf_init_end(uint16_t fid, uint64_t t0, uint64_t t1, int rc, int provided)
         if (mine != 0) evf_rust_refuse(mine, 0, 0);
         return;
     }
+    /* MPI_Init names no level: the one MPI gave it decides whether application threads may make
+     * and complete requests at once (the request table then locks). */
+    int level = provided;
+    if (level < 0 && PMPI_Query_thread(&level) != MPI_SUCCESS) level = -1;
+    evf_rust_request_thread_level(level);
     evf_start(fid, t0, t1, rank, size, provided, have_comm);
 }
 
@@ -208,6 +213,8 @@ int evf_session_init_begin(void)
 void evf_session_init_end(uint16_t fid, int first, uint64_t t0, uint64_t t1, int rc)
 {
     if (rc != MPI_SUCCESS) return;
+    /* A session has a thread level of its own, not the world model's. */
+    evf_rust_requests_for_sessions();
     atomic_fetch_add(&evf_sessions_open, 1);
     if (!first) {
         if (evf_active) {
@@ -789,13 +796,22 @@ uint64_t evf_mine_bytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm c
  * reads, only when something completed) and charged to the thread's next event, like the other
  * slow paths (see recorder/src/front/cost.rs); a call that completes one request at most has that
  * processing in its sampled cost instead (t_first NULL). */
+/* Set by the first MPI_Cancel: a program that never cancels has no cancelled completion, so its
+ * completions need not ask MPI (a call into the library per completed request). */
+static atomic_int evf_cancel_seen;
+
+void evf_note_cancel(void)
+{
+    atomic_store_explicit(&evf_cancel_seen, 1, memory_order_relaxed);
+}
+
 static void evf_emit(uint64_t handle, MPI_Status *st, uint64_t *t_first)
 {
     if (t_first != NULL && *t_first == 0) *t_first = evf_now();
     int count = 0, cancelled = 0;
     if (PMPI_Get_count(st, MPI_BYTE, &count) != MPI_SUCCESS || count == MPI_UNDEFINED || count < 0)
         count = 0;
-    PMPI_Test_cancelled(st, &cancelled);
+    if (atomic_load_explicit(&evf_cancel_seen, memory_order_relaxed)) PMPI_Test_cancelled(st, &cancelled);
     evf_rec_completion(evf_my_tb(), handle, evf_peer(st->MPI_SOURCE), evf_tag(st->MPI_TAG), (uint64_t)count,
                        cancelled);
 }

@@ -111,6 +111,8 @@ int evf_rust_pre_init(void);
 int evf_rust_init(int world_rank, int world_size, int thread_level);
 void evf_rust_set_library(const char *version, int len);
 void evf_rust_init_done(void);
+void evf_rust_request_thread_level(int level);
+void evf_rust_requests_for_sessions(void);
 uint64_t evf_rust_settings_fingerprint(void);
 int evf_rust_callsites(void);
 void evf_rust_refuse(uint64_t mine, uint64_t lowest, uint64_t highest);
@@ -194,6 +196,7 @@ uint64_t evf_mine_bytes_c(const MPI_Count *counts, MPI_Datatype type, MPI_Comm c
 void evf_complete_set(int kind, int n, const uint64_t *saved, MPI_Status *cst, MPI_Fint *fst, int flag,
                       int index, int outcount, const int *indices, int base);
 void evf_complete_blocking(MPI_Status *status);
+void evf_note_cancel(void);
 void evf_completions_lost(int n);
 void *evf_next_symbol(const char *name);
 int evf_f_in_place(const void *buf);

@@ -268,6 +268,19 @@ pub extern "C" fn evf_rust_init_done() {
     record_event(&Event::Marker(Marker::InitDone { time: clock::now() }));
 }
 
+/// The thread level the world model runs at (negative: unknown), before the first request: it
+/// decides whether the request table must lock (`front::requests::set_thread_level`).
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_request_thread_level(level: c_int) {
+    crate::front::requests::set_thread_level(level);
+}
+
+/// A session was initialised: requests may come from threads at once from now on.
+#[unsafe(no_mangle)]
+pub extern "C" fn evf_rust_requests_for_sessions() {
+    crate::front::requests::lock_for_sessions();
+}
+
 /// # Safety
 /// `call` must point to a valid `evf_call_t`.
 #[unsafe(no_mangle)]

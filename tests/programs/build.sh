@@ -61,6 +61,7 @@ build_c sigterm
 build_c deadlock
 build_c pcontrol
 build_c in_status
+build_c cancel
 build_f fortran_ring
 build_f fortran_f08
 # The recorder's smoke programs (tests/smoke.rs): every wrapped family, abnormal ends, Fortran.

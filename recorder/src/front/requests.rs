@@ -15,6 +15,7 @@
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -67,11 +68,51 @@ impl Hasher for HandleHasher {
 
 type HandleMap<V> = HashMap<u64, V, BuildHasherDefault<HandleHasher>>;
 
+#[derive(Default)]
 struct Table {
     map: HandleMap<ReqInfo>,
     /// Further live requests holding a handle already in `map` (see the module comment). Kept
-    /// apart so the common path never allocates a queue.
+    /// apart so the common path never allocates a queue. A queue stays when it empties: the few
+    /// shared handles (one per MPI library) fill it again at once, and dropping it cost a
+    /// deallocation, a fresh allocation and two more hash operations per such request.
     shared: HandleMap<std::collections::VecDeque<ReqInfo>>,
+}
+
+/// Whether the table is shared by threads that may call MPI at once (`MPI_THREAD_MULTIPLE`, or a
+/// level not known), so every access takes its shard's lock and ids come from an atomic counter.
+/// Below `MPI_THREAD_MULTIPLE` at most one thread is in MPI at a time, and the program orders its
+/// threads' MPI calls itself (SERIALIZED) or makes them all on one thread (SINGLE, FUNNELED), so
+/// the table needs no lock of its own: the locks and the counter's read-modify-write were three of
+/// the locked instructions (~8 ns each here) of every request. Starts locked, the safe choice,
+/// until the world model's thread level is known; a session (whose thread level is its own) locks
+/// it for good.
+static LOCKING: AtomicBool = AtomicBool::new(true);
+/// Set once a session was seen: no later thread level may unlock the table.
+static PINNED_LOCKING: AtomicBool = AtomicBool::new(false);
+
+/// `MPI_THREAD_MULTIPLE` in both MPI ABIs this library is built for.
+const MPI_THREAD_MULTIPLE: i32 = 3;
+
+/// The thread level MPI provided to the world model (`MPI_Init_thread`'s, or
+/// `MPI_Query_thread`'s after `MPI_Init`); negative when unknown. Called on the thread that
+/// initialised MPI, before any request exists.
+pub fn set_thread_level(level: i32) {
+    let serial = (0..MPI_THREAD_MULTIPLE).contains(&level);
+    if !PINNED_LOCKING.load(Ordering::Relaxed) {
+        LOCKING.store(!serial, Ordering::Release);
+    }
+}
+
+/// Whether the table takes its locks (reported with `EVENFLUSH_VERBOSE`, so a test sees the
+/// choice).
+pub fn locking() -> bool {
+    LOCKING.load(Ordering::Relaxed)
+}
+
+/// A session was initialised: its thread level is its own, so threads may use it at once.
+pub fn lock_for_sessions() {
+    PINNED_LOCKING.store(true, Ordering::Relaxed);
+    LOCKING.store(true, Ordering::Release);
 }
 
 /// The table is split by handle into shards, each behind its own lock: under
@@ -113,9 +154,24 @@ impl Drop for ShardGuard<'_> {
     }
 }
 
-fn with_table<R>(handle: u64, f: impl FnOnce(&mut Table) -> R) -> R {
+/// Runs `f` on the table of `handle`'s shard, with a fresh id source for a new request.
+#[inline]
+fn with_table<R>(handle: u64, f: impl FnOnce(&mut Table, &dyn Fn() -> u64) -> R) -> R {
     let index = ((handle ^ (handle >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
     let shard = &TABLES[index % SHARDS];
+    if !LOCKING.load(Ordering::Acquire) {
+        // SAFETY: below MPI_THREAD_MULTIPLE only one thread is in an MPI call at a time, and the
+        // program's own synchronisation orders one thread's calls before the next one's, so no
+        // two threads touch a shard at once (see `LOCKING`); `f` does not reenter the table.
+        let table = unsafe { &mut *shard.table.get() }.get_or_insert_with(Table::default);
+        // The same exclusion makes a plain load and store a unique id.
+        let next_id = || {
+            let id = NEXT_ID.load(Ordering::Relaxed);
+            NEXT_ID.store(id + 1, Ordering::Relaxed);
+            id
+        };
+        return f(table, &next_id);
+    }
     let mut spins = 0u32;
     while shard
         .locked
@@ -132,11 +188,8 @@ fn with_table<R>(handle: u64, f: impl FnOnce(&mut Table) -> R) -> R {
     let _guard = ShardGuard(&shard.locked);
     // SAFETY: the shard's lock is ours (taken above, released by the guard after `f`), so no
     // other thread touches its table meanwhile; `f` does not reenter the request table.
-    let table = unsafe { &mut *shard.table.get() }.get_or_insert_with(|| Table {
-        map: HashMap::default(),
-        shared: HashMap::default(),
-    });
-    f(table)
+    let table = unsafe { &mut *shard.table.get() }.get_or_insert_with(Table::default);
+    f(table, &|| NEXT_ID.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A request was created (`Isend`, `Irecv`, `Send_init`, ...). Returns its new id.
@@ -154,8 +207,8 @@ fn create_with(
     persistent: bool,
     shared: impl FnOnce(u64) -> bool,
 ) -> u64 {
-    with_table(handle, |t| {
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    with_table(handle, |t, next_id| {
+        let id = next_id();
         let info = ReqInfo {
             id,
             kind,
@@ -163,14 +216,18 @@ fn create_with(
             persistent,
             active: !persistent,
         };
-        match t.map.get(&handle) {
-            Some(live) if !live.persistent && !persistent && shared(handle) => {
+        match t.map.entry(handle) {
+            Entry::Occupied(live) if !live.get().persistent && !persistent && shared(handle) => {
                 t.shared.entry(handle).or_default().push_back(info);
             }
-            _ => {
+            Entry::Occupied(mut stale) => {
                 // Whatever was under this handle is over: never let it take this request's place.
-                t.shared.remove(&handle);
-                t.map.insert(handle, info);
+                stale.insert(info);
+                forget_queued(t, handle);
+            }
+            Entry::Vacant(free) => {
+                free.insert(info);
+                forget_queued(t, handle);
             }
         }
         id
@@ -179,7 +236,7 @@ fn create_with(
 
 /// A persistent request was started; returns its id (or [`NO_REQUEST`] if the handle is unknown).
 pub fn start(handle: u64) -> u64 {
-    with_table(handle, |t| match t.map.get_mut(&handle) {
+    with_table(handle, |t, _| match t.map.get_mut(&handle) {
         Some(info) => {
             info.active = true;
             info.id
@@ -191,14 +248,16 @@ pub fn start(handle: u64) -> u64 {
 /// A call that works on a live request without starting, completing or freeing it (`MPI_Pready`,
 /// `MPI_Parrived`): its id, or [`NO_REQUEST`] if the handle is unknown (made before recording).
 pub fn lookup(handle: u64) -> u64 {
-    with_table(handle, |t| t.map.get(&handle).map_or(NO_REQUEST, |i| i.id))
+    with_table(handle, |t, _| {
+        t.map.get(&handle).map_or(NO_REQUEST, |i| i.id)
+    })
 }
 
 /// `MPI_Request_free`: forgets the handle; returns the id it had. Of several live requests
 /// sharing the handle the oldest goes (they are indistinguishable to MPI as well), and the next
 /// one takes its place, as at a completion.
 pub fn free(handle: u64) -> u64 {
-    with_table(handle, |t| {
+    with_table(handle, |t, _| {
         let freed = t.map.remove(&handle).map_or(NO_REQUEST, |i| i.id);
         promote_shared(t, handle);
         freed
@@ -206,13 +265,22 @@ pub fn free(handle: u64) -> u64 {
 }
 
 fn promote_shared(t: &mut Table, handle: u64) {
+    // Queues exist only for the preallocated handles: most tables never hold one.
+    if t.shared.is_empty() {
+        return;
+    }
+    if let Some(next) = t.shared.get_mut(&handle).and_then(|q| q.pop_front()) {
+        t.map.insert(handle, next);
+    }
+}
+
+/// Drops the requests queued behind `handle`: they are over (see the module comment).
+fn forget_queued(t: &mut Table, handle: u64) {
+    if t.shared.is_empty() {
+        return;
+    }
     if let Some(queue) = t.shared.get_mut(&handle) {
-        if let Some(next) = queue.pop_front() {
-            t.map.insert(handle, next);
-        }
-        if queue.is_empty() {
-            t.shared.remove(&handle);
-        }
+        queue.clear();
     }
 }
 
@@ -220,33 +288,31 @@ fn promote_shared(t: &mut Table, handle: u64) {
 /// returns an empty status, nothing happened). Unknown handles (created before recording began)
 /// resolve to [`NO_REQUEST`] of unknown kind.
 pub fn complete(handle: u64) -> Option<Resolved> {
-    with_table(handle, |t| {
-        let Some(info) = t.map.get_mut(&handle) else {
+    with_table(handle, |t, _| {
+        let Entry::Occupied(mut entry) = t.map.entry(handle) else {
             return Some(Resolved {
                 id: NO_REQUEST,
                 kind: ReqKind::Other,
                 bytes: 0,
             });
         };
-        if info.persistent {
+        let info = if entry.get().persistent {
+            let info = entry.get_mut();
             if !info.active {
                 return None;
             }
             info.active = false;
-            Some(Resolved {
-                id: info.id,
-                kind: info.kind,
-                bytes: info.bytes,
-            })
+            *info
         } else {
-            let info = t.map.remove(&handle)?;
+            let info = entry.remove();
             promote_shared(t, handle);
-            Some(Resolved {
-                id: info.id,
-                kind: info.kind,
-                bytes: info.bytes,
-            })
-        }
+            info
+        };
+        Some(Resolved {
+            id: info.id,
+            kind: info.kind,
+            bytes: info.bytes,
+        })
     })
 }
 

@@ -181,14 +181,19 @@ pub fn finish(abnormal: Option<i32>) {
         let tps = session().map_or(1e9, |s| s.clock.ticks_per_sec);
         eprintln!(
             "evenflush: rank {rank}: {events} events in memory, {used} bytes used ({:.1} B/event), {held} bytes held; \
-             wrote {} bytes ({} raw) in {:.1} ms to {}",
+             wrote {} bytes ({} raw) in {:.1} ms to {}; request table {}",
             used as f64 / events.max(1) as f64,
             stats.bytes_stored,
             stats.bytes_raw,
             t1.wrapping_sub(t0) as f64 / tps * 1e3,
             sink::path()
                 .map(|p| p.display().to_string())
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if crate::front::requests::locking() {
+                "locked (threads may call MPI at once)"
+            } else {
+                "unlocked (one thread in MPI at a time)"
+            }
         );
     }
     FINISH_DONE.store(true, Ordering::Release);
