@@ -102,6 +102,8 @@ pub struct ThreadBuf {
     /// The thread's last call was not recorded (filter or `MPI_Pcontrol(0)`), so neither are its
     /// completions. Only the owning thread reads or writes it.
     pub skipping: AtomicBool,
+    /// This thread's reserved request ids. Only the owning thread uses it.
+    pub request_ids: crate::front::requests::IdBlock,
     local: UnsafeCell<Local>,
 }
 
@@ -199,6 +201,7 @@ fn register() -> &'static ThreadBuf {
         used: AtomicU64::new(0),
         events: AtomicU64::new(0),
         skipping: AtomicBool::new(false),
+        request_ids: Default::default(),
         local: UnsafeCell::new(Local {
             buf: RawBuf::with_block_size(BLOCK_SIZE),
             counted_capacity: 0,

@@ -76,7 +76,7 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) -> bool {
     let request = if rec.req_op == REQ_NONE {
         NO_REQUEST
     } else {
-        request_of(rec)
+        request_of(tb, rec)
     };
     if rec.func == PCONTROL {
         // The wrapper passes the level as the tag.
@@ -124,7 +124,7 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) -> bool {
 
 /// The request id of a call that makes, starts, frees or uses a request.
 #[inline(never)]
-fn request_of(rec: &CallRecord) -> u64 {
+fn request_of(tb: &buffers::ThreadBuf, rec: &CallRecord) -> u64 {
     match rec.req_op {
         REQ_NEW | REQ_NEW_PERSISTENT => {
             let kind = match rec.req_kind {
@@ -133,6 +133,7 @@ fn request_of(rec: &CallRecord) -> u64 {
                 _ => ReqKind::Other,
             };
             requests::create(
+                &tb.request_ids,
                 rec.req_handle,
                 kind,
                 rec.bytes,
