@@ -20,129 +20,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use format::synthetic::{HaloConfig, generate};
-use format::{
-    ChunkEncoder, ClockCalibration, ClockSample, ClockSource, Event, FileHeader, Marker,
-    RankFileWriter, RawBuf, SampleKind, Suspension, rank_file_name,
-};
+use format::{ClockCalibration, Event};
 use reconstruct::rebuild::{self, Options, Remove};
 use trace::Trace;
 use trace::clock::{MapCursor, TimeMap};
 
-const EVENTS_PER_ITERATION: u64 = 18;
+#[path = "reconstruct/halo_trace.rs"]
+mod halo_trace;
+use halo_trace::{rank_events, write_trace};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// Every rank's stream, with suspensions and clock samples, handed to `sink`.
-fn rank_events(world: u32, rank: u32, events: u64, mut sink: impl FnMut(&Event)) {
-    let cfg = HaloConfig {
-        world_size: world,
-        rank,
-        iterations: events / EVENTS_PER_ITERATION,
-        ..HaloConfig::default()
-    };
-    let offset_ns = f64::from(rank) * 1_234.5;
-    let mut extra = 0u64;
-    let mut allreduces = 0u64;
-    let mut seq = 0u64;
-    generate(&cfg, |e| {
-        let mut e = e.clone();
-        trace::times::for_each_time(&mut e, |t| *t += extra);
-        // The generator tags a message by the face it leaves through; a receive must name the face
-        // it arrives at (left ↔ right, down ↔ up) for sends and receives to pair up.
-        match &mut e {
-            Event::Call(c) if c.func == format::synthetic::FUNC_IRECV => c.tag ^= 1,
-            Event::Completion(c) if c.source >= 0 => c.tag ^= 1,
-            _ => {}
-        }
-        let after_allreduce =
-            matches!(&e, Event::Call(c) if c.func == format::synthetic::FUNC_ALLREDUCE);
-        if let Event::Marker(m @ (Marker::InitDone { .. } | Marker::FinalizeStart { .. })) = &e {
-            let (local, when) = match *m {
-                Marker::InitDone { time } => (time, SampleKind::Init),
-                Marker::FinalizeStart { time } => (time, SampleKind::Finalize),
-                _ => unreachable!("matched above"),
-            };
-            sink(&Event::Clock(ClockSample {
-                local,
-                offset_ns,
-                rtt_ns: 800.0,
-                when,
-            }));
-        }
-        sink(&e);
-        if after_allreduce {
-            allreduces += 1;
-            if allreduces.is_multiple_of(200)
-                && let Event::Call(c) = &e
-            {
-                let z = 400_000 + u64::from(rank) * 10;
-                let start = c.end + 2 * c.cost as u64;
-                sink(&Event::Suspension(Suspension {
-                    seq,
-                    start,
-                    z_ns: z / 2,
-                    end: start + z,
-                    ..Default::default()
-                }));
-                sink(&Event::Clock(ClockSample {
-                    local: start + z / 2,
-                    offset_ns,
-                    rtt_ns: 800.0,
-                    when: SampleKind::Suspension,
-                }));
-                seq += 1;
-                extra += z;
-            }
-        }
-    });
-}
-
-fn write_trace(dir: &Path, world: u32, events: u64) -> u64 {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).expect("bench dir");
-    let mut encoder = ChunkEncoder::new(1);
-    let mut total = 0u64;
-    for rank in 0..world {
-        let header = FileHeader {
-            rank,
-            world_size: world,
-            part: 0,
-            clock: ClockCalibration {
-                ticks_per_sec: 2e9,
-                tick_at_epoch: 0,
-                realtime_ns: 0,
-                source: ClockSource::Tsc,
-            },
-            created_unix_ns: 0,
-            producer: "reconstruct bench".into(),
-        };
-        let file = std::fs::File::create(dir.join(rank_file_name(rank, 0))).expect("rank file");
-        let mut w = RankFileWriter::new(std::io::BufWriter::new(file), &header).expect("header");
-        let mut buf = RawBuf::new();
-        let mut seq = 0;
-        rank_events(world, rank, events, |e| {
-            buf.push_event(e);
-            total += 1;
-            if buf.events() >= 1 << 16 {
-                w.write_chunk(&encoder.encode(rank, 0, seq, &buf))
-                    .expect("write");
-                seq += 1;
-                buf.clear();
-            }
-        });
-        if !buf.is_empty() {
-            w.write_chunk(&encoder.encode(rank, 0, seq, &buf))
-                .expect("write");
-        }
-        w.flush().expect("flush");
-    }
-    total
 }
 
 fn peak_rss_mib() -> (f64, f64) {
