@@ -90,7 +90,7 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     } else {
         let metas = trace::meta_cache::scan_cached(&run)?;
         let window = spec.resolve(&metas, run.world_size)?;
-        let crossing = reconstruct::matches::crossing_messages(&run, &metas, &window)?;
+        let crossing = reconstruct::match_index::crossing_messages_kept(&run, &metas, &window)?;
         (Some(window), crossing)
     };
     let opts = Options {

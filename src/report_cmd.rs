@@ -89,7 +89,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         let result = match &windowed {
             None => report::profile_trace_with_memory(&trace, &mut progress),
             Some((window, metas)) => {
-                let crossing = reconstruct::matches::crossing_messages(&trace, metas, window)?;
+                let crossing =
+                    reconstruct::match_index::crossing_messages_kept(&trace, metas, window)?;
                 report::profile_trace_window(&trace, window, metas, &mut progress).map(
                     |(p, m, s, c)| {
                         cut = Some(report::WindowCut {

@@ -6,6 +6,7 @@
 pub mod hb;
 pub mod job;
 mod mapping;
+pub mod match_index;
 pub mod matches;
 pub mod options;
 mod output;

@@ -32,8 +32,11 @@ const VERSION: u32 = 1;
 /// Bytes at the end of each source file whose checksum the stamp holds.
 const TAIL: u64 = 4096;
 
+/// What a stamp says of one source file: an index kept beside the trace is used only while every
+/// file it was made from still matches its [`Source`] (the one staleness rule of every kept
+/// index: this first pass, `reconstruct::match_index`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct Source {
+pub struct Source {
     path: PathBuf,
     len: u64,
     mtime_ns: u64,
@@ -101,6 +104,28 @@ fn rank_cached(dir: &Path, files: &RankFiles) -> Result<RankMeta, TraceError> {
     // else: the metadata returned comes from the trace either way.
     let _ = write_kept(dir, &meta, world_size, &kept, sources);
     Ok(meta)
+}
+
+/// The directory of `trace`'s kept indexes.
+pub fn cache_dir(trace: &Trace) -> PathBuf {
+    trace.dir.join(CACHE_DIR)
+}
+
+/// What a stamp says of every file of every rank of `trace`, as the files are now.
+pub fn trace_sources(trace: &Trace) -> Result<Vec<Source>, TraceError> {
+    let mut all = Vec::new();
+    for files in &trace.ranks {
+        all.extend(sources(files)?);
+    }
+    Ok(all)
+}
+
+/// Writes `bytes` to `path` under a name of this process's and renames it, so a reader never
+/// sees half a file.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
 }
 
 /// What the stamp says of each file the rank reads from, as the files are now.
@@ -220,6 +245,5 @@ fn write_kept(
         skipped: meta.skipped.clone(),
         kept_len,
     };
-    std::fs::write(tmp(&stamp_path), serde_json::to_vec(&stamp)?)?;
-    std::fs::rename(tmp(&stamp_path), &stamp_path)
+    write_whole(&stamp_path, &serde_json::to_vec(&stamp)?)
 }

@@ -145,4 +145,29 @@ fn main() {
         });
         println!("export perfetto, {name}: {chunks} chunks, {s:.2} s");
     }
+
+    // The crossing count of a windowed report or compare: a full matching pass, or the kept
+    // match index (made on its first use).
+    let metas = trace::meta_cache::scan_cached(&trace).expect("scan");
+    let (full, chunks, s) = measured(|| {
+        reconstruct::matches::crossing_messages(&trace, &metas, &window).expect("matching")
+    });
+    println!("crossing messages, full matching pass: {full}, {chunks} chunks, {s:.2} s");
+    let kept = trace::meta_cache::cache_dir(&trace);
+    let _ = std::fs::remove_file(kept.join("matches.json"));
+    for name in ["first use", "again"] {
+        let (crossing, chunks, s) = measured(|| {
+            reconstruct::match_index::crossing_messages_kept(&trace, &metas, &window)
+                .expect("match index")
+        });
+        let read =
+            reconstruct::match_index::for_each_match_meeting(&trace, &metas, &window, |_| {})
+                .expect("match index")
+                .records_read;
+        let size = std::fs::metadata(kept.join("matches.bin")).map_or(0, |m| m.len());
+        println!(
+            "crossing messages, match index, {name}: {crossing}, {chunks} chunks, {s:.2} s \
+             ({read} records read again, index {size} bytes)"
+        );
+    }
 }
