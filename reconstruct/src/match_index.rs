@@ -1,6 +1,6 @@
 //! The matched messages kept beside the trace, for the windowed views: which send a receive in a
 //! window pairs with depends on every earlier message of its channel, so without this a window
-//! would make the happened-before pass over every lane from its start ([`for_each_match`]).
+//! would make the happened-before pass over every lane from its start ([`for_each_global_match`]).
 //!
 //! One full matching pass on a windowed view's first use writes every [`MessageMatch`] (times on
 //! the global axis in absolute ns, as the exports and [`Window`] use them) into
@@ -16,14 +16,13 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use trace::clock::TimeMap;
 use trace::definitions::RankMeta;
 use trace::meta_cache::{Source, cache_dir, trace_sources, write_whole};
 use trace::window::{Ends, Window};
 use trace::{Trace, TraceError};
 
 use crate::hb::{EventRef, MessageMatch};
-use crate::matches::for_each_match;
+use crate::matches::for_each_global_match;
 
 /// Changes whenever the records' layout or meaning changes: older indexes are rebuilt.
 const VERSION: u32 = 1;
@@ -165,16 +164,8 @@ pub fn crossing_messages_kept(
 /// Every matched message of the run, sorted by its earlier end (then by its send, so the order
 /// does not depend on the matcher's schedule).
 fn match_all(trace: &Trace, metas: &[RankMeta]) -> Result<Vec<MessageMatch>, TraceError> {
-    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
     let mut all = Vec::new();
-    for_each_match(
-        trace,
-        metas,
-        &maps,
-        |map, t, cur| map.absolute(map.global_ns(t, cur)),
-        |_, _| {},
-        |m| all.push(*m),
-    )?;
+    for_each_global_match(trace, metas, |m| all.push(*m))?;
     all.sort_by_key(|m| (lo(m), m.send.rank, m.send.stream, m.send.index));
     Ok(all)
 }

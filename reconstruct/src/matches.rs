@@ -155,6 +155,24 @@ where
     ))
 }
 
+/// Every matched message of `trace` in absolute global time (the exports' and windows' axis), as
+/// the matching finds them.
+pub fn for_each_global_match(
+    trace: &Trace,
+    metas: &[RankMeta],
+    mut on_match: impl FnMut(&MessageMatch),
+) -> Result<HbReport, TraceError> {
+    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
+    for_each_match(
+        trace,
+        metas,
+        &maps,
+        |map, t, cur| map.absolute(map.global_ns(t, cur)),
+        |_, _| {},
+        &mut on_match,
+    )
+}
+
 /// How many matched messages of `trace` cross `window`'s edge (one end in it, the other not),
 /// for the views that do not match messages themselves (`report`, `compare`): one
 /// happened-before pass over every lane, in the memory the matching holds in flight.
@@ -163,22 +181,14 @@ pub fn crossing_messages(
     metas: &[RankMeta],
     window: &Window,
 ) -> Result<u64, TraceError> {
-    let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
     let mut crossing = 0u64;
-    for_each_match(
-        trace,
-        metas,
-        &maps,
-        |map, t, cur| map.absolute(map.global_ns(t, cur)),
-        |_, _| {},
-        |m| {
-            if matches!(
-                window.ends(m.source, m.send_start, m.dest, m.recv_end),
-                Ends::SendOnly | Ends::RecvOnly
-            ) {
-                crossing += 1;
-            }
-        },
-    )?;
+    for_each_global_match(trace, metas, |m| {
+        if matches!(
+            window.ends(m.source, m.send_start, m.dest, m.recv_end),
+            Ends::SendOnly | Ends::RecvOnly
+        ) {
+            crossing += 1;
+        }
+    })?;
     Ok(crossing)
 }
