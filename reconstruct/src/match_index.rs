@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 
 use trace::definitions::RankMeta;
 use trace::meta_cache::{Source, cache_dir, trace_sources, write_whole};
-use trace::window::{Ends, Window};
+use trace::window::Window;
 use trace::{Trace, TraceError};
 
 use crate::hb::{EventRef, MessageMatch};
-use crate::matches::for_each_global_match;
+use crate::matches::{crosses, for_each_global_match};
 
 /// Changes whenever the records' layout or meaning changes: older indexes are rebuilt.
 const VERSION: u32 = 1;
@@ -151,12 +151,7 @@ pub fn crossing_messages_kept(
     // A message whose both ends lie outside the window's time has neither end in it, whatever
     // the ranks: only those meeting it can cross.
     for_each_match_meeting(trace, metas, window, |m| {
-        if matches!(
-            window.ends(m.source, m.send_start, m.dest, m.recv_end),
-            Ends::SendOnly | Ends::RecvOnly
-        ) {
-            crossing += 1;
-        }
+        crossing += u64::from(crosses(window, m))
     })?;
     Ok(crossing)
 }

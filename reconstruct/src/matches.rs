@@ -182,13 +182,14 @@ pub fn crossing_messages(
     window: &Window,
 ) -> Result<u64, TraceError> {
     let mut crossing = 0u64;
-    for_each_global_match(trace, metas, |m| {
-        if matches!(
-            window.ends(m.source, m.send_start, m.dest, m.recv_end),
-            Ends::SendOnly | Ends::RecvOnly
-        ) {
-            crossing += 1;
-        }
-    })?;
+    for_each_global_match(trace, metas, |m| crossing += u64::from(crosses(window, m)))?;
     Ok(crossing)
+}
+
+/// Whether `m` has one end in `window` and the other outside it (in time or rank).
+pub(crate) fn crosses(window: &Window, m: &MessageMatch) -> bool {
+    matches!(
+        window.ends(m.source, m.send_start, m.dest, m.recv_end),
+        Ends::SendOnly | Ends::RecvOnly
+    )
 }

@@ -6,8 +6,7 @@
 mod common;
 
 use common::*;
-use format::Event;
-use format::synthetic::{HaloConfig, generate};
+use format::synthetic::{HaloConfig, events};
 use reconstruct::match_index::{crossing_messages_kept, for_each_match_meeting};
 use reconstruct::matches::crossing_messages;
 use trace::Trace;
@@ -25,8 +24,7 @@ fn write(dir: &std::path::Path, iterations: u64) {
                 iterations,
                 ..Default::default()
             };
-            let mut ev: Vec<Event> = Vec::new();
-            generate(&cfg, |e| ev.push(e.clone()));
+            let ev = events(&cfg);
             RankTrace {
                 rank,
                 ticks_per_sec: 1.0e9,

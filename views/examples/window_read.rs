@@ -13,8 +13,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use common::{RankTrace, write_trace};
-use format::Event;
-use format::synthetic::{HaloConfig, generate};
+use format::synthetic::{HaloConfig, events as synthetic_events};
 use trace::Trace;
 use trace::clock::TimeMap;
 use trace::open::for_each_event;
@@ -36,8 +35,7 @@ fn write(dir: &Path, ranks: u32, iterations: u64, chunk_events: usize) {
             iterations,
             ..Default::default()
         };
-        let mut events: Vec<Event> = Vec::new();
-        generate(&cfg, |e| events.push(e.clone()));
+        let events = synthetic_events(&cfg);
         // One rank at a time, so memory holds one rank's events.
         let one = [RankTrace {
             rank,

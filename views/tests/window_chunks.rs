@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use format::synthetic::{HaloConfig, generate};
+use format::synthetic::{HaloConfig, events};
 use format::{ClockSample, Event, Suspension};
 use trace::Trace;
 use trace::clock::{MapCursor, TimeMap};
@@ -34,8 +34,7 @@ fn write(dir: &std::path::Path, pause: bool) {
                 iterations: ITERATIONS,
                 ..Default::default()
             };
-            let mut ev = Vec::new();
-            generate(&cfg, |e| ev.push(e.clone()));
+            let ev = events(&cfg);
             let times: Vec<u64> = ev
                 .iter()
                 .filter_map(|e| match e {
