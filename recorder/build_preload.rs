@@ -97,6 +97,7 @@ fn main() {
         "mpi_functions.tsv",
         "codegen",
         "csrc/evf_runtime.c",
+        "csrc/evf_transport.c",
         "csrc/evf_runtime.h",
         "csrc/evf_job.c",
         "build_preload.rs",
@@ -148,6 +149,7 @@ fn main() {
     let mut build = cc::Build::new();
     build
         .file(recorder_dir.join("csrc/evf_runtime.c"))
+        .file(recorder_dir.join("csrc/evf_transport.c"))
         .file(recorder_dir.join("csrc/evf_job.c"))
         .file(&generated)
         .include(recorder_dir.join("csrc"))

@@ -106,6 +106,13 @@ typedef struct {
     int err_io;
 } evf_transport_t;
 
+/* The table of the recorder's own MPI operations (evf_transport.c), copied into place by evf_start. */
+extern const evf_transport_t evf_transport_template;
+/* The recorder's private communicator (a duplicate of the world, or of its own session's world
+ * process set), and the one its MPI-IO trace writer opens files on. */
+extern MPI_Comm evf_tr_comm;
+extern MPI_Comm evf_self_comm;
+
 /* ---- Rust core hooks (recorder::ffi) ---- */
 int evf_rust_pre_init(void);
 int evf_rust_init(int world_rank, int world_size, int thread_level);
