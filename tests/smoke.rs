@@ -333,7 +333,7 @@ fn fortran_use_mpi_f08(mpi: Mpi) {
 /// abnormal.c: 1000 Barriers on MPI_COMM_SELF, then the job ends without MPI_Finalize.
 fn abnormal_end(mpi: Mpi, mode: &str) {
     let _guard = mpi_lock();
-    let (_, dir) = traced(
+    let (output, dir) = traced(
         mpi,
         2,
         "abnormal",
@@ -347,6 +347,10 @@ fn abnormal_end(mpi: Mpi, mode: &str) {
     assert_eq!(c[0].call("MPI_Barrier").0, 1000, "{label}");
     assert_eq!(c[0].call("MPI_Finalize").0, 0, "{label}");
     assert_eq!(c[0].marker("AbnormalEnd"), 1, "{label}");
+    // A thread that raised SIGTERM on itself must not run on while its trace is written: it would
+    // run code the program never ran (MPI_Finalize, cut in half by the re-raise).
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("ran on after raise"), "{label}: {stderr}");
 }
 
 fn abnormal_abort(mpi: Mpi) {

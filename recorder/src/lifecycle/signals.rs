@@ -13,6 +13,8 @@
 //!   thread finishes whatever it held; the helper ends the trace, restores the default action and
 //!   re-raises the signal, so the process dies of it as before, only after its trace is written.
 //!   A second such signal while that runs ends the process at once (a user pressing Ctrl-C twice).
+//!   A signal a thread `raise`s on itself is the exception: that thread holds nothing the helper
+//!   needs, and untraced it would never run on, so its handler waits (bounded) for the re-raise.
 //! - SIGTERM/SIGINT ignored (`SIG_IGN`, as in a background job): nothing is installed.
 //! - SIGTERM/SIGINT caught by the application before `MPI_Init`: the handler has the helper write
 //!   what is buffered so far (the trace stays open), waits for that at most
@@ -238,9 +240,27 @@ extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
         // Asked again while the trace is being written, or no helper: end now.
         // SAFETY: signal context, slot active.
         unsafe { chain(i, sig, info, ctx) };
+    } else if raised_by_this_thread(info) {
+        // `raise` never returns untraced: a thread let go on from it runs code the program never
+        // ran (here, typically, `MPI_Finalize`, which the re-raise then cuts in half, and Open
+        // MPI's launcher can hang on a process that died inside its finalize handshake). The
+        // thread called `raise` from its own code, so it holds no lock the helper needs: it waits
+        // for the helper's re-raise, bounded like every wait for the helper.
+        wait_served(REQUESTED.load(Ordering::Acquire));
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved_errno };
+}
+
+/// Whether the signal came from `raise`/`pthread_kill` on this thread: a thread-directed signal
+/// (`SI_TKILL`) sent by this process to the thread it interrupted.
+fn raised_by_this_thread(info: *const libc::siginfo_t) -> bool {
+    if info.is_null() {
+        return false;
+    }
+    // SAFETY: the kernel's siginfo for this delivery; `si_pid` is valid for SI_TKILL, and getpid
+    // is async-signal-safe.
+    unsafe { (*info).si_code == libc::SI_TKILL && (*info).si_pid() == libc::getpid() }
 }
 
 fn request_final_and_reraise(sig: c_int) -> bool {
