@@ -241,6 +241,13 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    // Only the trace, for profiles of one stage at a time (`benches/reconstruct/stages.sh`).
+    if let Ok(dir) = std::env::var("EVF_BENCH_WRITE_ONLY") {
+        let world = env_u64("EVF_BENCH_RANKS", 8) as u32;
+        let total = write_trace(Path::new(&dir), world, env_u64("EVF_BENCH_EVENTS", 500_000));
+        println!("trace: {total} events in {dir}");
+        return;
+    }
     let world = env_u64("EVF_BENCH_RANKS", 8) as u32;
     let short = env_u64("EVF_BENCH_EVENTS", 500_000);
     let base = std::env::temp_dir().join(format!(
