@@ -68,6 +68,7 @@ fn record_output(
 fn bundled_programs_have_no_violations(mpi: Mpi) {
     let _guard = mpi_lock();
     let mut failures = Vec::new();
+    let (mut split, mut unsplit) = (0, Vec::new());
     for &(program, ranks, args) in PROGRAMS {
         let dir = record(mpi, program, ranks, args);
         let s = reconstruct_json(&dir, &dir.with_extension("out"), &[]);
@@ -99,8 +100,93 @@ fn bundled_programs_have_no_violations(mpi: Mpi) {
         {
             failures.push(format!("{program} replayed (span {span} s): {rhb}"));
         }
+        match split_matching_differs(&dir) {
+            Ok(Some(why)) => failures.push(format!("{program} split over processes: {why}")),
+            Ok(None) => split += 1,
+            Err(reason) => unsplit.push(format!("{program} ({reason})")),
+        }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Those not split say why; the rest must be most of the programs.
+    eprintln!("matching not split: {}", unsplit.join(", "));
+    assert!(split >= 10, "only {split} programs split: {unsplit:?}");
+}
+
+/// Matching a recorded trace split over 2 and 3 processes (`reconstruct::hb::run_split_in_turn`,
+/// ranks owned round-robin) against one pass over every lane: what differs, if anything; `Err`
+/// when the trace cannot be split, with the reason.
+fn split_matching_differs(dir: &Path) -> Result<Option<String>, String> {
+    use reconstruct::hb::{self, HbContext, Plain, Repair};
+    use trace::lanes::{LaneId, LaneReader, OpenRank};
+    let trace = trace::Trace::open(dir).unwrap();
+    let metas = trace::scan::scan(&trace).unwrap();
+    if let Some(why) = HbContext::unsplittable(&metas) {
+        return Err(why);
+    }
+    let world = metas.iter().map(|m| m.rank + 1).max().unwrap_or(0);
+    let ctx = HbContext::new(&metas, world);
+    let mut lanes = Vec::new();
+    for (files, meta) in trace.ranks.iter().zip(&metas) {
+        let open = OpenRank::open(files).unwrap();
+        for &stream in &meta.streams {
+            let id = LaneId {
+                rank: meta.rank,
+                stream,
+            };
+            lanes.push((id, LaneReader::new(&open, stream).collect::<Vec<_>>()));
+        }
+    }
+    let key = |m: &hb::MessageMatch| {
+        let at = |e: hb::EventRef| (e.rank, e.stream, e.index);
+        (
+            at(m.send),
+            at(m.recv_post),
+            at(m.recv_done),
+            m.send_start,
+            m.recv_end,
+        )
+    };
+    let mut whole = Vec::new();
+    let (report, estimates) = hb::run_learning(
+        &ctx,
+        lanes
+            .iter()
+            .map(|(id, ev)| (*id, Plain(ev.clone().into_iter())))
+            .collect(),
+        Repair::learning(),
+        |_, _| {},
+        |m| whole.push(key(m)),
+    );
+    whole.sort_unstable();
+    for processes in [2, 3] {
+        let split = hb::run_split_in_turn(
+            &ctx,
+            &lanes,
+            processes,
+            |w| w as usize % processes,
+            Repair::learning(),
+        );
+        let mut matches: Vec<_> = split.matches.iter().map(key).collect();
+        matches.sort_unstable();
+        if matches != whole {
+            return Ok(Some(format!(
+                "{processes} processes: other messages matched"
+            )));
+        }
+        if split.report != report {
+            return Ok(Some(format!(
+                "{processes} processes: {:?} against {report:?}",
+                split.report
+            )));
+        }
+        if split.estimates.intrinsic != estimates.intrinsic
+            || split.estimates.transfer != estimates.transfer
+            || split.estimates.exit != estimates.exit
+        {
+            return Ok(Some(format!("{processes} processes: other estimates")));
+        }
+    }
+    Ok(None)
 }
 
 /// tests/programs/matching.c on 4 ranks, 20 iterations: (9 + 2L)·P·N messages (L = 1 where the

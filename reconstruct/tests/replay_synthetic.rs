@@ -307,6 +307,10 @@ fn recorder_cost(rank: u32, k: usize) -> u64 {
 }
 
 fn write(dir: &std::path::Path, runs: &[Run]) {
+    // A window is defined only for a program that uses it, as a recorder would.
+    let uses_window = runs.iter().flat_map(|run| &run.events).any(|e| {
+        matches!(e, Event::Call(c) if [WIN_POST, WIN_START, WIN_COMPLETE, WIN_WAIT].contains(&c.func))
+    });
     let ranks: Vec<RankTrace> = runs
         .iter()
         .enumerate()
@@ -334,7 +338,7 @@ fn write(dir: &std::path::Path, runs: &[Run]) {
                 run_id: "replay".into(),
             }));
             events.push(Event::Marker(Marker::InitDone { time: INIT_NS }));
-            if runs.len() >= 2 && r < 2 {
+            if uses_window && runs.len() >= 2 && r < 2 {
                 events.push(Event::CommDef {
                     id: WIN,
                     members: vec![0, 1],
@@ -889,5 +893,91 @@ proptest! {
             replay.reconstructed_s <= slowest + 0.5e-9,
             "replayed {} s, traced {} s", replay.reconstructed_s, slowest
         );
+    }
+}
+
+/// Matching split over `processes` processes (`hb::run_with_proxies`, ranks owned round-robin so
+/// that most messages cross), against one pass over every lane: the same matched messages, the
+/// reports adding up to the same report, the learned estimates merging into the same estimates.
+fn check_split_matching(dir: &std::path::Path, processes: usize) -> Result<(), TestCaseError> {
+    use reconstruct::hb::{self, HbContext, Plain, Repair};
+    use trace::lanes::LaneId;
+    let trace = Trace::open(dir).unwrap();
+    let metas = trace::scan::scan(&trace).unwrap();
+    prop_assert_eq!(HbContext::unsplittable(&metas), None);
+    let world = metas.iter().map(|m| m.rank + 1).max().unwrap_or(0);
+    let ctx = HbContext::new(&metas, world);
+    let lanes: Vec<(LaneId, Vec<Event>)> = metas
+        .iter()
+        .map(|m| {
+            (
+                LaneId {
+                    rank: m.rank,
+                    stream: 0,
+                },
+                read_lane(dir, m.rank, 0),
+            )
+        })
+        .collect();
+    let at = |e: hb::EventRef| (e.rank, e.stream, e.index);
+    let key = |m: &hb::MessageMatch| {
+        (
+            at(m.send),
+            at(m.recv_post),
+            at(m.recv_done),
+            m.send_start,
+            m.recv_end,
+        )
+    };
+    let mut whole = Vec::new();
+    let (whole_report, whole_estimates) = hb::run_learning(
+        &ctx,
+        lanes
+            .iter()
+            .map(|(id, ev)| (*id, Plain(ev.clone().into_iter())))
+            .collect(),
+        Repair::learning(),
+        |_, _| {},
+        |m| whole.push(key(m)),
+    );
+    let owner = |w: u32| w as usize % processes;
+    let split = hb::run_split_in_turn(&ctx, &lanes, processes, owner, Repair::learning());
+    let mut split_matches: Vec<_> = split.matches.iter().map(key).collect();
+    whole.sort_unstable();
+    split_matches.sort_unstable();
+    prop_assert!(!whole.is_empty() || whole_report.collective_exits > 0);
+    prop_assert_eq!(
+        &split_matches,
+        &whole,
+        "{} processes: matched messages differ",
+        processes
+    );
+    prop_assert_eq!(split.report, whole_report, "{} processes", processes);
+    prop_assert_eq!(&split.estimates.intrinsic, &whole_estimates.intrinsic);
+    prop_assert_eq!(&split.estimates.transfer, &whole_estimates.transfer);
+    prop_assert_eq!(&split.estimates.exit, &whole_estimates.exit);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Matching needs no process that sees every lane: split over 2 and 3 processes, each owning
+    /// some ranks and seeing of the others only what its ranks depend on, it finds what one pass
+    /// over every lane finds.
+    #[test]
+    fn matching_split_over_processes_finds_what_one_pass_finds(
+        (ranks, steps) in schedule(),
+        seed in 0u64..1_000,
+    ) {
+        let ops = program(ranks, &steps);
+        let random_cost = |rank: u32, k: usize| {
+            (u64::from(rank) * 7_919 + k as u64 * 104_729 + seed * 31) % 5_000
+        };
+        let dir = temp_dir("prop-split");
+        write(&dir, &simulate(&ops, random_cost));
+        for processes in [2, 3] {
+            check_split_matching(&dir, processes)?;
+        }
     }
 }

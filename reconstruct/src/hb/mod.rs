@@ -23,10 +23,12 @@ use trace::lanes::LaneId;
 mod collective_instance;
 mod estimates;
 mod matcher;
+mod partition;
 mod repair;
 mod violations;
 
 pub use estimates::Estimates;
+pub use partition::{ProxyFilter, ProxyLane, SplitPass, run_split_in_turn};
 
 use collective_instance::{CollInst, CollKey, CollRef};
 use matcher::{Class, Comm, Key, Need, RankState, SendRec};
@@ -210,6 +212,16 @@ pub trait LaneSource: Iterator<Item = Event> {
     }
 }
 
+/// Lanes of different kinds in one pass (a split pass's own lanes and proxies).
+impl<S: LaneSource + ?Sized> LaneSource for Box<S> {
+    fn removed_ns(&self) -> u64 {
+        (**self).removed_ns()
+    }
+    fn source_index(&self) -> Option<u64> {
+        (**self).source_index()
+    }
+}
+
 /// A lane whose times are used as they are.
 pub struct Plain<I>(pub I);
 
@@ -386,6 +398,9 @@ struct Lane<I> {
     id: LaneId,
     /// Index into the context's ranks.
     rank_idx: usize,
+    /// Another process's rank, seen only through what this process depends on (see
+    /// [`partition`]).
+    proxy: bool,
     src: I,
     next_index: u64,
     /// An event read but not processed yet, with its index and removed time.
@@ -469,6 +484,8 @@ struct Shared<'c> {
     learned: Option<Estimates>,
     /// Matches of the call being resolved, handed out once its end is known.
     pending_matches: Vec<MessageMatch>,
+    /// Per rank: whether another process owns it (a split pass, see [`partition`]).
+    remote: Vec<bool>,
 }
 
 /// Two groups of an intercommunicator (the lower-sorting one first) and the occurrence.
@@ -496,12 +513,82 @@ pub fn run_learning<I: LaneSource>(
     ctx: &HbContext,
     lanes: Vec<(LaneId, I)>,
     repair: Repair,
+    on_event: impl FnMut(usize, &Event),
+    on_match: impl FnMut(&MessageMatch),
+) -> (HbReport, Estimates) {
+    let lanes = lanes
+        .into_iter()
+        .map(|(id, src)| (id, src, false))
+        .collect();
+    run_lanes(ctx, lanes, repair, on_event, on_match)
+}
+
+/// One process's part of a matching pass split over processes (see [`partition`]): `lanes` are
+/// the lanes of the ranks it owns, `proxies` what each rank of the others sent it (each made by a
+/// [`ProxyFilter`] from that rank's lane). Nothing is repaired (`repair` may learn). The report
+/// counts what the owned ranks received and exited, so the processes' reports add up to the
+/// report of [`run_learning`] over every lane; `on_event` sees the owned lanes only (indexed as
+/// in `lanes`), `on_match` each message received by an owned rank.
+pub fn run_with_proxies<I: LaneSource>(
+    ctx: &HbContext,
+    lanes: Vec<(LaneId, I)>,
+    proxies: Vec<(LaneId, I)>,
+    repair: Repair,
+    on_event: impl FnMut(usize, &Event),
+    on_match: impl FnMut(&MessageMatch),
+) -> (HbReport, Estimates) {
+    debug_assert!(!repair.enabled, "a split pass moves no time");
+    let repair = Repair {
+        enabled: false,
+        replay: false,
+        ..repair
+    };
+    let all = lanes
+        .into_iter()
+        .map(|(id, src)| (id, src, false))
+        .chain(proxies.into_iter().map(|(id, src)| (id, src, true)))
+        .collect();
+    run_lanes(ctx, all, repair, on_event, on_match)
+}
+
+/// Adds up the reports of the processes of a split pass.
+pub fn merge_reports(a: &HbReport, b: &HbReport) -> HbReport {
+    HbReport {
+        messages: a.messages + b.messages,
+        rma_epochs: a.rma_epochs + b.rma_epochs,
+        collective_exits: a.collective_exits + b.collective_exits,
+        message_violations: a.message_violations + b.message_violations,
+        collective_violations: a.collective_violations + b.collective_violations,
+        epoch_violations: a.epoch_violations + b.epoch_violations,
+        recorded_message_violations: a.recorded_message_violations + b.recorded_message_violations,
+        recorded_collective_violations: a.recorded_collective_violations
+            + b.recorded_collective_violations,
+        recorded_epoch_violations: a.recorded_epoch_violations + b.recorded_epoch_violations,
+        unmatched_sends: a.unmatched_sends + b.unmatched_sends,
+        unmatched_receives: a.unmatched_receives + b.unmatched_receives,
+        ambiguous_receives: a.ambiguous_receives + b.ambiguous_receives,
+        waits_on_absent_ranks: a.waits_on_absent_ranks + b.waits_on_absent_ranks,
+        max_shift: a.max_shift.max(b.max_shift),
+        lanes_shifted: a.lanes_shifted + b.lanes_shifted,
+    }
+}
+
+fn run_lanes<I: LaneSource>(
+    ctx: &HbContext,
+    lanes: Vec<(LaneId, I, bool)>,
+    repair: Repair,
     mut on_event: impl FnMut(usize, &Event),
     mut on_match: impl FnMut(&MessageMatch),
 ) -> (HbReport, Estimates) {
     let rank_of = |id: &LaneId| ctx.index_of(id.rank).unwrap_or(0);
+    let mut remote = vec![false; ctx.ranks.len()];
+    for (id, _, proxy) in &lanes {
+        if *proxy && let Some(r) = remote.get_mut(rank_of(id)) {
+            *r = true;
+        }
+    }
     let mut live_lanes = vec![0usize; ctx.ranks.len()];
-    for (id, _) in &lanes {
+    for (id, _, _) in &lanes {
         if let Some(n) = live_lanes.get_mut(rank_of(id)) {
             *n += 1;
         }
@@ -525,12 +612,14 @@ pub fn run_learning<I: LaneSource>(
         group_pairings: FastMap::default(),
         learned: repair.learn.then(Estimates::default),
         pending_matches: Vec::new(),
+        remote,
     };
     let mut lanes: Vec<Lane<I>> = lanes
         .into_iter()
-        .map(|(id, src)| Lane {
+        .map(|(id, src, proxy)| Lane {
             id,
             rank_idx: rank_of(&id),
+            proxy,
             src,
             next_index: 0,
             peeked: None,
@@ -570,7 +659,12 @@ pub fn run_learning<I: LaneSource>(
             }
         }
     }
-    shared.report.unmatched_sends += shared.sends.len() as u64;
+    // A send towards another process's rank is that process's to match (through its proxy).
+    shared.report.unmatched_sends += shared
+        .sends
+        .keys()
+        .filter(|(key, _)| !shared.is_remote(key.2))
+        .count() as u64;
     shared.report.lanes_shifted = lanes.iter().filter(|l| l.max_shift > 0).count() as u64;
     shared.report.max_shift = lanes.iter().map(|l| l.max_shift).max().unwrap_or(0);
     (shared.report, shared.learned.unwrap_or_default())
@@ -578,15 +672,15 @@ pub fn run_learning<I: LaneSource>(
 
 /// Per lane, the other lanes of its rank: grouped once, so 10^4 single-threaded ranks cost
 /// O(lanes), not O(lanes²).
-fn siblings<I>(lanes: &[(LaneId, I)]) -> Vec<Vec<usize>> {
+fn siblings<I>(lanes: &[(LaneId, I, bool)]) -> Vec<Vec<usize>> {
     let mut by_rank: FastMap<u32, Vec<usize>> = FastMap::default();
-    for (i, (id, _)) in lanes.iter().enumerate() {
+    for (i, (id, _, _)) in lanes.iter().enumerate() {
         by_rank.entry(id.rank).or_default().push(i);
     }
     lanes
         .iter()
         .enumerate()
-        .map(|(i, (id, _))| match by_rank.get(&id.rank) {
+        .map(|(i, (id, _, _))| match by_rank.get(&id.rank) {
             Some(group) if group.len() > 1 => group.iter().copied().filter(|&j| j != i).collect(),
             _ => Vec::new(),
         })
@@ -610,6 +704,9 @@ impl Shared<'_> {
         on_event: &mut impl FnMut(usize, &Event),
         on_match: &mut impl FnMut(&MessageMatch),
     ) -> bool {
+        if lane.proxy {
+            return self.step_proxy(li, lane);
+        }
         let mut moved = false;
         let mut budget = TURN;
         // A forced step may also take a call out of time order with its sibling lanes.
@@ -654,12 +751,7 @@ impl Shared<'_> {
                     continue;
                 }
                 Self::flush_pending(li, lane, on_event);
-                lane.done = true;
-                self.frontier[li] = u64::MAX;
-                if let Some(n) = self.live_lanes.get_mut(lane.rank_idx) {
-                    *n = n.saturating_sub(1);
-                    self.absent_ranks += usize::from(*n == 0);
-                }
+                self.lane_ended(li, lane);
                 return true;
             };
             if !lane.held.is_empty() {
@@ -755,6 +847,39 @@ impl Shared<'_> {
                 }
             }
         }
+    }
+
+    fn lane_ended<I>(&mut self, li: usize, lane: &mut Lane<I>) {
+        lane.done = true;
+        self.frontier[li] = u64::MAX;
+        if let Some(n) = self.live_lanes.get_mut(lane.rank_idx) {
+            *n = n.saturating_sub(1);
+            self.absent_ranks += usize::from(*n == 0);
+        }
+    }
+
+    /// Advances a proxy lane: its calls go to the matcher's tables, never held, never shown.
+    fn step_proxy<I: LaneSource>(&mut self, li: usize, lane: &mut Lane<I>) -> bool {
+        for _ in 0..TURN {
+            let Some(event) = lane.src.next() else {
+                self.lane_ended(li, lane);
+                return true;
+            };
+            let index = lane.src.source_index().unwrap_or(lane.next_index);
+            lane.next_index = index + 1;
+            if let Event::Call(c) = &event {
+                let removed = lane.src.removed_ns();
+                self.feed_proxy(lane, index, removed, c);
+            }
+        }
+        true
+    }
+
+    /// Whether the rank with this world rank is another process's (a split pass).
+    fn is_remote(&self, world_rank: u32) -> bool {
+        self.ctx
+            .index_of(world_rank)
+            .is_some_and(|i| self.remote.get(i).copied().unwrap_or(false))
     }
 
     /// Hands out a run of polls that no wait took, moved as the lane is.

@@ -31,6 +31,7 @@ use trace::funcs::{CollShape, Deferred, FuncClass};
 mod collectives;
 mod inter;
 mod p2p;
+mod proxy;
 mod rma;
 
 pub(super) use inter::InterPair;

@@ -55,7 +55,7 @@ impl Slot {
 /// point-to-point calls use.
 type Probe = format::requests::Probe<Comm>;
 impl Shared<'_> {
-    fn record_send<I>(&mut self, lane: &Lane<I>, index: u64, removed: u64, c: &MpiCall) {
+    pub(super) fn record_send<I>(&mut self, lane: &Lane<I>, index: u64, removed: u64, c: &MpiCall) {
         if c.peer < 0 {
             return;
         }

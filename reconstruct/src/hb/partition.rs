@@ -1,0 +1,223 @@
+//! Matching split over processes, with no process seeing every lane: each process owns some
+//! ranks and runs the engine over their lanes, plus one *proxy lane* per rank of another process,
+//! holding only what its own ranks depend on (Scalasca's parallel replay splits the same way).
+//!
+//! A message is named by (channel, sequence number) on both sides, so the sender's calls on the
+//! channels towards this process's ranks, in the sender's order, number them exactly as the whole
+//! lane would; a collective instance is named by (communicator, call count), so a member's
+//! collective calls on the communicators that include one of this process's ranks fill in every
+//! entry this process's exits are judged against. What a rank receives, and every exit, is
+//! matched and counted by the rank's owner only, so the owners' reports add up to one process's
+//! report and each matched message is shown by exactly one owner.
+//!
+//! Not split: intercommunicators (their pairing follows the definitions in both sides' lanes),
+//! one-sided epochs and fences (their windows' definitions likewise), and ranks with several
+//! threads (the threads' calls are matched in the order they were made across the threads, which a
+//! proxy's subset of them cannot keep). [`HbContext::unsplittable`] names what stands in the way.
+
+use format::{CommId, Event};
+
+use super::matcher::Class;
+use super::{FastMap, HbContext};
+use trace::definitions::RankMeta;
+use trace::funcs::Deferred;
+
+impl HbContext {
+    /// Why this trace's matching cannot be split over processes, if it cannot.
+    pub fn unsplittable(metas: &[RankMeta]) -> Option<String> {
+        metas.iter().find_map(|m| {
+            if m.streams.len() > 1 {
+                Some(format!("rank {} has {} threads", m.rank, m.streams.len()))
+            } else if !m.remote_groups.is_empty() {
+                Some(format!("rank {} has intercommunicators", m.rank))
+            } else if !m.wins.is_empty() {
+                Some(format!("rank {} has one-sided windows", m.rank))
+            } else {
+                None
+            }
+        })
+    }
+}
+
+/// Picks, from a rank's events, what goes into its proxy lane at one other process: the calls
+/// that send to that process's ranks, the persistent sends to them, and the collective calls on
+/// communicators with a member there. One filter per (process, lane), fed the lane in order.
+pub struct ProxyFilter<'c> {
+    ctx: &'c HbContext,
+    rank_idx: usize,
+    /// World ranks the receiving process owns.
+    local: &'c [bool],
+    /// Persistent send requests towards the process's ranks (their `Start`s go too).
+    persistent_towards: FastMap<u64, ()>,
+    /// Per communicator: whether a member is the process's.
+    comm_has_local: FastMap<CommId, bool>,
+}
+
+impl<'c> ProxyFilter<'c> {
+    /// `local[w]`: whether world rank `w` is the receiving process's.
+    pub fn new(ctx: &'c HbContext, rank_idx: usize, local: &'c [bool]) -> ProxyFilter<'c> {
+        ProxyFilter {
+            ctx,
+            rank_idx,
+            local,
+            persistent_towards: FastMap::default(),
+            comm_has_local: FastMap::default(),
+        }
+    }
+
+    fn is_local(&self, world: u32) -> bool {
+        self.local.get(world as usize).copied().unwrap_or(false)
+    }
+
+    /// The world rank a call on `comm` names as `peer`, if any.
+    fn peer_world(&self, comm: CommId, peer: i32) -> Option<u32> {
+        let c = self.ctx.ranks.get(self.rank_idx)?.comms.get(&comm)?;
+        usize::try_from(peer)
+            .ok()
+            .and_then(|p| c.members.get(p).copied())
+    }
+
+    pub fn wants(&mut self, event: &Event) -> bool {
+        let Event::Call(c) = event else {
+            return false;
+        };
+        let Some(rank) = self.ctx.ranks.get(self.rank_idx) else {
+            return false;
+        };
+        let class = rank
+            .classes
+            .get(usize::from(c.func))
+            .copied()
+            .unwrap_or(Class::Other);
+        match class {
+            Class::Send | Class::Isend | Class::SendRecv => self
+                .peer_world(c.comm, c.peer)
+                .is_some_and(|w| self.is_local(w)),
+            Class::Deferred(d @ (Deferred::SendInit | Deferred::RecvInit)) => {
+                let towards = d == Deferred::SendInit
+                    && self
+                        .peer_world(c.comm, c.peer)
+                        .is_some_and(|w| self.is_local(w));
+                if towards {
+                    self.persistent_towards.insert(c.request, ());
+                } else {
+                    // A request id freed and made again now names another request.
+                    self.persistent_towards.remove(&c.request);
+                }
+                towards
+            }
+            Class::Deferred(Deferred::Start) => self.persistent_towards.contains_key(&c.request),
+            Class::Collective(_) | Class::Icollective(_) | Class::RelayedIbarrier => {
+                let (ctx, rank_idx, local) = (self.ctx, self.rank_idx, self.local);
+                *self.comm_has_local.entry(c.comm).or_insert_with(|| {
+                    ctx.ranks[rank_idx].comms.get(&c.comm).is_some_and(|comm| {
+                        comm.members
+                            .iter()
+                            .any(|&w| local.get(w as usize).copied().unwrap_or(false))
+                    })
+                })
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A proxy lane as it arrives: each event with its index in the rank's whole lane and the time
+/// the mapping removed before it (so that the sends and entries it carries are named and timed
+/// as in the whole lane).
+pub struct ProxyLane<I> {
+    events: I,
+    index: u64,
+    removed: u64,
+}
+
+impl<I: Iterator<Item = (u64, u64, Event)>> ProxyLane<I> {
+    pub fn new(events: I) -> ProxyLane<I> {
+        ProxyLane {
+            events,
+            index: 0,
+            removed: 0,
+        }
+    }
+}
+
+impl<I: Iterator<Item = (u64, u64, Event)>> Iterator for ProxyLane<I> {
+    type Item = Event;
+    fn next(&mut self) -> Option<Event> {
+        let (index, removed, event) = self.events.next()?;
+        self.index = index;
+        self.removed = removed;
+        Some(event)
+    }
+}
+
+impl<I: Iterator<Item = (u64, u64, Event)>> super::LaneSource for ProxyLane<I> {
+    fn removed_ns(&self) -> u64 {
+        self.removed
+    }
+    fn source_index(&self) -> Option<u64> {
+        Some(self.index)
+    }
+}
+
+/// What a split pass found, over all its processes.
+#[derive(Debug, Default)]
+pub struct SplitPass {
+    pub report: super::HbReport,
+    pub estimates: super::Estimates,
+    /// Each matched message once, shown by the owner of its receiver.
+    pub matches: Vec<super::MessageMatch>,
+}
+
+/// Runs every process's part of a split pass in turn, in this process, from lanes held in
+/// memory: the whole of what an MPI job's processes would do in parallel, each process building
+/// its proxies with a [`ProxyFilter`] per other rank. `owner(world_rank)` names the process of a
+/// rank. The reference the job is checked against; learns with `repair.learn`.
+pub fn run_split_in_turn(
+    ctx: &HbContext,
+    lanes: &[(trace::lanes::LaneId, Vec<Event>)],
+    processes: usize,
+    owner: impl Fn(u32) -> usize,
+    repair: super::Repair,
+) -> SplitPass {
+    type Source = Box<dyn super::LaneSource<Item = Event>>;
+    let world = lanes
+        .iter()
+        .map(|(id, _)| id.rank as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut pass = SplitPass::default();
+    for p in 0..processes {
+        let local: Vec<bool> = (0..world).map(|w| owner(w as u32) == p).collect();
+        let (mut own, mut proxies) = (Vec::new(), Vec::new());
+        for (id, events) in lanes {
+            if local[id.rank as usize] {
+                let source: Source = Box::new(super::Plain(events.clone().into_iter()));
+                own.push((*id, source));
+                continue;
+            }
+            let Some(rank_idx) = ctx.index_of(id.rank) else {
+                continue;
+            };
+            let mut filter = ProxyFilter::new(ctx, rank_idx, &local);
+            let wanted: Vec<(u64, u64, Event)> = (0u64..)
+                .zip(events)
+                .filter(|(_, e)| filter.wants(e))
+                .map(|(k, e)| (k, 0, e.clone()))
+                .collect();
+            let source: Source = Box::new(ProxyLane::new(wanted.into_iter()));
+            proxies.push((*id, source));
+        }
+        let (report, estimates) = super::run_with_proxies(
+            ctx,
+            own,
+            proxies,
+            repair,
+            |_, _| {},
+            |m| pass.matches.push(*m),
+        );
+        pass.report = super::merge_reports(&pass.report, &report);
+        pass.estimates.merge(&estimates);
+    }
+    pass
+}
