@@ -71,7 +71,7 @@ pub fn reconstruct_in_job(
     let Some(j) = job.filter(|j| j.size() > 1) else {
         let metas = scan_with(trace, opts.threads)?;
         prepare_out_dir(trace, out)?;
-        let outputs = create_outputs(trace, out, opts, 0, 1)?;
+        let outputs = create_outputs(trace, out, opts, 0, 1, false)?;
         return reconstruct_rank_zero(trace, out, opts, None, &metas, &outputs, progress).map(Some);
     };
     // Each owner reads its own ranks' metadata; process 0 gathers it and passes every rank's to
@@ -84,7 +84,17 @@ pub fn reconstruct_in_job(
         j.send(p, job::TAG_ALL_METAS, &all)
             .map_err(|e| stop_others(RebuildError::Job(e)))?;
     }
-    let outputs = create_outputs(trace, out, opts, 0, j.size()).map_err(stop_others)?;
+    let split = crate::job::split::splits(&metas, opts.moves_waits(), Some(j));
+    let outputs = match create_outputs(trace, out, opts, 0, j.size(), split) {
+        Ok(outputs) => outputs,
+        Err(e) if split => {
+            // Everyone is already in the split pass: take part as failed, then report.
+            let reason = format!("process 0: {}", pipeline::remote::error_text(&e));
+            crate::job::split::run_process(trace, &metas, Err(reason), j, &mut |_| {})?;
+            return Err(e);
+        }
+        Err(e) => return Err(stop_others(e)),
+    };
     reconstruct_rank_zero(trace, out, opts, job, &metas, &outputs, progress).map(Some)
 }
 
@@ -145,21 +155,42 @@ fn reconstruct_rank_zero(
         .collect();
     let mut encoder = ChunkEncoder::new(opts.zstd_level);
     let mut write_error: Option<RebuildError> = None;
+    let cfg = PassConfig {
+        metas,
+        remove: Some(opts.remove),
+        repair,
+        threads: opts.threads,
+        output: (!opts.moves_waits()).then_some(WorkerOutput {
+            ranks: outputs,
+            chunk_events,
+            zstd_level: opts.zstd_level,
+        }),
+        job,
+        estimates: estimates.as_ref(),
+    };
+    // A job whose pass needs no central matcher: every process matches its own ranks.
+    if let Some(j) = job
+        && crate::job::split::splits(metas, opts.moves_waits(), Some(j))
+    {
+        let cfg = PassConfig { job: None, ..cfg };
+        let pass = crate::job::split::run_process(trace, metas, Ok(cfg), j, &mut |done| {
+            progress(done.min(total), total)
+        })?
+        .ok_or_else(|| RebuildError::Job("process 0 got no result of the split pass".into()))?;
+        return finish_summary(
+            trace,
+            out,
+            opts,
+            metas,
+            &ids,
+            &pass,
+            estimates.as_ref(),
+            progress,
+        );
+    }
     let pass = pipeline::run(
         trace,
-        PassConfig {
-            metas,
-            remove: Some(opts.remove),
-            repair,
-            threads: opts.threads,
-            output: (!opts.moves_waits()).then_some(WorkerOutput {
-                ranks: outputs,
-                chunk_events,
-                zstd_level: opts.zstd_level,
-            }),
-            job,
-            estimates: estimates.as_ref(),
-        },
+        cfg,
         |li, e| {
             if !opts.moves_waits() || write_error.is_some() {
                 return;
@@ -186,11 +217,36 @@ fn reconstruct_rank_zero(
             target.append(&[chunk])?;
         }
     }
+    finish_summary(
+        trace,
+        out,
+        opts,
+        metas,
+        &ids,
+        &pass,
+        estimates.as_ref(),
+        progress,
+    )
+}
+
+/// After the pass: the output's metadata, the summary, and the check after the repair.
+#[allow(clippy::too_many_arguments)]
+fn finish_summary(
+    trace: &Trace,
+    out: &Path,
+    opts: &Options,
+    metas: &[RankMeta],
+    ids: &[trace::lanes::LaneId],
+    pass: &pipeline::PassResult,
+    estimates: Option<&Estimates>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Summary, RebuildError> {
+    let total: u64 = metas.iter().map(|m| m.events).sum();
     progress(total, total);
     write_meta(trace, out, opts)?;
 
-    let mut summary = summarize(trace, out, opts, metas, &ids, &pass);
-    if let Some(e) = &estimates {
+    let mut summary = summarize(trace, out, opts, metas, ids, pass);
+    if let Some(e) = estimates {
         summary.estimates = EstimateSummary::of(e);
     }
     if opts.moves_waits() {

@@ -157,6 +157,105 @@ fn an_mpi_job_writes_what_one_process_writes() {
     }
 }
 
+/// A transport that counts the proxy lanes' messages it delivers.
+struct Counting<'c> {
+    inner: reconstruct::job::threads::ChannelTransport,
+    proxies: &'c std::sync::atomic::AtomicUsize,
+}
+
+impl reconstruct::job::Transport for Counting<'_> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn send(&self, dest: usize, tag: u32, bytes: &[u8]) -> Result<(), String> {
+        self.inner.send(dest, tag, bytes)
+    }
+    fn recv(&self, source: Option<usize>) -> Result<(usize, u32, Vec<u8>), String> {
+        let m = self.inner.recv(source)?;
+        if m.1 == reconstruct::job::TAG_PROXIES {
+            self.proxies
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(m)
+    }
+    fn try_recv(&self) -> Result<Option<(usize, u32, Vec<u8>)>, String> {
+        self.inner.try_recv()
+    }
+}
+
+#[test]
+fn a_job_with_no_central_matcher_writes_what_one_process_writes() {
+    // Single-threaded ranks and nothing repaired: every process matches its own ranks against
+    // proxies of the others' (each sends one message of them to each other), and the files and
+    // the summary must still be those of one process; 8 processes for 6 ranks leaves some with
+    // none.
+    let dir = temp_dir("job-split");
+    let program = ring_program(6, 200, 11);
+    write_trace(&dir, program.world, &program.measured, 13);
+    let trace = Trace::open(&dir).unwrap();
+    let opts = Options {
+        remove: Remove::Both,
+        chunk_events: 29,
+        threads: 2,
+        ..Options::default()
+    };
+    let single = dir.with_extension("single");
+    let mut expected = rebuild::reconstruct(&trace, &single, &opts, &mut |_, _| {}).unwrap();
+    expected.out.clear();
+    assert!(
+        expected.hb.before.messages > 1_000,
+        "{:?}",
+        expected.hb.before
+    );
+    for processes in [2usize, 3, 8] {
+        let out = dir.with_extension(format!("split-{processes}"));
+        let proxies = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = reconstruct::job::threads::connected(processes)
+                .into_iter()
+                .map(|inner| {
+                    let (out, opts, trace, proxies) = (&out, &opts, &trace, &proxies);
+                    scope.spawn(move || {
+                        let t = Counting { inner, proxies };
+                        rebuild::reconstruct_in_job(trace, out, opts, Some(&t), &mut |_, _| {})
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(
+            proxies.into_inner(),
+            processes * (processes - 1),
+            "{processes} processes: the pass did not split"
+        );
+        let mut results = results.into_iter();
+        let mut summary = results
+            .next()
+            .unwrap()
+            .unwrap()
+            .expect("process 0's summary");
+        assert!(results.all(|r| matches!(r, Ok(None))));
+        summary.out.clear();
+        for r in 0..program.world {
+            let name = format::rank_file_name(r, 0);
+            assert!(
+                std::fs::read(out.join(&name)).unwrap()
+                    == std::fs::read(single.join(&name)).unwrap(),
+                "{processes} processes: {name}"
+            );
+        }
+        assert_eq!(
+            serde_json::to_string(&summary).unwrap(),
+            serde_json::to_string(&expected).unwrap(),
+            "{processes} processes"
+        );
+        std::fs::remove_dir_all(out).unwrap();
+    }
+}
+
 #[test]
 fn a_damaged_trace_reads_the_same_in_a_job_as_in_one_process() {
     // A flipped byte in rank 4's file: the owner that reads it must report the same skipped range

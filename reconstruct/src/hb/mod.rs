@@ -101,7 +101,7 @@ pub struct MessageMatch {
     pub recv_end: u64,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HbReport {
     pub messages: u64,
     /// PSCW epochs paired: one per origin named by a target's `Win_wait` (or true `Win_test`)
@@ -209,16 +209,6 @@ pub trait LaneSource: Iterator<Item = Event> {
     /// a lane's events (those that matter to matching); `None`: every event, counted here.
     fn source_index(&self) -> Option<u64> {
         None
-    }
-}
-
-/// Lanes of different kinds in one pass (a split pass's own lanes and proxies).
-impl<S: LaneSource + ?Sized> LaneSource for Box<S> {
-    fn removed_ns(&self) -> u64 {
-        (**self).removed_ns()
-    }
-    fn source_index(&self) -> Option<u64> {
-        (**self).source_index()
     }
 }
 
@@ -529,10 +519,10 @@ pub fn run_learning<I: LaneSource>(
 /// counts what the owned ranks received and exited, so the processes' reports add up to the
 /// report of [`run_learning`] over every lane; `on_event` sees the owned lanes only (indexed as
 /// in `lanes`), `on_match` each message received by an owned rank.
-pub fn run_with_proxies<I: LaneSource>(
+pub fn run_with_proxies<I: LaneSource, P: LaneSource>(
     ctx: &HbContext,
     lanes: Vec<(LaneId, I)>,
-    proxies: Vec<(LaneId, I)>,
+    proxies: Vec<(LaneId, P)>,
     repair: Repair,
     on_event: impl FnMut(usize, &Event),
     on_match: impl FnMut(&MessageMatch),
@@ -545,10 +535,46 @@ pub fn run_with_proxies<I: LaneSource>(
     };
     let all = lanes
         .into_iter()
-        .map(|(id, src)| (id, src, false))
-        .chain(proxies.into_iter().map(|(id, src)| (id, src, true)))
+        .map(|(id, src)| (id, OwnOrProxy::Own(src), false))
+        .chain(
+            proxies
+                .into_iter()
+                .map(|(id, src)| (id, OwnOrProxy::Proxy(src), true)),
+        )
         .collect();
     run_lanes(ctx, all, repair, on_event, on_match)
+}
+
+/// The two kinds of lane of a split pass, without a virtual call per event.
+enum OwnOrProxy<I, P> {
+    Own(I),
+    Proxy(P),
+}
+
+impl<I: LaneSource, P: LaneSource> Iterator for OwnOrProxy<I, P> {
+    type Item = Event;
+    #[inline]
+    fn next(&mut self) -> Option<Event> {
+        match self {
+            OwnOrProxy::Own(s) => s.next(),
+            OwnOrProxy::Proxy(s) => s.next(),
+        }
+    }
+}
+
+impl<I: LaneSource, P: LaneSource> LaneSource for OwnOrProxy<I, P> {
+    fn removed_ns(&self) -> u64 {
+        match self {
+            OwnOrProxy::Own(s) => s.removed_ns(),
+            OwnOrProxy::Proxy(s) => s.removed_ns(),
+        }
+    }
+    fn source_index(&self) -> Option<u64> {
+        match self {
+            OwnOrProxy::Own(s) => s.source_index(),
+            OwnOrProxy::Proxy(s) => s.source_index(),
+        }
+    }
 }
 
 /// Adds up the reports of the processes of a split pass.

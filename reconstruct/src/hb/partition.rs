@@ -180,7 +180,6 @@ pub fn run_split_in_turn(
     owner: impl Fn(u32) -> usize,
     repair: super::Repair,
 ) -> SplitPass {
-    type Source = Box<dyn super::LaneSource<Item = Event>>;
     let world = lanes
         .iter()
         .map(|(id, _)| id.rank as usize + 1)
@@ -192,8 +191,7 @@ pub fn run_split_in_turn(
         let (mut own, mut proxies) = (Vec::new(), Vec::new());
         for (id, events) in lanes {
             if local[id.rank as usize] {
-                let source: Source = Box::new(super::Plain(events.clone().into_iter()));
-                own.push((*id, source));
+                own.push((*id, super::Plain(events.clone().into_iter())));
                 continue;
             }
             let Some(rank_idx) = ctx.index_of(id.rank) else {
@@ -205,8 +203,7 @@ pub fn run_split_in_turn(
                 .filter(|(_, e)| filter.wants(e))
                 .map(|(k, e)| (k, 0, e.clone()))
                 .collect();
-            let source: Source = Box::new(ProxyLane::new(wanted.into_iter()));
-            proxies.push((*id, source));
+            proxies.push((*id, ProxyLane::new(wanted.into_iter())));
         }
         let (report, estimates) = super::run_with_proxies(
             ctx,

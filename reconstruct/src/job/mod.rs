@@ -1,5 +1,7 @@
 //! `mpirun -np N evenflush reconstruct`: the reconstruction split over the processes of an MPI
-//! job. Each process owns a contiguous block of the trace's ranks ([`owner_of`]), reads their
+//! job. When nothing is repaired and the trace allows it, no process matches for the others:
+//! every process matches its own ranks against proxy lanes of the others' ([`split`]). Otherwise,
+//! as follows. Each process owns a contiguous block of the trace's ranks ([`owner_of`]), reads their
 //! metadata, and does for them what a worker thread does in one process (decode every chunk once,
 //! map its times, encode and write the rank's output). Process 0 also runs the matcher and writes
 //! the summary; what matching needs of a rank it does not own (its communication calls, or every
@@ -62,6 +64,12 @@ pub(crate) const TAG_MARKS: u32 = 4;
 pub(crate) const TAG_FAILED: u32 = 5;
 pub(crate) const TAG_METAS: u32 = 6;
 pub(crate) const TAG_ALL_METAS: u32 = 7;
+/// A pass without a central matcher ([`split`]): proxy lanes for the receiver, then each
+/// process's result for process 0.
+pub const TAG_PROXIES: u32 = 8;
+pub(crate) const TAG_SPLIT_DONE: u32 = 9;
+
+pub(crate) mod split;
 
 /// The process that owns the rank at `rank_idx` of `ranks`: contiguous blocks, so neighbours (who
 /// talk most) share a process and each process's output files are next to each other. Process 0
@@ -425,6 +433,27 @@ pub(crate) fn decode_marks(bytes: &[u8]) -> Result<Vec<(u32, LaneMarks)>, String
     }
     c.end()?;
     Ok(out)
+}
+
+/// A process's part of a split pass, for process 0: its lanes' marks and its report.
+pub(crate) fn encode_split_done(
+    marks: &[(u32, LaneMarks)],
+    report: &crate::hb::HbReport,
+) -> Vec<u8> {
+    let mut w = Wire(Vec::new());
+    w.bytes(&encode_marks(marks));
+    w.bytes(&serde_json::to_vec(report).unwrap_or_default());
+    w.0
+}
+
+pub(crate) fn decode_split_done(
+    bytes: &[u8],
+) -> Result<(Vec<(u32, LaneMarks)>, crate::hb::HbReport), String> {
+    let mut c = Cursor { bytes, pos: 0 };
+    let marks = decode_marks(c.bytes()?)?;
+    let report = serde_json::from_slice(c.bytes()?).map_err(|e| format!("report: {e}"))?;
+    c.end()?;
+    Ok((marks, report))
 }
 
 /// A [`Transport`] between threads of one process, one per simulated process: lets tests run the

@@ -23,10 +23,13 @@ pub(crate) fn create_outputs(
     opts: &Options,
     me: usize,
     processes: usize,
+    split: bool,
 ) -> Result<Vec<RankOutput>, RebuildError> {
     let writes_rank = |i: usize| {
         if opts.moves_waits() {
             me == 0
+        } else if split {
+            job::split::split_owner_of(i, trace.ranks.len(), processes) == me
         } else {
             job::owner_of(i, trace.ranks.len(), processes) == me
         }
@@ -194,17 +197,47 @@ pub(crate) fn serve_as_owner(
             )));
         }
     };
-    let prepared = metas.map_err(RebuildError::Job).and_then(|metas| {
-        let outputs = create_outputs(trace, out, opts, job.rank(), job.size())?;
-        Ok((metas, outputs))
+    let split = match &metas {
+        Ok(metas) => job::split::splits(metas, opts.moves_waits(), Some(job)),
+        Err(_) => false,
+    };
+    let prepared = metas.map_err(RebuildError::Job).map(|metas| {
+        let outputs = create_outputs(trace, out, opts, job.rank(), job.size(), split);
+        (metas, outputs)
     });
     let (metas, outputs) = match prepared {
-        Ok(p) => p,
-        Err(e) => {
+        Ok((metas, Err(e))) if split => {
+            // The split pass has no process 0 to ask: take part as failed.
+            let reason = format!(
+                "process {}: {}",
+                job.rank(),
+                pipeline::remote::error_text(&e)
+            );
+            return job::split::run_process(trace, &metas, Err(reason), job, &mut |_| {})
+                .map(|_| ());
+        }
+        Ok((metas, Ok(outputs))) => (metas, outputs),
+        Ok((_, Err(e))) | Err(e) => {
             return pipeline::remote::serve_failed(job, &pipeline::remote::error_text(&e), false);
         }
     };
     let ids = pipeline::lane_ids(&metas);
+    if split {
+        let cfg = PassConfig {
+            metas: &metas,
+            remove: Some(opts.remove),
+            repair: opts.repair(),
+            threads: opts.threads,
+            output: Some(WorkerOutput {
+                ranks: &outputs,
+                chunk_events: output_chunk_events(opts, ids.len()),
+                zstd_level: opts.zstd_level,
+            }),
+            job: None,
+            estimates: None,
+        };
+        return job::split::run_process(trace, &metas, Ok(cfg), job, &mut |_| {}).map(|_| ());
+    }
     pipeline::remote::serve(
         trace,
         PassConfig {

@@ -21,7 +21,8 @@
 //!
 //! Here: the pass's configuration, its inputs and [`run`], with the matcher's side of the queues;
 //! [`steps`]: what one step of a rank does, and the workers that take them; [`remote`]: the ranks
-//! another process of an MPI job steps, from both sides.
+//! another process of an MPI job steps, from both sides; [`split`]: a job's pass where every
+//! process matches its own ranks (no central matcher).
 
 use std::cell::RefCell;
 use std::sync::{Mutex, MutexGuard};
@@ -39,6 +40,7 @@ use trace::definitions::RankMeta;
 use trace::lanes::{LaneId, OpenRank};
 
 pub(crate) mod remote;
+pub(crate) mod split;
 mod steps;
 
 use remote::{JobLocal, finish_job};

@@ -1,0 +1,223 @@
+//! The job's pass with no central matcher (`crate::pipeline::split`, `crate::hb::partition`),
+//! used when nothing is repaired and the trace can be split ([`HbContext::unsplittable`]). After
+//! the metadata exchange every process, 0 included:
+//! 1. makes the proxy lanes of its ranks for each other process and sends them (`PROXIES`), or
+//!    `FAILED` with the reason, to every other process;
+//! 2. receives every other process's (each process hears from every other, so all agree whether
+//!    the pass goes on);
+//! 3. steps, writes and matches its own ranks against the proxies;
+//! 4. sends process 0 its lanes' marks and its report (`SPLIT_DONE`), or `FAILED`.
+//!
+//! Process 0 adds the reports up: the output and the summary are those of one process.
+//! No message waits for one that may not come: every process sends before it receives, and sends
+//! to everyone whatever happened to it.
+
+use crate::hb::{self, HbContext};
+use crate::job::{self, LaneBatch, StepMessage, Transport};
+use crate::options::RebuildError;
+use crate::pipeline::split::{Owners, ProxyEvents, make_proxies, run_split};
+use crate::pipeline::{PassConfig, PassResult, lane_ids};
+use trace::Trace;
+use trace::definitions::RankMeta;
+
+/// Whether a job's pass runs split: nothing repaired, and nothing the split cannot follow.
+pub(crate) fn splits(metas: &[RankMeta], moves_waits: bool, job: Option<&dyn Transport>) -> bool {
+    !moves_waits && job.is_some_and(|j| j.size() > 1) && HbContext::unsplittable(metas).is_none()
+}
+
+/// The process that owns a rank in a split pass: contiguous blocks of equal size (every
+/// process matches its own).
+pub fn split_owner_of(rank_idx: usize, ranks: usize, processes: usize) -> usize {
+    if ranks == 0 || processes <= 1 {
+        return 0;
+    }
+    (rank_idx * processes / ranks).min(processes - 1)
+}
+
+fn proxies_message(lanes: Vec<(usize, ProxyEvents)>, me: usize) -> StepMessage {
+    StepMessage {
+        rank_idx: me as u32,
+        events_read: 0,
+        lanes: lanes
+            .into_iter()
+            .map(|(lane, events)| {
+                let mut batch = LaneBatch {
+                    lane: lane as u32,
+                    finished: true,
+                    ..LaneBatch::default()
+                };
+                for (index, removed, event) in events {
+                    batch.indices.push(index);
+                    batch.removed.push(removed);
+                    batch.events.push(event);
+                }
+                batch
+            })
+            .collect(),
+    }
+}
+
+/// One process's part (see the module docs). Process 0 returns the pass's result over every
+/// process, the others `None`.
+///
+/// A process that failed before the pass (`Err(reason)`) still takes part, as failed, so that
+/// nobody waits for it.
+pub(crate) fn run_process(
+    trace: &Trace,
+    metas: &[RankMeta],
+    cfg: Result<PassConfig<'_>, String>,
+    job: &dyn Transport,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Option<PassResult>, RebuildError> {
+    let (me, size) = (job.rank(), job.size());
+    let by_rank_idx: Vec<usize> = (0..metas.len())
+        .map(|i| split_owner_of(i, metas.len(), size))
+        .collect();
+    let owners = Owners {
+        by_rank_idx: &by_rank_idx,
+        me,
+        processes: size,
+    };
+    let made = match &cfg {
+        Ok(cfg) => {
+            let proxy_cfg = PassConfig {
+                metas,
+                remove: cfg.remove,
+                repair: cfg.repair,
+                threads: cfg.threads,
+                output: None,
+                job: None,
+                estimates: None,
+            };
+            make_proxies(trace, proxy_cfg, &owners)
+                .map_err(|e| format!("process {me}: {}", crate::pipeline::remote::error_text(&e)))
+        }
+        Err(reason) => Err(reason.clone()),
+    };
+    let mut failure: Option<String> = None;
+    match made {
+        Ok(per_process) => {
+            for (q, lanes) in per_process.into_iter().enumerate() {
+                if q != me {
+                    job.send_later(q, job::TAG_PROXIES, proxies_message(lanes, me).encode())
+                        .map_err(RebuildError::Job)?;
+                }
+            }
+        }
+        Err(reason) => {
+            for q in (0..size).filter(|&q| q != me) {
+                job.send(q, job::TAG_FAILED, reason.as_bytes())
+                    .map_err(RebuildError::Job)?;
+            }
+            failure = Some(reason);
+        }
+    }
+    let mut proxies = Vec::new();
+    for q in (0..size).filter(|&q| q != me) {
+        let (_, tag, bytes) = job.recv(Some(q)).map_err(RebuildError::Job)?;
+        match tag {
+            job::TAG_PROXIES => match StepMessage::decode(&bytes) {
+                Ok(msg) => proxies.extend(msg.lanes.into_iter().map(|b| {
+                    let events = b
+                        .indices
+                        .into_iter()
+                        .zip(b.removed)
+                        .zip(b.events)
+                        .map(|((i, r), e)| (i, r, e))
+                        .collect::<ProxyEvents>();
+                    (b.lane as usize, events)
+                })),
+                Err(e) => {
+                    failure.get_or_insert(format!("process {q}'s proxies: {e}"));
+                }
+            },
+            job::TAG_FAILED => {
+                failure.get_or_insert(String::from_utf8_lossy(&bytes).into_owned());
+            }
+            other => {
+                failure.get_or_insert(format!(
+                    "process {q} sent an unexpected message (tag {other})"
+                ));
+            }
+        }
+    }
+    job.complete_sends().map_err(RebuildError::Job)?;
+    let mine = match (failure, cfg) {
+        (Some(reason), _) | (None, Err(reason)) => Err(reason),
+        (None, Ok(cfg)) => run_split(trace, cfg, &owners, proxies, progress)
+            .map_err(|e| format!("process {me}: {}", crate::pipeline::remote::error_text(&e))),
+    };
+    if me != 0 {
+        match &mine {
+            Ok(pass) => {
+                let marks: Vec<(u32, crate::mapping::LaneMarks)> =
+                    own_marks(metas, &by_rank_idx, me, pass);
+                job.send(
+                    0,
+                    job::TAG_SPLIT_DONE,
+                    &job::encode_split_done(&marks, &pass.report),
+                )
+                .map_err(RebuildError::Job)?;
+            }
+            Err(reason) => {
+                job.send(0, job::TAG_FAILED, reason.as_bytes())
+                    .map_err(RebuildError::Job)?;
+            }
+        }
+        return Ok(None);
+    }
+    // Process 0: everyone's part, whatever its own came to.
+    let mut first_error = mine.as_ref().err().cloned();
+    let mut all = mine.ok();
+    for q in 1..size {
+        let (_, tag, bytes) = job.recv(Some(q)).map_err(RebuildError::Job)?;
+        match (tag, all.as_mut()) {
+            (job::TAG_SPLIT_DONE, Some(pass)) => match job::decode_split_done(&bytes) {
+                Ok((marks, report)) => {
+                    pass.report = hb::merge_reports(&pass.report, &report);
+                    for (lane, m) in marks {
+                        if let Some(slot) = pass.marks.get_mut(lane as usize) {
+                            *slot = m;
+                        }
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(format!("process {q}: {e}"));
+                }
+            },
+            (job::TAG_SPLIT_DONE, None) => {}
+            (job::TAG_FAILED, _) => {
+                first_error.get_or_insert(String::from_utf8_lossy(&bytes).into_owned());
+            }
+            (other, _) => {
+                first_error.get_or_insert(format!(
+                    "process {q} sent an unexpected message (tag {other})"
+                ));
+            }
+        }
+    }
+    match first_error {
+        Some(reason) => Err(RebuildError::Job(reason)),
+        None => Ok(all),
+    }
+}
+
+/// The marks of the lanes of the ranks process `me` owns, by lane number.
+fn own_marks(
+    metas: &[RankMeta],
+    by_rank_idx: &[usize],
+    me: usize,
+    pass: &PassResult,
+) -> Vec<(u32, crate::mapping::LaneMarks)> {
+    lane_ids(metas)
+        .iter()
+        .enumerate()
+        .filter(|(_, id)| {
+            metas
+                .iter()
+                .position(|m| m.rank == id.rank)
+                .is_some_and(|i| by_rank_idx[i] == me)
+        })
+        .map(|(lane, _)| (lane as u32, pass.marks[lane]))
+        .collect()
+}
