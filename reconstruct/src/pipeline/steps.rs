@@ -23,7 +23,7 @@ pub(super) struct LaneWork<'a> {
     walk: ChunkWalk<'a>,
     /// The chunk being read: a step takes at most [`STEP_EVENTS`] of its events, so what waits
     /// for the matcher stays small while the chunk itself stays in its compact decoded form.
-    current: Option<ChunkIntoEvents>,
+    current: Option<ChunkIntoEvents<'a>>,
     pub(super) mapper: LaneMapper<'a>,
     next_index: u64,
     out: Option<LaneOut>,
