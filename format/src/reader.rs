@@ -191,6 +191,9 @@ enum Body<'a> {
     Blocks {
         stored: &'a [u8],
         blocks: Vec<BlockEntry>,
+        /// Block 0 decompressed when it was checked, kept for its events (read next, nearly
+        /// always) rather than decompressed again; empty if block 0 is stored as is.
+        first: Vec<u8>,
     },
 }
 
@@ -223,10 +226,21 @@ impl Body<'_> {
     fn load(&self, block: usize, buf: &mut Vec<u8>) -> bool {
         match self {
             Body::Whole { .. } => true,
-            Body::Blocks { stored, blocks } => {
+            Body::Blocks {
+                stored,
+                blocks,
+                first,
+            } => {
                 let b = &blocks[block];
-                b.stored.len() == b.raw_len
-                    || decompress_into(&stored[b.stored.clone()], b.raw_len as u64, buf).is_ok()
+                if b.stored.len() == b.raw_len {
+                    return true;
+                }
+                if block == 0 && !first.is_empty() {
+                    buf.clear();
+                    buf.extend_from_slice(first);
+                    return true;
+                }
+                decompress_into(&stored[b.stored.clone()], b.raw_len as u64, buf).is_ok()
             }
         }
     }
@@ -236,7 +250,7 @@ impl Body<'_> {
     fn payload<'s>(&'s self, block: usize, buf: &'s [u8]) -> &'s [u8] {
         match self {
             Body::Whole { payload, .. } => payload,
-            Body::Blocks { stored, blocks } => {
+            Body::Blocks { stored, blocks, .. } => {
                 let b = &blocks[block];
                 if b.stored.len() == b.raw_len {
                     &stored[b.stored.clone()]
@@ -254,6 +268,8 @@ struct Stepper<C> {
     block: usize,
     loaded: bool,
     buf: Vec<u8>,
+    /// `buf` holds block 0 already.
+    preloaded: bool,
     cursor: Option<C>,
 }
 
@@ -263,6 +279,7 @@ impl<C: Cursor> Stepper<C> {
             block: 0,
             loaded: false,
             buf: Vec::new(),
+            preloaded: false,
             cursor: None,
         }
     }
@@ -289,7 +306,8 @@ impl<C: Cursor> Stepper<C> {
                 self.block += 1;
                 continue;
             }
-            if !body.load(self.block, &mut self.buf) {
+            let preloaded = self.block == 0 && std::mem::take(&mut self.preloaded);
+            if !preloaded && !body.load(self.block, &mut self.buf) {
                 return None;
             }
             match &mut self.cursor {
@@ -334,10 +352,16 @@ impl<'a> Chunk<'a> {
     }
 
     /// The chunk's events, owning the chunk.
-    pub fn into_events(self) -> ChunkIntoEvents<'a> {
+    pub fn into_events(mut self) -> ChunkIntoEvents<'a> {
+        let mut stepper = Stepper::new();
+        // Block 0's bytes move to the walk, which holds them while they are read and no longer.
+        if let Body::Blocks { first, .. } = &mut self.body {
+            stepper.buf = std::mem::take(first);
+            stepper.preloaded = !stepper.buf.is_empty();
+        }
         ChunkIntoEvents {
             chunk: self,
-            stepper: Stepper::new(),
+            stepper,
         }
     }
 }
@@ -666,9 +690,10 @@ impl<'a> ChunkReader<'a> {
         };
         let body = if h.version >= CHUNK_BLOCKS_VERSION {
             match read_blocks(stored_payload, &h) {
-                Ok(blocks) => Body::Blocks {
+                Ok((blocks, first)) => Body::Blocks {
                     stored: stored_payload,
                     blocks,
+                    first,
                 },
                 Err(reason) => return self.fail(bad_payload(reason)),
             }
@@ -704,7 +729,7 @@ impl<'a> ChunkReader<'a> {
 /// against the header's lengths and event count, then every block, decompressed one at a time
 /// into one buffer and checked as a columns v1 payload. Nothing but the directory and each
 /// block's column offsets is kept: the events are decoded again, block by block, when read.
-fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<Vec<BlockEntry>, String> {
+fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<(Vec<BlockEntry>, Vec<u8>), String> {
     let mut pos = 0;
     let count = get_u64(stored, &mut pos).ok_or("bad block directory")?;
     if count > h.events {
@@ -748,6 +773,7 @@ fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<Vec<BlockEntry>, String
     // MAX_RAW_LEN by the caller), so the conversions below are exact.
     let mut blocks = Vec::with_capacity(directory.len());
     let mut scratch = Vec::new();
+    let mut first = Vec::new();
     for (k, &(e, r, s)) in directory.iter().enumerate() {
         let range = pos..pos + s as usize;
         pos = range.end;
@@ -755,8 +781,9 @@ fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<Vec<BlockEntry>, String
         let payload = if r == s {
             bytes
         } else {
-            decompress_into(bytes, r, &mut scratch).map_err(|m| format!("block {k}: {m}"))?;
-            &scratch[..]
+            let into = if k == 0 { &mut first } else { &mut scratch };
+            decompress_into(bytes, r, into).map_err(|m| format!("block {k}: {m}"))?;
+            &into[..]
         };
         let columns =
             split_columns(payload, e, h.version).map_err(|m| format!("block {k}: {m}"))?;
@@ -766,7 +793,7 @@ fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<Vec<BlockEntry>, String
             columns,
         });
     }
-    Ok(blocks)
+    Ok((blocks, first))
 }
 
 /// Decompresses one zstd frame of `raw_len` bytes into `out` (replacing what it held).
