@@ -270,13 +270,22 @@ struct GroupCursor {
     before: usize,
     /// Values of this group seen.
     seen: usize,
+    /// `before` plus the current block's count when last looked up: below it, the next value is
+    /// in the current block without looking (a count only grows).
+    end: usize,
 }
 
 impl GroupCursor {
     /// The block of the next value of this group, given each block's count of the group's
     /// values; true when it is another block than the last value's.
-    #[inline]
+    #[inline(always)]
     fn advance(&mut self, count: impl Fn(usize) -> usize) -> (usize, bool) {
+        if let Some(b) = self.block
+            && self.seen < self.end
+        {
+            self.seen += 1;
+            return (b, false);
+        }
         let (mut block, mut moved) = match self.block {
             Some(b) => (b, false),
             None => (0, true),
@@ -287,22 +296,56 @@ impl GroupCursor {
             moved = true;
         }
         self.block = Some(block);
+        self.end = self.before + count(block);
         self.seen += 1;
         (block, moved)
     }
 }
 
-/// Splits a run of kinds at block boundaries (`block_events` events a block, counting from
-/// `events` already seen); calls `f(block, kinds)` for each part.
-#[inline]
-fn split_kinds(events: usize, block_events: usize, kinds: &[u8], mut f: impl FnMut(usize, &[u8])) {
-    let mut at = events;
-    let mut rest = kinds;
-    while !rest.is_empty() {
-        let take = (block_events - at % block_events).min(rest.len());
-        f(at / block_events, &rest[..take]);
-        at += take;
-        rest = &rest[take..];
+/// Where the next kind goes: its block and its place in the block. Counted, not divided out of
+/// the event index: a buffer may show its kinds one at a time, and a division per event would
+/// cost the recorder's flush more than the rest of the kind's handling.
+#[derive(Clone, Copy)]
+struct KindCursor {
+    block_events: usize,
+    block: usize,
+    filled: usize,
+}
+
+impl KindCursor {
+    fn new(block_events: usize) -> Self {
+        KindCursor {
+            block_events,
+            block: 0,
+            filled: 0,
+        }
+    }
+
+    /// The block and place of one more kind, if it goes in the current block (not the first
+    /// kind of a block).
+    #[inline(always)]
+    fn one_more(&mut self) -> Option<(usize, usize)> {
+        if self.filled == 0 || self.filled == self.block_events {
+            return None;
+        }
+        self.filled += 1;
+        Some((self.block, self.filled - 1))
+    }
+
+    /// Splits a run of kinds at block boundaries: `f(block, place in the block, kinds)` per part.
+    #[inline]
+    fn split(&mut self, kinds: &[u8], mut f: impl FnMut(usize, usize, &[u8])) {
+        let mut rest = kinds;
+        while !rest.is_empty() {
+            if self.filled == self.block_events {
+                self.block += 1;
+                self.filled = 0;
+            }
+            let take = (self.block_events - self.filled).min(rest.len());
+            f(self.block, self.filled, &rest[..take]);
+            self.filled += take;
+            rest = &rest[take..];
+        }
     }
 }
 
@@ -310,7 +353,7 @@ fn split_kinds(events: usize, block_events: usize, kinds: &[u8], mut f: impl FnM
 /// times are stored against it), and the chunk's time range.
 struct Surveyor {
     blocks: Vec<Survey>,
-    block_events: usize,
+    kinds: KindCursor,
     events: usize,
     calls: GroupCursor,
     completions: GroupCursor,
@@ -329,10 +372,24 @@ impl Surveyor {
 }
 
 impl EventVisitor for Surveyor {
-    #[inline]
+    #[inline(always)]
     fn kinds(&mut self, kinds: &[u8]) {
+        // One kind at a time (a `RawBuf`): the common case, without the split's loop.
+        if let [kind] = kinds
+            && let Some((b, _)) = self.kinds.one_more()
+        {
+            let s = &mut self.blocks[b];
+            s.events += 1;
+            match *kind {
+                KIND_CALL => s.calls += 1,
+                KIND_COMPLETION | KIND_COMPLETION_CANCELLED => s.completions += 1,
+                _ => s.misc += 1,
+            }
+            self.events += 1;
+            return;
+        }
         let blocks = &mut self.blocks;
-        split_kinds(self.events, self.block_events, kinds, |b, part| {
+        self.kinds.split(kinds, |b, _, part| {
             if b == blocks.len() {
                 blocks.push(Survey::default());
             }
@@ -351,7 +408,7 @@ impl EventVisitor for Surveyor {
         self.events += kinds.len();
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, c: &MpiCall) {
         let blocks = &self.blocks;
         let (b, moved) = self.calls.advance(|b| blocks[b].calls);
@@ -368,7 +425,7 @@ impl EventVisitor for Surveyor {
         self.note(c.start.min(c.end), c.start.max(c.end));
     }
 
-    #[inline]
+    #[inline(always)]
     fn completion(&mut self, c: &Completion) {
         let blocks = &self.blocks;
         let (b, _) = self.completions.advance(|b| blocks[b].completions);
@@ -380,7 +437,7 @@ impl EventVisitor for Surveyor {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn misc(&mut self, kind: u8, body: &[u8]) {
         let blocks = &self.blocks;
         let (b, _) = self.misc.advance(|b| blocks[b].misc);
@@ -408,8 +465,7 @@ struct PayloadWriter<'a> {
     batches: &'a mut Batches,
     blocks: &'a [Survey],
     layouts: &'a [Layout],
-    block_events: usize,
-    events: usize,
+    kinds: KindCursor,
     calls: GroupCursor,
     completions: GroupCursor,
     misc: GroupCursor,
@@ -418,20 +474,22 @@ struct PayloadWriter<'a> {
 }
 
 impl EventVisitor for PayloadWriter<'_> {
-    #[inline]
+    #[inline(always)]
     fn kinds(&mut self, kinds: &[u8]) {
-        let (payload, layouts, block_events) =
-            (&mut *self.payload, self.layouts, self.block_events);
-        let mut at_event = self.events;
-        split_kinds(self.events, block_events, kinds, |b, part| {
-            let at = layouts[b].starts[COL_KIND] + at_event % block_events;
+        let (payload, layouts) = (&mut *self.payload, self.layouts);
+        if let [kind] = kinds
+            && let Some((b, place)) = self.kinds.one_more()
+        {
+            payload[layouts[b].starts[COL_KIND] + place] = *kind;
+            return;
+        }
+        self.kinds.split(kinds, |b, place, part| {
+            let at = layouts[b].starts[COL_KIND] + place;
             payload[at..at + part.len()].copy_from_slice(part);
-            at_event += part.len();
         });
-        self.events += kinds.len();
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, c: &MpiCall) {
         let blocks = self.blocks;
         let (b, moved) = self.calls.advance(|b| blocks[b].calls);
@@ -451,7 +509,7 @@ impl EventVisitor for PayloadWriter<'_> {
         self.prev_end = c.end;
     }
 
-    #[inline]
+    #[inline(always)]
     fn completion(&mut self, c: &Completion) {
         let blocks = self.blocks;
         let (b, moved) = self.completions.advance(|b| blocks[b].completions);
@@ -469,7 +527,7 @@ impl EventVisitor for PayloadWriter<'_> {
             .push(self.payload, &completion_values(c));
     }
 
-    #[inline]
+    #[inline(always)]
     fn misc(&mut self, _kind: u8, body: &[u8]) {
         let blocks = self.blocks;
         let (b, moved) = self.misc.advance(|b| blocks[b].misc);
@@ -590,7 +648,7 @@ impl ChunkEncoder {
     ) -> EncodedChunk {
         let mut surveyor = Surveyor {
             blocks: Vec::new(),
-            block_events: self.block_events,
+            kinds: KindCursor::new(self.block_events),
             events: 0,
             calls: GroupCursor::default(),
             completions: GroupCursor::default(),
@@ -617,8 +675,7 @@ impl ChunkEncoder {
                 .get_or_insert_with(|| Box::new(Batches::default())),
             blocks: &blocks,
             layouts: &layouts,
-            block_events: self.block_events,
-            events: 0,
+            kinds: KindCursor::new(self.block_events),
             calls: GroupCursor::default(),
             completions: GroupCursor::default(),
             misc: GroupCursor::default(),
