@@ -50,6 +50,8 @@ const MAX_KIND_BY_VERSION: [u8; CHUNK_VERSION as usize] = [
     KIND_CALL_SITE,
     KIND_EPOCH_GROUP,
     KIND_COMM_ORIGIN,
+    // Version 9 cut the payload into blocks and added no kind.
+    KIND_COMM_ORIGIN,
 ];
 
 /// The highest event kind a chunk of `version` may hold; `None` for a version this crate does not

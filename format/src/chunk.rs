@@ -4,7 +4,9 @@
 //!
 //! The payload is columnar (see FORMAT.md "Payload: columns v1"): a kind byte per event, one
 //! column per numeric field stored as byte planes (call start times as zigzag deltas from the
-//! previous call's end), misc bodies in their own column, then zstd over the whole payload.
+//! previous call's end), misc bodies in their own column. Since chunk version 9 the events are cut
+//! into blocks of [`encode::BLOCK_EVENTS`], each laid out so and compressed on its own, behind a
+//! block directory (FORMAT.md "Payload: blocks"), so a reader holds one block's bytes at a time.
 //! FORMAT.md's "Design choices" section has the measurements this layout was chosen by.
 //!
 //! - [`columns`]: the column layout both sides share;

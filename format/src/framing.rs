@@ -230,8 +230,10 @@ pub const CHUNK_MAGIC: [u8; 4] = *b"EVFC";
 /// kinds `RankInfo` (12) and `Writer` (13) to version 1's layout, version 3 `RemoteGroup` (14) and
 /// `WinDef` (15), version 4 `Memory` (16) and `Threshold` (17), version 5 `Polls` (18), version 6
 /// the call columns of receive bytes and call sites and kind 19 (`CallSite`), version 7 kind 20
-/// (`EpochGroup`), version 8 kind 21 (`CommOrigin`).
-pub const CHUNK_VERSION: u16 = 8;
+/// (`EpochGroup`), version 8 kind 21 (`CommOrigin`), version 9 the payload cut into blocks.
+pub const CHUNK_VERSION: u16 = 9;
+/// The first chunk version whose payload is a sequence of blocks (FORMAT.md "Payload: blocks").
+pub const CHUNK_BLOCKS_VERSION: u16 = 9;
 /// The oldest chunk version this crate still reads (FORMAT.md "Versioning").
 pub const CHUNK_MIN_VERSION: u16 = 1;
 /// Bytes of a chunk header.

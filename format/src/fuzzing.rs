@@ -360,6 +360,11 @@ pub fn seed_corpus() -> Vec<(String, Vec<u8>)> {
     two.extend(encoded(&[], Some(1)).bytes);
     seeds.push(("valid-chunks-zstd.bin".into(), two));
     seeds.push(("valid-chunk-stored.bin".into(), stored.bytes.clone()));
+    // Many small blocks, one of them stored as is among compressed ones when zstd cannot shrink it.
+    let blocks = ChunkEncoder::new(3)
+        .with_block_events(7)
+        .encode(0, 0, 0, &raw_of(&all));
+    seeds.push(("valid-chunk-blocks.bin".into(), blocks.bytes));
 
     // A rank file: header, then two chunks.
     let mut w = RankFileWriter::new(Vec::new(), &file_header(3)).unwrap();
@@ -429,11 +434,27 @@ pub fn seed_corpus() -> Vec<(String, Vec<u8>)> {
         edit_header(latest.bytes.clone(), |h| h.raw_len = u64::MAX),
     ));
     let payload = stored.bytes[CHUNK_HEADER_LEN..].to_vec();
+    // The one block's columns payload starts after the block directory.
+    let block = block_start(&payload);
     seeds.push((
         "malformed-column-count.bin".into(),
         with_payload(&stored.bytes, {
             let mut p = payload.clone();
-            p[0] = p[0].wrapping_add(1);
+            p[block] = p[block].wrapping_add(1);
+            p
+        }),
+    ));
+    seeds.push((
+        "malformed-block-events.bin".into(),
+        with_payload(&stored.bytes, {
+            // One event moved from the block to a second, empty-handed block entry.
+            let mut p = vec![2];
+            let mut pos = 1;
+            let events = crate::varint::get_u64(&payload, &mut pos).unwrap_or(0);
+            crate::varint::put_u64(&mut p, events - 1);
+            p.extend_from_slice(&payload[pos..block]);
+            p.extend([1, 0, 0]);
+            p.extend_from_slice(&payload[block..]);
             p
         }),
     ));
@@ -451,9 +472,17 @@ pub fn seed_corpus() -> Vec<(String, Vec<u8>)> {
     ));
     seeds.push((
         "malformed-zstd-garbage.bin".into(),
-        with_payload(
-            &edit_header(stored.bytes.clone(), |h| h.codec = CODEC_ZSTD),
-            vec![0x28, 0xB5, 0x2F, 0xFD, 0xFF, 0xFF, 0xFF, 0xFF],
+        edit_header(
+            // One block of 1 event, 40 bytes raw, 8 stored: a zstd magic and garbage.
+            with_payload(
+                &stored.bytes,
+                vec![1, 1, 40, 8, 0x28, 0xB5, 0x2F, 0xFD, 0xFF, 0xFF, 0xFF, 0xFF],
+            ),
+            |h| {
+                h.codec = CODEC_ZSTD;
+                h.events = 1;
+                h.raw_len = 4 + 40;
+            },
         ),
     ));
     // An unknown event kind where the first kind byte is: the kind column starts right after the
@@ -462,12 +491,31 @@ pub fn seed_corpus() -> Vec<(String, Vec<u8>)> {
         "malformed-unknown-kind.bin".into(),
         with_payload(&stored.bytes, {
             let mut p = payload.clone();
-            let at = kind_column_start(&p);
+            let at = block + kind_column_start(&p[block..]);
             p[at] = 0xEE;
             p
         }),
     ));
     seeds
+}
+
+/// Where the first block of a version 9+ stored payload starts: after the block directory.
+fn block_start(payload: &[u8]) -> usize {
+    let mut pos = 0;
+    let blocks = crate::varint::get_u64(payload, &mut pos).unwrap_or(0);
+    for _ in 0..blocks * 3 {
+        crate::varint::get_u64(payload, &mut pos);
+    }
+    pos
+}
+
+/// A buffer holding `events`.
+fn raw_of(events: &[Event]) -> RawBuf {
+    let mut raw = RawBuf::new();
+    for e in events {
+        raw.push_event(e);
+    }
+    raw
 }
 
 /// Where the kind column of a version 6+ payload starts: after its column count and directory.

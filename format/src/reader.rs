@@ -6,14 +6,15 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::chunk::decode::{ColumnCursor, Columns, MiscCursor, split_columns};
+use crate::chunk::decode::{ColumnCursor, Columns, Cursor, MiscCursor, split_columns};
 use crate::error::FormatError;
 use crate::framing::{
-    CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_MIN_VERSION, CHUNK_VERSION, CODEC_NONE, CODEC_ZSTD,
-    ChunkHeader, ENCODING_COLUMNS_V1, FileHeader, MAX_RAW_LEN, TailKind, Truncation,
-    parse_file_header,
+    CHUNK_BLOCKS_VERSION, CHUNK_HEADER_LEN, CHUNK_MAGIC, CHUNK_MIN_VERSION, CHUNK_VERSION,
+    CODEC_NONE, CODEC_ZSTD, ChunkHeader, ENCODING_COLUMNS_V1, FileHeader, MAX_RAW_LEN, TailKind,
+    Truncation, parse_file_header,
 };
 use crate::model::Event;
+use crate::varint::get_u64;
 
 /// Payloads up to this size are decompressed into a buffer allocated up front; bigger claimed
 /// sizes grow the buffer only as real bytes arrive, so a lying length cannot reserve memory.
@@ -32,9 +33,9 @@ pub fn chunks_decoded() -> u64 {
 
 /// A chunk as [`ChunkReader::next_wanted`] reached it.
 #[derive(Debug)]
-pub enum Reached {
+pub enum Reached<'a> {
     /// Wanted: verified and decoded.
-    Read(Box<Chunk>),
+    Read(Box<Chunk<'a>>),
     /// Not wanted: its header and payload checksums were verified, its payload not decoded.
     Passed { offset: u64, header: ChunkHeader },
 }
@@ -167,17 +168,158 @@ impl RankFile {
     }
 }
 
-/// A verified, decompressed chunk. Its events are decoded lazily by [`Chunk::events`].
+/// A verified chunk. Its events are decoded lazily by [`Chunk::events`]: a chunk of version 9 on
+/// holds its stored payload (borrowed from the file) and decompresses one block at a time while
+/// its events are read, an older one holds its whole decompressed payload.
 #[derive(Debug)]
-pub struct Chunk {
+pub struct Chunk<'a> {
     /// Byte offset of the chunk header in the file.
     pub offset: u64,
     pub header: ChunkHeader,
-    payload: Vec<u8>,
+    body: Body<'a>,
+}
+
+#[derive(Debug)]
+enum Body<'a> {
+    /// Chunk versions 1 to 8: one payload for the whole chunk.
+    Whole {
+        payload: Vec<u8>,
+        columns: Box<Columns>,
+    },
+    /// The stored payload (FORMAT.md "Payload: blocks") and its blocks, each checked when the
+    /// chunk was read.
+    Blocks {
+        stored: &'a [u8],
+        blocks: Vec<BlockEntry>,
+        /// Block 0 decompressed when it was checked, kept for its events (read next, nearly
+        /// always) rather than decompressed again; empty if block 0 is stored as is.
+        first: Vec<u8>,
+    },
+}
+
+#[derive(Debug)]
+struct BlockEntry {
+    /// Where its stored bytes are in the stored payload; stored as is when as long as `raw_len`.
+    stored: Range<usize>,
+    raw_len: usize,
     columns: Columns,
 }
 
-impl Chunk {
+impl Body<'_> {
+    fn blocks(&self) -> usize {
+        match self {
+            Body::Whole { .. } => 1,
+            Body::Blocks { blocks, .. } => blocks.len(),
+        }
+    }
+
+    fn columns(&self, block: usize) -> &Columns {
+        match self {
+            Body::Whole { columns, .. } => columns,
+            Body::Blocks { blocks, .. } => &blocks[block].columns,
+        }
+    }
+
+    /// Makes block `block`'s payload readable through [`Body::payload`]: a compressed block is
+    /// decompressed into `buf`. False if it cannot be (only for a payload that passed every
+    /// check when read and fails now, which it cannot: decoding is deterministic).
+    fn load(&self, block: usize, buf: &mut Vec<u8>) -> bool {
+        match self {
+            Body::Whole { .. } => true,
+            Body::Blocks {
+                stored,
+                blocks,
+                first,
+            } => {
+                let b = &blocks[block];
+                if b.stored.len() == b.raw_len {
+                    return true;
+                }
+                if block == 0 && !first.is_empty() {
+                    buf.clear();
+                    buf.extend_from_slice(first);
+                    return true;
+                }
+                decompress_into(&stored[b.stored.clone()], b.raw_len as u64, buf).is_ok()
+            }
+        }
+    }
+
+    /// Block `block`'s payload, once loaded into `buf`.
+    #[inline]
+    fn payload<'s>(&'s self, block: usize, buf: &'s [u8]) -> &'s [u8] {
+        match self {
+            Body::Whole { payload, .. } => payload,
+            Body::Blocks { stored, blocks, .. } => {
+                let b = &blocks[block];
+                if b.stored.len() == b.raw_len {
+                    &stored[b.stored.clone()]
+                } else {
+                    buf
+                }
+            }
+        }
+    }
+}
+
+/// Where a walk over a chunk's events stands: the block being read (decompressed into `buf`
+/// unless stored as is) and the cursor in it. Only that block's bytes are held.
+struct Stepper<C> {
+    block: usize,
+    loaded: bool,
+    buf: Vec<u8>,
+    /// `buf` holds block 0 already.
+    preloaded: bool,
+    cursor: Option<C>,
+}
+
+impl<C: Cursor> Stepper<C> {
+    fn new() -> Self {
+        Stepper {
+            block: 0,
+            loaded: false,
+            buf: Vec::new(),
+            preloaded: false,
+            cursor: None,
+        }
+    }
+
+    #[inline]
+    fn next(&mut self, body: &Body<'_>) -> Option<Event> {
+        loop {
+            if self.loaded {
+                let columns = body.columns(self.block);
+                let payload = body.payload(self.block, &self.buf);
+                if let Some(e) = self.cursor.as_mut()?.next_event(payload, columns) {
+                    return Some(e);
+                }
+                self.loaded = false;
+                self.block += 1;
+            }
+            if self.block >= body.blocks() {
+                // Done: the block's bytes go now, not when the iterator is dropped.
+                self.buf = Vec::new();
+                return None;
+            }
+            let columns = body.columns(self.block);
+            if !C::wants(columns) {
+                self.block += 1;
+                continue;
+            }
+            let preloaded = self.block == 0 && std::mem::take(&mut self.preloaded);
+            if !preloaded && !body.load(self.block, &mut self.buf) {
+                return None;
+            }
+            match &mut self.cursor {
+                Some(c) => c.restart(columns),
+                None => self.cursor = Some(C::start(columns)),
+            }
+            self.loaded = true;
+        }
+    }
+}
+
+impl<'a> Chunk<'a> {
     pub fn rank(&self) -> u32 {
         self.header.rank
     }
@@ -192,76 +334,77 @@ impl Chunk {
     }
 
     /// The chunk's events in order.
-    pub fn events(&self) -> ChunkEvents<'_> {
+    pub fn events(&self) -> ChunkEvents<'_, 'a> {
         ChunkEvents {
-            payload: &self.payload,
-            columns: &self.columns,
-            cursor: ColumnCursor::new(&self.columns),
+            chunk: self,
+            stepper: Stepper::new(),
         }
     }
 
     /// Only the chunk's misc events (everything but calls and completions), in order: far
     /// cheaper than [`Chunk::events`] for readers that want metadata, as no numeric column is
-    /// decoded.
-    pub fn misc_events(&self) -> MiscEvents<'_> {
+    /// decoded (and no block without misc events is decompressed).
+    pub fn misc_events(&self) -> MiscEvents<'_, 'a> {
         MiscEvents {
-            payload: &self.payload,
-            columns: &self.columns,
-            cursor: MiscCursor::new(&self.columns),
+            chunk: self,
+            stepper: Stepper::new(),
         }
     }
 
-    /// The chunk's events, owning the payload.
-    pub fn into_events(self) -> ChunkIntoEvents {
-        let cursor = ColumnCursor::new(&self.columns);
+    /// The chunk's events, owning the chunk.
+    pub fn into_events(mut self) -> ChunkIntoEvents<'a> {
+        let mut stepper = Stepper::new();
+        // Block 0's bytes move to the walk, which holds them while they are read and no longer.
+        if let Body::Blocks { first, .. } = &mut self.body {
+            stepper.buf = std::mem::take(first);
+            stepper.preloaded = !stepper.buf.is_empty();
+        }
         ChunkIntoEvents {
             chunk: self,
-            cursor,
+            stepper,
         }
     }
 }
 
 /// Events of a borrowed chunk. The chunk was fully validated when read, so this cannot fail.
-pub struct ChunkEvents<'a> {
-    payload: &'a [u8],
-    columns: &'a Columns,
-    cursor: ColumnCursor,
+pub struct ChunkEvents<'c, 'a> {
+    chunk: &'c Chunk<'a>,
+    stepper: Stepper<ColumnCursor>,
 }
 
-impl Iterator for ChunkEvents<'_> {
+impl Iterator for ChunkEvents<'_, '_> {
     type Item = Event;
     #[inline]
     fn next(&mut self) -> Option<Event> {
-        self.cursor.next_event(self.payload, self.columns)
+        self.stepper.next(&self.chunk.body)
     }
 }
 
 /// The misc events of a borrowed chunk (see [`Chunk::misc_events`]).
-pub struct MiscEvents<'a> {
-    payload: &'a [u8],
-    columns: &'a Columns,
-    cursor: MiscCursor,
+pub struct MiscEvents<'c, 'a> {
+    chunk: &'c Chunk<'a>,
+    stepper: Stepper<MiscCursor>,
 }
 
-impl Iterator for MiscEvents<'_> {
+impl Iterator for MiscEvents<'_, '_> {
     type Item = Event;
     fn next(&mut self) -> Option<Event> {
-        self.cursor.next_event(self.payload, self.columns)
+        self.stepper.next(&self.chunk.body)
     }
 }
 
-/// Events of an owned chunk.
-pub struct ChunkIntoEvents {
-    chunk: Chunk,
-    cursor: ColumnCursor,
+/// Events of an owned chunk: holds the chunk (its stored payload is the file's) and the block
+/// being read.
+pub struct ChunkIntoEvents<'a> {
+    chunk: Chunk<'a>,
+    stepper: Stepper<ColumnCursor>,
 }
 
-impl Iterator for ChunkIntoEvents {
+impl Iterator for ChunkIntoEvents<'_> {
     type Item = Event;
     #[inline]
     fn next(&mut self) -> Option<Event> {
-        self.cursor
-            .next_event(&self.chunk.payload, &self.chunk.columns)
+        self.stepper.next(&self.chunk.body)
     }
 }
 
@@ -400,7 +543,7 @@ impl<'a> ChunkReader<'a> {
     pub fn next_wanted(
         &mut self,
         want: impl FnOnce(&ChunkHeader) -> bool,
-    ) -> Option<Result<Reached, FormatError>> {
+    ) -> Option<Result<Reached<'a>, FormatError>> {
         if self.done {
             return None;
         }
@@ -410,14 +553,15 @@ impl<'a> ChunkReader<'a> {
     fn read_next(
         &mut self,
         want: impl FnOnce(&ChunkHeader) -> bool,
-    ) -> Option<Result<Reached, FormatError>> {
+    ) -> Option<Result<Reached<'a>, FormatError>> {
         while self.pos >= self.end {
             if !self.next_segment() {
                 self.done = true;
                 return None;
             }
         }
-        let rest = &self.bytes[self.pos..self.end];
+        let bytes: &'a [u8] = self.bytes;
+        let rest = &bytes[self.pos..self.end];
         let offset = self.offset();
         let path = || self.path.to_path_buf();
         if rest.iter().all(|&b| b == 0) {
@@ -544,33 +688,125 @@ impl<'a> ChunkReader<'a> {
             offset,
             reason,
         };
-        let payload = if h.codec == CODEC_ZSTD {
-            match decompress(stored_payload, h.raw_len) {
-                Ok(p) => p,
+        let body = if h.version >= CHUNK_BLOCKS_VERSION {
+            match read_blocks(stored_payload, &h) {
+                Ok((blocks, first)) => Body::Blocks {
+                    stored: stored_payload,
+                    blocks,
+                    first,
+                },
                 Err(reason) => return self.fail(bad_payload(reason)),
             }
         } else {
-            stored_payload.to_vec()
-        };
-        let columns = match split_columns(&payload, h.events, h.version) {
-            Ok(c) => c,
-            Err(reason) => return self.fail(bad_payload(reason)),
+            let payload = if h.codec == CODEC_ZSTD {
+                let mut out = Vec::new();
+                match decompress_into(stored_payload, h.raw_len, &mut out) {
+                    Ok(()) => out,
+                    Err(reason) => return self.fail(bad_payload(reason)),
+                }
+            } else {
+                stored_payload.to_vec()
+            };
+            match split_columns(&payload, h.events, h.version) {
+                Ok(columns) => Body::Whole {
+                    payload,
+                    columns: Box::new(columns),
+                },
+                Err(reason) => return self.fail(bad_payload(reason)),
+            }
         };
         self.pos += CHUNK_HEADER_LEN + stored_len;
         CHUNKS_DECODED.fetch_add(1, Ordering::Relaxed);
         Some(Ok(Reached::Read(Box::new(Chunk {
             offset,
             header: h,
-            payload,
-            columns,
+            body,
         }))))
     }
 }
 
-fn decompress(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
-    if raw_len <= PREALLOCATE_LIMIT {
-        return decompress_reusing_context(stored, raw_len as usize);
+/// Reads and checks a version 9 stored payload (FORMAT.md "Payload: blocks"): the directory
+/// against the header's lengths and event count, then every block, decompressed one at a time
+/// into one buffer and checked as a columns v1 payload. Nothing but the directory and each
+/// block's column offsets is kept: the events are decoded again, block by block, when read.
+fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<(Vec<BlockEntry>, Vec<u8>), String> {
+    let mut pos = 0;
+    let count = get_u64(stored, &mut pos).ok_or("bad block directory")?;
+    if count > h.events {
+        return Err("more blocks than events".into());
     }
+    // (events, raw_len, stored_len) of each block; an entry takes at least 3 bytes, so the
+    // vector grows only with bytes actually present.
+    let mut directory = Vec::new();
+    for _ in 0..count {
+        let mut field = || get_u64(stored, &mut pos).ok_or("bad block directory");
+        directory.push((field()?, field()?, field()?));
+    }
+    let (mut events, mut raw, mut at) = (0u64, pos as u64, pos as u64);
+    for &(e, r, s) in &directory {
+        if e == 0 {
+            return Err("empty block".into());
+        }
+        if h.codec == CODEC_NONE && r != s {
+            return Err("compressed block in a chunk stored as is".into());
+        }
+        events = events.checked_add(e).ok_or("block event counts overflow")?;
+        raw = raw.checked_add(r).ok_or("block lengths overflow")?;
+        at = at.checked_add(s).ok_or("block lengths overflow")?;
+    }
+    if events != h.events {
+        return Err(format!(
+            "blocks hold {events} events, header says {}",
+            h.events
+        ));
+    }
+    if raw != h.raw_len {
+        return Err(format!(
+            "blocks hold {raw} raw bytes, header says {}",
+            h.raw_len
+        ));
+    }
+    if at != stored.len() as u64 {
+        return Err("block lengths do not add up to the stored payload".into());
+    }
+    // Every length is now bounded by the payload's (stored) or by `raw_len` (checked against
+    // MAX_RAW_LEN by the caller), so the conversions below are exact.
+    let mut blocks = Vec::with_capacity(directory.len());
+    let mut scratch = Vec::new();
+    let mut first = Vec::new();
+    for (k, &(e, r, s)) in directory.iter().enumerate() {
+        let range = pos..pos + s as usize;
+        pos = range.end;
+        let bytes = &stored[range.clone()];
+        let payload = if r == s {
+            bytes
+        } else {
+            let into = if k == 0 { &mut first } else { &mut scratch };
+            decompress_into(bytes, r, into).map_err(|m| format!("block {k}: {m}"))?;
+            &into[..]
+        };
+        let columns =
+            split_columns(payload, e, h.version).map_err(|m| format!("block {k}: {m}"))?;
+        blocks.push(BlockEntry {
+            stored: range,
+            raw_len: r as usize,
+            columns,
+        });
+    }
+    Ok((blocks, first))
+}
+
+/// Decompresses one zstd frame of `raw_len` bytes into `out` (replacing what it held).
+fn decompress_into(stored: &[u8], raw_len: u64, out: &mut Vec<u8>) -> Result<(), String> {
+    if raw_len <= PREALLOCATE_LIMIT {
+        return decompress_reusing_context(stored, raw_len as usize, out);
+    }
+    *out = decompress(stored, raw_len)?;
+    Ok(())
+}
+
+/// A frame claiming more than [`PREALLOCATE_LIMIT`]: the buffer grows only as bytes arrive.
+fn decompress(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(raw_len.min(PREALLOCATE_LIMIT) as usize);
     let decoder =
         zstd::stream::read::Decoder::with_buffer(stored).map_err(|e| format!("zstd: {e}"))?;
@@ -593,12 +829,17 @@ fn decompress(stored: &[u8], raw_len: u64) -> Result<Vec<u8>, String> {
 /// Creating a context costs as much as decoding a small chunk (a trace of thousands of ranks has
 /// as many small chunks), so each reading thread keeps one. A frame that decodes to more than
 /// `raw_len` does not fit the buffer and fails.
-fn decompress_reusing_context(stored: &[u8], raw_len: usize) -> Result<Vec<u8>, String> {
+fn decompress_reusing_context(
+    stored: &[u8],
+    raw_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
     thread_local! {
         static CONTEXT: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
             const { std::cell::RefCell::new(None) };
     }
-    let mut out = Vec::with_capacity(raw_len);
+    out.clear();
+    out.reserve(raw_len);
     CONTEXT.with(|cell| {
         let mut context = cell.borrow_mut();
         if context.is_none() {
@@ -608,7 +849,7 @@ fn decompress_reusing_context(stored: &[u8], raw_len: usize) -> Result<Vec<u8>, 
             return Err("zstd: no decompression context".to_string());
         };
         decompressor
-            .decompress_to_buffer(stored, &mut out)
+            .decompress_to_buffer(stored, out)
             .map_err(|e| format!("zstd: {e}"))
     })?;
     if out.len() != raw_len {
@@ -617,11 +858,11 @@ fn decompress_reusing_context(stored: &[u8], raw_len: usize) -> Result<Vec<u8>, 
             out.len()
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
-impl Iterator for ChunkReader<'_> {
-    type Item = Result<Chunk, FormatError>;
+impl<'a> Iterator for ChunkReader<'a> {
+    type Item = Result<Chunk<'a>, FormatError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         match self.next_wanted(|_| true)? {
@@ -635,7 +876,7 @@ impl Iterator for ChunkReader<'_> {
 /// Every event of a file, chunk after chunk. Holds one decoded chunk at a time.
 pub struct Events<'a> {
     chunks: ChunkReader<'a>,
-    current: Option<ChunkIntoEvents>,
+    current: Option<ChunkIntoEvents<'a>>,
 }
 
 impl Events<'_> {

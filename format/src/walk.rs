@@ -124,10 +124,10 @@ impl<'a> ChunkWalk<'a> {
     }
 }
 
-impl Iterator for ChunkWalk<'_> {
-    type Item = Chunk;
+impl<'a> Iterator for ChunkWalk<'a> {
+    type Item = Chunk<'a>;
 
-    fn next(&mut self) -> Option<Chunk> {
+    fn next(&mut self) -> Option<Chunk<'a>> {
         loop {
             if self.current.is_none() {
                 let file = self.files.get(self.next_file)?;

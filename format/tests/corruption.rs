@@ -197,8 +197,8 @@ fn forged_chunk_headers_give_typed_errors_at_the_chunk_offset() {
         assert_eq!(err.offset(), Some(second as u64));
         assert_eq!(tail.unwrap().kind, TailKind::Damaged);
     };
-    check(&|h, _| h.version = 9, &|e| {
-        matches!(e, FormatError::UnsupportedVersion { version: 9, .. })
+    check(&|h, _| h.version = 10, &|e| {
+        matches!(e, FormatError::UnsupportedVersion { version: 10, .. })
     });
     check(&|_, raw| raw[0] = b'Q', &|e| {
         matches!(e, FormatError::BadMagic { .. })

@@ -223,8 +223,9 @@ fn receive_bytes_are_a_version_6_column() {
     assert!(err.is_none() && tail.is_none(), "{err:?} {tail:?}");
     assert_eq!(chunks, vec![events.clone()]);
     // Labelled 5 but keeping the new columns, the payload is refused, not misread.
-    let mut mislabelled = bytes.clone();
     let at = first_chunk_offset();
+    let mut mislabelled = bytes.clone();
+    relabel(&mut mislabelled, at, 8);
     let mut h = ChunkHeader::from_bytes(mislabelled[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
     h.version = 5;
     mislabelled[at..at + CHUNK_HEADER_LEN].copy_from_slice(&h.to_bytes());
@@ -274,7 +275,7 @@ fn first_chunk_offset() -> usize {
 
 #[test]
 fn version_1_chunks_are_still_read() {
-    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 8));
+    assert_eq!((CHUNK_MIN_VERSION, CHUNK_VERSION), (1, 9));
     // A version-1 chunk is a version-5 chunk without the newer kinds: same layout otherwise.
     let events = synthetic::events(&synthetic::HaloConfig {
         iterations: 5,
@@ -413,20 +414,20 @@ fn poll_runs_are_a_version_5_kind() {
 #[test]
 fn versions_beyond_the_known_ones_are_refused() {
     let (mut bytes, _) = write_file(&[vec![Event::Writer(fallback())]], Some(1));
-    // Only the header says 9: no writer knows that layout.
+    // Only the header says 10: no writer knows that layout.
     let at = first_chunk_offset();
     let mut h = ChunkHeader::from_bytes(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
-    h.version = 9;
+    h.version = 10;
     bytes[at..at + CHUNK_HEADER_LEN].copy_from_slice(&h.to_bytes());
-    let file = RankFile::from_bytes(bytes, "v9.evf").unwrap();
+    let file = RankFile::from_bytes(bytes, "v10.evf").unwrap();
     let (_, _, err) = read_everything(&file);
     let err = err.expect("refused");
     assert!(
         matches!(
             err,
             FormatError::UnsupportedVersion {
-                version: 9,
-                supported: 8,
+                version: 10,
+                supported: 9,
                 ..
             }
         ),
@@ -435,7 +436,8 @@ fn versions_beyond_the_known_ones_are_refused() {
 }
 
 /// Builds an uncompressed chunk holding one misc event of `kind` with `body`, bypassing the
-/// encoder so that bodies it would never write can be tested.
+/// encoder so that bodies it would never write can be tested. Version 8 (one payload, no block
+/// directory): the misc bodies are the same in every later version.
 fn chunk_with_body(kind: u8, body: &[u8]) -> Vec<u8> {
     let mut payload = vec![18u8];
     let mut columns: Vec<Vec<u8>> = vec![vec![kind]];
@@ -451,7 +453,7 @@ fn chunk_with_body(kind: u8, body: &[u8]) -> Vec<u8> {
         payload.extend_from_slice(c);
     }
     let h = ChunkHeader {
-        version: CHUNK_VERSION,
+        version: 8,
         codec: format::framing::CODEC_NONE,
         encoding: format::framing::ENCODING_COLUMNS_V1,
         rank: 7,

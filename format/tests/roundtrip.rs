@@ -195,7 +195,7 @@ fn chunk_metadata_matches_its_events() {
 }
 
 #[test]
-fn synthetic_stream_compresses_below_four_bytes_per_call() {
+fn synthetic_stream_compresses_below_four_and_a_half_bytes_per_call() {
     let cfg = synthetic::HaloConfig {
         iterations: 5_000,
         ..Default::default()
@@ -208,7 +208,10 @@ fn synthetic_stream_compresses_below_four_bytes_per_call() {
     let buf = raw_of(&events);
     let chunk = ChunkEncoder::new(format::chunk::DEFAULT_LEVEL).encode(5, 0, 0, &buf);
     let per_call = chunk.stored_len as f64 / calls as f64;
-    assert!(per_call <= 4.0, "{per_call:.2} stored bytes per call");
+    // Chunk version 9 compresses each block of 4096 events on its own, which costs this very
+    // repetitive stream about a quarter more bytes than one frame per chunk (4.04 against ~3.2;
+    // paper-notes/reconstruct.md, "Blocks").
+    assert!(per_call <= 4.5, "{per_call:.2} stored bytes per call");
     let file = RankFile::from_bytes(
         write_file(std::slice::from_ref(&events), Some(3)).0,
         "syn.evf",

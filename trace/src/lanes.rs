@@ -37,7 +37,7 @@ impl OpenRank {
 /// chunks (resumed after damage, each read once).
 pub struct LaneReader<'a> {
     chunks: ChunkWalk<'a>,
-    current: Option<ChunkIntoEvents>,
+    current: Option<ChunkIntoEvents<'a>>,
 }
 
 impl<'a> LaneReader<'a> {

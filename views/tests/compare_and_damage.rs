@@ -253,12 +253,8 @@ fn a_damaged_first_chunk_does_not_lose_the_rest_of_the_rank() {
     let victim = dir.join(rank_file_name(1, 0));
     let intact = read_lane(&dir, 1, 0).len();
     let mut bytes = std::fs::read(&victim).unwrap();
-    let first_chunk = RankFile::open(&victim)
-        .unwrap()
-        .chunks()
-        .next()
-        .unwrap()
-        .unwrap();
+    let file = RankFile::open(&victim).unwrap();
+    let first_chunk = file.chunks().next().unwrap().unwrap();
     let (start, len) = (
         first_chunk.offset as usize,
         72 + first_chunk.header.stored_len as usize,

@@ -130,6 +130,65 @@ pub(crate) fn split_columns(payload: &[u8], events: u64, version: u16) -> Result
     Ok(columns)
 }
 
+impl Columns {
+    /// Misc events of the payload (neither calls nor completions).
+    pub(crate) fn misc_count(&self) -> usize {
+        let (start, end) = self.ranges[COL_KIND];
+        end - start - self.calls - self.completions
+    }
+}
+
+/// A walk over the events of one validated payload that can start over on another payload:
+/// readers of a chunk in blocks keep one cursor (and its buffers) for all the blocks.
+pub(crate) trait Cursor {
+    fn start(columns: &Columns) -> Self;
+    /// Starts over at the first event of another payload.
+    fn restart(&mut self, columns: &Columns);
+    /// Whether a payload with these columns has any event this cursor hands out.
+    fn wants(columns: &Columns) -> bool;
+    fn next_event(&mut self, p: &[u8], c: &Columns) -> Option<Event>;
+}
+
+impl Cursor for MiscCursor {
+    fn start(columns: &Columns) -> Self {
+        MiscCursor::new(columns)
+    }
+    fn restart(&mut self, columns: &Columns) {
+        *self = MiscCursor::new(columns);
+    }
+    fn wants(columns: &Columns) -> bool {
+        columns.misc_count() > 0
+    }
+    fn next_event(&mut self, p: &[u8], c: &Columns) -> Option<Event> {
+        MiscCursor::next_event(self, p, c)
+    }
+}
+
+impl Cursor for ColumnCursor {
+    fn start(columns: &Columns) -> Self {
+        ColumnCursor::new(columns)
+    }
+    fn restart(&mut self, columns: &Columns) {
+        // Field by field: the decoded values' block stays allocated for the next payload.
+        self.kind_pos = columns.ranges[COL_KIND].0;
+        self.misc_pos = columns.ranges[COL_MISC].0;
+        self.call = 0;
+        self.call_block_start = 0;
+        self.call_block_end = 0;
+        self.completion = 0;
+        self.completion_block_start = 0;
+        self.completion_block_end = 0;
+        self.prev_end = 0;
+    }
+    fn wants(_: &Columns) -> bool {
+        true
+    }
+    #[inline]
+    fn next_event(&mut self, p: &[u8], c: &Columns) -> Option<Event> {
+        ColumnCursor::next_event(self, p, c)
+    }
+}
+
 /// Walks the misc events of a payload (kind and body), skipping calls and completions.
 #[derive(Debug, Clone)]
 pub(crate) struct MiscCursor {

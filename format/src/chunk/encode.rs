@@ -6,8 +6,8 @@
 use super::columns::*;
 use crate::body::{self, KIND_CALL, KIND_COMPLETION, KIND_COMPLETION_CANCELLED};
 use crate::framing::{
-    CHUNK_HEADER_LEN, CHUNK_MIN_VERSION, CHUNK_VERSION, CODEC_NONE, CODEC_ZSTD, ChunkHeader,
-    ENCODING_COLUMNS_V1,
+    CHUNK_BLOCKS_VERSION, CHUNK_HEADER_LEN, CHUNK_MIN_VERSION, CHUNK_VERSION, CODEC_NONE,
+    CODEC_ZSTD, ChunkHeader, ENCODING_COLUMNS_V1,
 };
 use crate::model::*;
 use crate::raw::{RawBuf, RawRecord};
@@ -35,9 +35,10 @@ pub struct EncodedChunk {
 
 impl EncodedChunk {
     /// This chunk as an older chunk `version` would hold it (1 to [`CHUNK_VERSION`]): the columns
-    /// that version lacks are dropped, with their values, and the payload is stored uncompressed.
-    /// Misc events of kinds newer than `version` stay, so a reader must refuse the result: tests
-    /// of readers against traces of older recorders use this, the recorder never does.
+    /// that version lacks are dropped, with their values, and the payload is stored uncompressed
+    /// (before version 9, as one payload; at version 9, in blocks). Misc events of kinds newer
+    /// than `version` stay, so a reader must refuse the result: tests of readers against traces
+    /// of older recorders use this, the recorder never does.
     pub fn as_version(&self, version: u16) -> Result<EncodedChunk, String> {
         let header_bytes: &[u8; CHUNK_HEADER_LEN] = self
             .bytes
@@ -47,6 +48,58 @@ impl EncodedChunk {
         let mut h = ChunkHeader::from_bytes(header_bytes);
         if !(CHUNK_MIN_VERSION..=CHUNK_VERSION).contains(&version) {
             return Err(format!("no chunk version {version}"));
+        }
+        if h.version >= CHUNK_BLOCKS_VERSION {
+            // Back to events, then into one block: the payload of a version before 9.
+            let chunk = crate::reader::ChunkReader::new(&self.bytes, 0, "as_version".as_ref())
+                .next()
+                .ok_or("no chunk")?
+                .map_err(|e| e.to_string())?;
+            let mut buf = EventBuf::new();
+            chunk.events().for_each(|e| buf.push(&e));
+            let mut encoder = ChunkEncoder::uncompressed();
+            if version >= CHUNK_BLOCKS_VERSION {
+                return Ok(encoder.encode_events(h.rank, h.stream, h.seq, &buf));
+            }
+            let whole = encoder
+                .with_block_events(usize::MAX)
+                .encode_events(h.rank, h.stream, h.seq, &buf);
+            let mut one = whole;
+            // Drop the directory (one block, or none for an empty chunk) and relabel.
+            let stored = one.bytes.split_off(CHUNK_HEADER_LEN);
+            let mut pos = 0;
+            let blocks = get_u64(&stored, &mut pos).ok_or("bad block directory")?;
+            for _ in 0..blocks * 3 {
+                get_u64(&stored, &mut pos).ok_or("bad block directory")?;
+            }
+            let payload = if blocks == 0 {
+                // An empty chunk: the empty columns payload of the old layout.
+                let mut p = vec![NUM_COLUMNS as u8];
+                p.extend(std::iter::repeat_n(0u8, NUM_COLUMNS));
+                for col in COL_FUNC..COL_MISC {
+                    p[1 + col] = 1;
+                    p.push(0);
+                }
+                p
+            } else {
+                stored[pos..].to_vec()
+            };
+            h.version = CHUNK_BLOCKS_VERSION - 1;
+            h.codec = CODEC_NONE;
+            h.raw_len = payload.len() as u64;
+            h.stored_len = payload.len() as u64;
+            h.payload_crc = crc32c::crc32c(&payload);
+            let mut bytes = h.to_bytes().to_vec();
+            bytes.extend_from_slice(&payload);
+            return EncodedChunk {
+                bytes,
+                raw_len: h.raw_len,
+                stored_len: h.stored_len,
+                events: self.events,
+                first_ts: self.first_ts,
+                last_ts: self.last_ts,
+            }
+            .as_version(version);
         }
         let stored = &self.bytes[CHUNK_HEADER_LEN..];
         let payload = match h.codec {
@@ -173,95 +226,236 @@ impl EventSource for EventBuf {
 pub struct ChunkEncoder {
     level: Option<i32>,
     compressor: Option<zstd::bulk::Compressor<'static>>,
+    /// Events per block (FORMAT.md "Payload: blocks").
+    block_events: usize,
+    /// Every block's raw payload, back to back.
     payload: Vec<u8>,
+    /// One block compressed.
     compressed: Vec<u8>,
+    /// The stored blocks, back to back.
+    stored: Vec<u8>,
     /// Allocated on first use (~60 KB), kept for later chunks.
     batches: Option<Box<Batches>>,
 }
 
-/// What a first pass over a buffer learns: enough to lay the payload out exactly.
+/// Events per block of the payloads this crate writes: small enough that a reader stepping
+/// through thousands of lanes at once holds little per lane (a block decompresses to ~31 B per
+/// event of the halo trace, ~120 KiB here), large enough that zstd loses little by starting afresh
+/// at each block (paper-notes/reconstruct.md, "Blocks", has the measurements).
+pub const BLOCK_EVENTS: usize = 4096;
+
+/// What a first pass over a buffer learns about one block: enough to lay its payload out exactly.
 #[derive(Default)]
 struct Survey {
-    events: u64,
+    events: usize,
+    /// Counted from the kinds, which arrive before the values they announce.
     calls: usize,
     completions: usize,
+    misc: usize,
     misc_len: usize,
     /// Bitwise OR of every value of each numeric column: gives the plane width.
     or: [u64; NUM_VALUE_COLUMNS],
-    first_ts: u64,
-    last_ts: u64,
 }
 
-impl Survey {
-    fn of(events: &impl EventSource) -> Survey {
-        let mut surveyor = Surveyor {
-            survey: Survey::default(),
-            prev_end: 0,
-            first_ts: u64::MAX,
+/// Which block the next value of one group (calls, completions or misc bodies) belongs to: the
+/// groups arrive each in event order but not interleaved with the kinds the same way in every
+/// buffer, so each group walks the blocks by the counts the kinds gave. A buffer may show the
+/// kinds one at a time just before their values, so a block's count may still grow while its
+/// values arrive: a block is left only once a value lies past its count.
+#[derive(Default)]
+struct GroupCursor {
+    /// The current block, `None` before the first value.
+    block: Option<usize>,
+    /// Values of this group in the blocks before the current one.
+    before: usize,
+    /// Values of this group seen.
+    seen: usize,
+    /// `before` plus the current block's count when last looked up: below it, the next value is
+    /// in the current block without looking (a count only grows).
+    end: usize,
+}
+
+impl GroupCursor {
+    /// The block of the next value of this group, given each block's count of the group's
+    /// values; true when it is another block than the last value's.
+    #[inline(always)]
+    fn advance(&mut self, count: impl Fn(usize) -> usize) -> (usize, bool) {
+        if let Some(b) = self.block
+            && self.seen < self.end
+        {
+            self.seen += 1;
+            return (b, false);
+        }
+        let (mut block, mut moved) = match self.block {
+            Some(b) => (b, false),
+            None => (0, true),
         };
-        events.visit(&mut surveyor);
-        let mut s = surveyor.survey;
-        s.first_ts = match surveyor.first_ts {
-            u64::MAX => 0,
-            t => t,
-        };
-        s
+        while self.seen >= self.before + count(block) {
+            self.before += count(block);
+            block += 1;
+            moved = true;
+        }
+        self.block = Some(block);
+        self.end = self.before + count(block);
+        self.seen += 1;
+        (block, moved)
     }
 }
 
-/// The survey's pass: the previous call's end (start times are stored against it) and the
-/// smallest time so far beside what the survey gathers.
+/// Where the next kind goes: its block and its place in the block. Counted, not divided out of
+/// the event index: a buffer may show its kinds one at a time, and a division per event would
+/// cost the recorder's flush more than the rest of the kind's handling.
+#[derive(Clone, Copy)]
+struct KindCursor {
+    block_events: usize,
+    block: usize,
+    filled: usize,
+}
+
+impl KindCursor {
+    fn new(block_events: usize) -> Self {
+        KindCursor {
+            block_events,
+            block: 0,
+            filled: 0,
+        }
+    }
+
+    /// The block and place of one more kind, if it goes in the current block (not the first
+    /// kind of a block).
+    #[inline(always)]
+    fn one_more(&mut self) -> Option<(usize, usize)> {
+        if self.filled == 0 || self.filled == self.block_events {
+            return None;
+        }
+        self.filled += 1;
+        Some((self.block, self.filled - 1))
+    }
+
+    /// Splits a run of kinds at block boundaries: `f(block, place in the block, kinds)` per part.
+    #[inline]
+    fn split(&mut self, kinds: &[u8], mut f: impl FnMut(usize, usize, &[u8])) {
+        let mut rest = kinds;
+        while !rest.is_empty() {
+            if self.filled == self.block_events {
+                self.block += 1;
+                self.filled = 0;
+            }
+            let take = (self.block_events - self.filled).min(rest.len());
+            f(self.block, self.filled, &rest[..take]);
+            self.filled += take;
+            rest = &rest[take..];
+        }
+    }
+}
+
+/// The survey's pass: one [`Survey`] per block, the previous call's end in the block (start
+/// times are stored against it), and the chunk's time range.
 struct Surveyor {
-    survey: Survey,
+    blocks: Vec<Survey>,
+    kinds: KindCursor,
+    events: usize,
+    calls: GroupCursor,
+    completions: GroupCursor,
+    misc: GroupCursor,
     prev_end: u64,
     first_ts: u64,
+    last_ts: u64,
 }
 
 impl Surveyor {
     #[inline]
     fn note(&mut self, lo: u64, hi: u64) {
         self.first_ts = self.first_ts.min(lo);
-        self.survey.last_ts = self.survey.last_ts.max(hi);
+        self.last_ts = self.last_ts.max(hi);
     }
 }
 
 impl EventVisitor for Surveyor {
-    #[inline]
+    #[inline(always)]
     fn kinds(&mut self, kinds: &[u8]) {
-        self.survey.events += kinds.len() as u64;
+        // One kind at a time (a `RawBuf`): the common case, without the split's loop.
+        if let [kind] = kinds
+            && let Some((b, _)) = self.kinds.one_more()
+        {
+            let s = &mut self.blocks[b];
+            s.events += 1;
+            match *kind {
+                KIND_CALL => s.calls += 1,
+                KIND_COMPLETION | KIND_COMPLETION_CANCELLED => s.completions += 1,
+                _ => s.misc += 1,
+            }
+            self.events += 1;
+            return;
+        }
+        let blocks = &mut self.blocks;
+        self.kinds.split(kinds, |b, _, part| {
+            if b == blocks.len() {
+                blocks.push(Survey::default());
+            }
+            let s = &mut blocks[b];
+            // Separate counting loops: each one vectorises, a combined match does not.
+            let calls = part.iter().filter(|&&k| k == KIND_CALL).count();
+            let completions = part
+                .iter()
+                .filter(|&&k| k == KIND_COMPLETION || k == KIND_COMPLETION_CANCELLED)
+                .count();
+            s.events += part.len();
+            s.calls += calls;
+            s.completions += completions;
+            s.misc += part.len() - calls - completions;
+        });
+        self.events += kinds.len();
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, c: &MpiCall) {
-        for (or, v) in self.survey.or[..COMPLETION_FIRST]
+        let blocks = &self.blocks;
+        let (b, moved) = self.calls.advance(|b| blocks[b].calls);
+        if moved {
+            self.prev_end = 0;
+        }
+        for (or, v) in self.blocks[b].or[..COMPLETION_FIRST]
             .iter_mut()
             .zip(call_values(c, self.prev_end))
         {
             *or |= v;
         }
         self.prev_end = c.end;
-        self.survey.calls += 1;
         self.note(c.start.min(c.end), c.start.max(c.end));
     }
 
-    #[inline]
+    #[inline(always)]
     fn completion(&mut self, c: &Completion) {
-        for (or, v) in self.survey.or[COMPLETION_FIRST..]
+        let blocks = &self.blocks;
+        let (b, _) = self.completions.advance(|b| blocks[b].completions);
+        for (or, v) in self.blocks[b].or[COMPLETION_FIRST..]
             .iter_mut()
             .zip(completion_values(c))
         {
             *or |= v;
         }
-        self.survey.completions += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn misc(&mut self, kind: u8, body: &[u8]) {
-        self.survey.misc_len += varint_len(body.len() as u64) + body.len();
+        let blocks = &self.blocks;
+        let (b, _) = self.misc.advance(|b| blocks[b].misc);
+        self.blocks[b].misc_len += varint_len(body.len() as u64) + body.len();
         if let Some((lo, hi)) = body::misc_body_times(kind, body) {
             self.note(lo, hi);
         }
     }
+}
+
+/// Where one block's columns lie in the encoder's payload buffer.
+#[derive(Clone, Copy)]
+struct Layout {
+    /// Offset of plane 0 of each numeric column (plane p is `p * n` further on), and its width.
+    planes: [usize; NUM_VALUE_COLUMNS],
+    widths: [usize; NUM_VALUE_COLUMNS],
+    starts: [usize; NUM_COLUMNS],
+    end: usize,
 }
 
 /// The writing pass: every column's offset is known from the survey, so values go straight to
@@ -269,35 +463,77 @@ impl EventVisitor for Surveyor {
 struct PayloadWriter<'a> {
     payload: &'a mut [u8],
     batches: &'a mut Batches,
-    kind_at: usize,
+    blocks: &'a [Survey],
+    layouts: &'a [Layout],
+    kinds: KindCursor,
+    calls: GroupCursor,
+    completions: GroupCursor,
+    misc: GroupCursor,
     misc_at: usize,
     prev_end: u64,
 }
 
 impl EventVisitor for PayloadWriter<'_> {
-    #[inline]
+    #[inline(always)]
     fn kinds(&mut self, kinds: &[u8]) {
-        self.payload[self.kind_at..self.kind_at + kinds.len()].copy_from_slice(kinds);
-        self.kind_at += kinds.len();
+        let (payload, layouts) = (&mut *self.payload, self.layouts);
+        if let [kind] = kinds
+            && let Some((b, place)) = self.kinds.one_more()
+        {
+            payload[layouts[b].starts[COL_KIND] + place] = *kind;
+            return;
+        }
+        self.kinds.split(kinds, |b, place, part| {
+            let at = layouts[b].starts[COL_KIND] + place;
+            payload[at..at + part.len()].copy_from_slice(part);
+        });
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, c: &MpiCall) {
+        let blocks = self.blocks;
+        let (b, moved) = self.calls.advance(|b| blocks[b].calls);
+        if moved {
+            self.batches.calls.flush(self.payload);
+            let l = &self.layouts[b];
+            self.batches.calls.reset(
+                &l.planes[..COMPLETION_FIRST],
+                &l.widths[..COMPLETION_FIRST],
+                blocks[b].calls,
+            );
+            self.prev_end = 0;
+        }
         self.batches
             .calls
             .push(self.payload, &call_values(c, self.prev_end));
         self.prev_end = c.end;
     }
 
-    #[inline]
+    #[inline(always)]
     fn completion(&mut self, c: &Completion) {
+        let blocks = self.blocks;
+        let (b, moved) = self.completions.advance(|b| blocks[b].completions);
+        if moved {
+            self.batches.completions.flush(self.payload);
+            let l = &self.layouts[b];
+            self.batches.completions.reset(
+                &l.planes[COMPLETION_FIRST..],
+                &l.widths[COMPLETION_FIRST..],
+                blocks[b].completions,
+            );
+        }
         self.batches
             .completions
             .push(self.payload, &completion_values(c));
     }
 
-    #[inline]
+    #[inline(always)]
     fn misc(&mut self, _kind: u8, body: &[u8]) {
+        let blocks = self.blocks;
+        let (b, moved) = self.misc.advance(|b| blocks[b].misc);
+        if moved {
+            self.misc_at = self.layouts[b].starts[COL_MISC];
+        }
         let (len, used) = encode_u64(body.len() as u64);
         let at = self.misc_at;
         self.payload[at..at + used].copy_from_slice(&len[..used]);
@@ -346,8 +582,10 @@ impl ChunkEncoder {
         ChunkEncoder {
             level: Some(level),
             compressor: None,
+            block_events: BLOCK_EVENTS,
             payload: Vec::new(),
             compressed: Vec::new(),
+            stored: Vec::new(),
             batches: None,
         }
     }
@@ -360,10 +598,17 @@ impl ChunkEncoder {
         }
     }
 
+    /// The same encoder cutting blocks of `events` events (at least 1) instead of
+    /// [`BLOCK_EVENTS`]: for measuring the choice, and for tests of many blocks.
+    pub fn with_block_events(mut self, events: usize) -> Self {
+        self.block_events = events.max(1);
+        self
+    }
+
     /// Bytes the encoder keeps allocated between chunks (its payload and compression buffers,
     /// about half the raw size of the largest chunk encoded so far; zstd's own context excluded).
     pub fn scratch_bytes(&self) -> usize {
-        self.payload.capacity() + self.compressed.capacity()
+        self.payload.capacity() + self.compressed.capacity() + self.stored.capacity()
     }
 
     /// Frees the buffers kept between chunks (e.g. under memory pressure); the next encode
@@ -371,6 +616,7 @@ impl ChunkEncoder {
     pub fn release_scratch(&mut self) {
         self.payload = Vec::new();
         self.compressed = Vec::new();
+        self.stored = Vec::new();
         self.batches = None;
     }
 
@@ -391,8 +637,8 @@ impl ChunkEncoder {
         self.encode_from(rank, stream, seq, buf)
     }
 
-    /// The one encode path: survey the events, lay the payload out, write the events into it,
-    /// compress and frame.
+    /// The one encode path: survey the events block by block, lay the blocks out, write the
+    /// events into them, compress each and frame.
     fn encode_from(
         &mut self,
         rank: u32,
@@ -400,49 +646,118 @@ impl ChunkEncoder {
         seq: u64,
         events: &impl EventSource,
     ) -> EncodedChunk {
-        let survey = Survey::of(events);
-        let (planes, widths, starts) = self.lay_out(&survey);
+        let mut surveyor = Surveyor {
+            blocks: Vec::new(),
+            kinds: KindCursor::new(self.block_events),
+            events: 0,
+            calls: GroupCursor::default(),
+            completions: GroupCursor::default(),
+            misc: GroupCursor::default(),
+            prev_end: 0,
+            first_ts: u64::MAX,
+            last_ts: 0,
+        };
+        events.visit(&mut surveyor);
+        let first_ts = match surveyor.first_ts {
+            u64::MAX => 0,
+            t => t,
+        };
+        let blocks = surveyor.blocks;
+        self.payload.clear();
+        let layouts: Vec<Layout> = blocks
+            .iter()
+            .map(|b| lay_out(&mut self.payload, b))
+            .collect();
         let mut writer = PayloadWriter {
             payload: &mut self.payload,
-            batches: reset_batches(&mut self.batches, &planes, &widths, &survey),
-            kind_at: starts[COL_KIND],
-            misc_at: starts[COL_MISC],
+            batches: self
+                .batches
+                .get_or_insert_with(|| Box::new(Batches::default())),
+            blocks: &blocks,
+            layouts: &layouts,
+            kinds: KindCursor::new(self.block_events),
+            calls: GroupCursor::default(),
+            completions: GroupCursor::default(),
+            misc: GroupCursor::default(),
+            misc_at: 0,
             prev_end: 0,
         };
+        // Nothing to flush until the first call (or completion) sets its block's layout.
+        writer
+            .batches
+            .calls
+            .reset(&[0; COMPLETION_FIRST], &[0; COMPLETION_FIRST], 0);
+        writer.batches.completions.reset(&[0; 4], &[0; 4], 0);
         events.visit(&mut writer);
         writer.batches.calls.flush(writer.payload);
         writer.batches.completions.flush(writer.payload);
-        self.finish(rank, stream, seq, &survey)
+        let total = surveyor.events as u64;
+        self.finish(
+            rank,
+            stream,
+            seq,
+            &blocks,
+            &layouts,
+            (total, first_ts, surveyor.last_ts),
+        )
     }
 
-    /// Compresses the payload built and frames it.
-    fn finish(&mut self, rank: u32, stream: u32, seq: u64, survey: &Survey) -> EncodedChunk {
-        let raw_len = self.payload.len() as u64;
+    /// Compresses each block built and frames the chunk: block directory, then the blocks.
+    fn finish(
+        &mut self,
+        rank: u32,
+        stream: u32,
+        seq: u64,
+        blocks: &[Survey],
+        layouts: &[Layout],
+        (events, first_ts, last_ts): (u64, u64, u64),
+    ) -> EncodedChunk {
+        if let Some(level) = self.level
+            && self.compressor.is_none()
+        {
+            // Without a zstd context (out of memory) the chunk is stored uncompressed.
+            self.compressor = zstd::bulk::Compressor::new(level)
+                .or_else(|_| zstd::bulk::Compressor::new(DEFAULT_LEVEL))
+                .ok();
+        }
+        let compressor = if self.level.is_some() {
+            self.compressor.as_mut()
+        } else {
+            None
+        };
+        let mut directory = Vec::with_capacity(1 + 12 * blocks.len());
+        put_u64(&mut directory, blocks.len() as u64);
+        self.stored.clear();
         let mut codec = CODEC_NONE;
-        if let Some(level) = self.level {
-            if self.compressor.is_none() {
-                // Without a zstd context (out of memory) the chunk is stored uncompressed.
-                self.compressor = zstd::bulk::Compressor::new(level)
-                    .or_else(|_| zstd::bulk::Compressor::new(DEFAULT_LEVEL))
-                    .ok();
-            }
-            if let Some(compressor) = &mut self.compressor {
+        let mut start = 0;
+        let mut compressor = compressor;
+        for (b, l) in blocks.iter().zip(layouts) {
+            let raw = &self.payload[start..l.end];
+            start = l.end;
+            let mut stored: &[u8] = raw;
+            if let Some(c) = compressor.as_deref_mut() {
                 self.compressed.clear();
                 self.compressed
-                    .reserve(zstd::zstd_safe::compress_bound(self.payload.len()));
-                if let Ok(n) = compressor.compress_to_buffer(&self.payload, &mut self.compressed)
-                    && n < self.payload.len()
+                    .reserve(zstd::zstd_safe::compress_bound(raw.len()));
+                // A block is stored as is unless zstd makes it strictly smaller: readers tell
+                // the two apart by the lengths alone.
+                if let Ok(n) = c.compress_to_buffer(raw, &mut self.compressed)
+                    && n < raw.len()
                 {
+                    stored = &self.compressed;
                     codec = CODEC_ZSTD;
                 }
             }
+            put_u64(&mut directory, b.events as u64);
+            put_u64(&mut directory, raw.len() as u64);
+            put_u64(&mut directory, stored.len() as u64);
+            self.stored.extend_from_slice(stored);
         }
-        let stored: &[u8] = if codec == CODEC_ZSTD {
-            &self.compressed
-        } else {
-            &self.payload
-        };
-        let mut out = Vec::with_capacity(CHUNK_HEADER_LEN + stored.len());
+        let raw_len = (directory.len() + self.payload.len()) as u64;
+        let stored_len = (directory.len() + self.stored.len()) as u64;
+        let mut crc = crc32c::crc32c(&directory);
+        crc = crc32c::crc32c_append(crc, &self.stored);
+        let mut out = Vec::with_capacity(CHUNK_HEADER_LEN + stored_len as usize);
         let header = ChunkHeader {
             version: CHUNK_VERSION,
             codec,
@@ -451,72 +766,66 @@ impl ChunkEncoder {
             stream,
             seq,
             raw_len,
-            stored_len: stored.len() as u64,
-            events: survey.events,
-            first_ts: survey.first_ts,
-            last_ts: survey.last_ts,
-            payload_crc: crc32c::crc32c(stored),
+            stored_len,
+            events,
+            first_ts,
+            last_ts,
+            payload_crc: crc,
         };
         out.extend_from_slice(&header.to_bytes());
-        out.extend_from_slice(stored);
+        out.extend_from_slice(&directory);
+        out.extend_from_slice(&self.stored);
         EncodedChunk {
             bytes: out,
             raw_len,
-            stored_len: header.stored_len,
-            events: survey.events,
-            first_ts: survey.first_ts,
-            last_ts: survey.last_ts,
+            stored_len,
+            events,
+            first_ts,
+            last_ts,
         }
     }
+}
 
-    /// Sizes the payload for what the survey found and writes the column directory and the
-    /// width bytes. Returns, per numeric column, where its plane 0 starts and its width, and
-    /// where every column starts.
-    #[allow(clippy::type_complexity)]
-    fn lay_out(
-        &mut self,
-        s: &Survey,
-    ) -> (
-        [usize; NUM_VALUE_COLUMNS],
-        [usize; NUM_VALUE_COLUMNS],
-        [usize; NUM_COLUMNS],
-    ) {
-        let mut widths = [0usize; NUM_VALUE_COLUMNS];
-        for (w, &or) in widths.iter_mut().zip(&s.or) {
-            *w = 8 - or.leading_zeros() as usize / 8;
-        }
-        let mut lens = [0usize; NUM_COLUMNS];
-        lens[COL_KIND] = s.events as usize;
-        for (i, &w) in widths.iter().enumerate() {
-            let n = if COL_FUNC + i < COL_C_REQUEST {
-                s.calls
-            } else {
-                s.completions
-            };
-            lens[COL_FUNC + i] = 1 + w * n;
-        }
-        lens[COL_MISC] = s.misc_len;
+/// Appends one block's payload, sized for what its survey found, to `payload`, with its column
+/// directory and width bytes written; returns where its columns lie.
+fn lay_out(payload: &mut Vec<u8>, s: &Survey) -> Layout {
+    let mut widths = [0usize; NUM_VALUE_COLUMNS];
+    for (w, &or) in widths.iter_mut().zip(&s.or) {
+        *w = 8 - or.leading_zeros() as usize / 8;
+    }
+    let mut lens = [0usize; NUM_COLUMNS];
+    lens[COL_KIND] = s.events;
+    for (i, &w) in widths.iter().enumerate() {
+        let n = if COL_FUNC + i < COL_C_REQUEST {
+            s.calls
+        } else {
+            s.completions
+        };
+        lens[COL_FUNC + i] = 1 + w * n;
+    }
+    lens[COL_MISC] = s.misc_len;
 
-        let payload = &mut self.payload;
-        payload.clear();
-        payload.push(NUM_COLUMNS as u8);
-        for &l in &lens {
-            put_u64(payload, l as u64);
-        }
-        let mut starts = [0usize; NUM_COLUMNS];
-        let mut at = payload.len();
-        for (start, &l) in starts.iter_mut().zip(&lens) {
-            *start = at;
-            at += l;
-        }
-        payload.resize(at, 0);
-        // `planes[i]` = offset of plane 0 of numeric column i; plane p is `p * n` further on.
-        let mut planes = [0usize; NUM_VALUE_COLUMNS];
-        for (i, p) in planes.iter_mut().enumerate() {
-            payload[starts[COL_FUNC + i]] = widths[i] as u8;
-            *p = starts[COL_FUNC + i] + 1;
-        }
-        (planes, widths, starts)
+    payload.push(NUM_COLUMNS as u8);
+    for &l in &lens {
+        put_u64(payload, l as u64);
+    }
+    let mut starts = [0usize; NUM_COLUMNS];
+    let mut at = payload.len();
+    for (start, &l) in starts.iter_mut().zip(&lens) {
+        *start = at;
+        at += l;
+    }
+    payload.resize(at, 0);
+    let mut planes = [0usize; NUM_VALUE_COLUMNS];
+    for (i, p) in planes.iter_mut().enumerate() {
+        payload[starts[COL_FUNC + i]] = widths[i] as u8;
+        *p = starts[COL_FUNC + i] + 1;
+    }
+    Layout {
+        planes,
+        widths,
+        starts,
+        end: at,
     }
 }
 
@@ -590,29 +899,8 @@ impl<const COLS: usize> Batch<COLS> {
     }
 }
 
-/// The batch buffers of an encoder, made ready for one chunk's call and completion columns.
-/// Values are gathered in small batches and split into planes a batch at a time: the per-plane
-/// loops over a batch vectorise, per-value plane loops do not.
-fn reset_batches<'a>(
-    batches: &'a mut Option<Box<Batches>>,
-    planes: &[usize],
-    widths: &[usize],
-    s: &Survey,
-) -> &'a mut Batches {
-    let batches = batches.get_or_insert_with(|| Box::new(Batches::default()));
-    batches.calls.reset(
-        &planes[..COMPLETION_FIRST],
-        &widths[..COMPLETION_FIRST],
-        s.calls,
-    );
-    batches.completions.reset(
-        &planes[COMPLETION_FIRST..],
-        &widths[COMPLETION_FIRST..],
-        s.completions,
-    );
-    batches
-}
-
+/// The batch buffers of an encoder. Values are gathered in small batches and split into planes
+/// a batch at a time: the per-plane loops over a batch vectorise, per-value plane loops do not.
 #[derive(Default)]
 struct Batches {
     calls: Batch<COMPLETION_FIRST>,

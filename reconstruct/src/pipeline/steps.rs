@@ -22,8 +22,10 @@ pub(super) struct LaneWork<'a> {
     pub(super) global: usize,
     walk: ChunkWalk<'a>,
     /// The chunk being read: a step takes at most [`STEP_EVENTS`] of its events, so what waits
-    /// for the matcher stays small while the chunk itself stays in its compact decoded form.
-    current: Option<ChunkIntoEvents>,
+    /// for the matcher stays small; of the chunk, only the block being read is decompressed
+    /// (chunk version 9: every lane steps at once, so this is what bounds the input's memory by
+    /// lanes × block rather than lanes × chunk; an older chunk is held whole).
+    current: Option<ChunkIntoEvents<'a>>,
     pub(super) mapper: LaneMapper<'a>,
     next_index: u64,
     out: Option<LaneOut>,
