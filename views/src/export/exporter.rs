@@ -1,8 +1,9 @@
-//! The walk every arrow-drawing export shares: one happened-before pass over every lane
-//! ([`for_each_match`]) that hands each format ([`Exporter`]) the definitions, each record as
-//! drawn with the flow ends its call carries ([`super::flows`]), the flow ends no call carries,
-//! and the marks of messages crossing the window's edge. The formats ([`super::chrome_json`],
-//! [`super::perfetto_proto`]) only say how each of these is written.
+//! The walk every arrow-drawing export shares. For the whole run it is one happened-before pass
+//! over every lane ([`for_each_match`]) that hands each format ([`Exporter`]) the definitions, each
+//! record as drawn with the flow ends its call carries ([`super::flows`]) and the flow ends no call
+//! carries; for a window, the same callbacks from the window's chunks and the kept match index,
+//! with the marks of messages crossing the window's edge (`run_windowed`). The formats
+//! ([`super::chrome_json`], [`super::perfetto_proto`]) only say how each of these is written.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -146,7 +147,6 @@ struct Driver<'t, E> {
     scratch: RawBuf,
     done: u64,
     total: u64,
-    crossing: u64,
 }
 
 impl<E: Exporter> Driver<'_, E> {
@@ -193,37 +193,11 @@ impl<E: Exporter> Driver<'_, E> {
 
     fn on_match(&mut self, m: &MessageMatch) {
         self.binder.on_match(m);
-        let window = self.walk.window;
-        let Some(leaving) = window
-            .ends(m.source, m.send_start, m.dest, m.recv_end)
-            .leaving()
-        else {
-            return;
-        };
-        self.crossing += 1;
-        let Some(sli) = self.binder.lane_index(LaneId {
-            rank: m.send.rank,
-            stream: m.send.stream,
-        }) else {
-            return;
-        };
-        let (end, rank, t) = if leaving {
-            (End::Recv, m.dest, m.recv_end)
-        } else {
-            (End::Send, m.source, m.send_start)
-        };
-        let mark = EdgeMark {
-            id: flow_id(sli, m.send.index),
-            end,
-            rank,
-            t,
-        };
-        self.exporter.edge_mark(&self.walk, &mark);
     }
 }
 
-/// Walks `trace` through `exporter`: what lies in `window` is written, ranks outside it are
-/// read (their messages are matched) but not written. `progress(done, total)` in events.
+/// Walks `trace` through `exporter`: what lies in `window` is written; ranks outside it are not
+/// written (their messages with an end in the window are edge marks). `progress(done, total)` in events.
 pub fn run<E: Exporter>(
     trace: &Trace,
     window: &Window,
@@ -247,7 +221,6 @@ pub fn run<E: Exporter>(
         scratch: RawBuf::with_block_size(4096),
         done: 0,
         total,
-        crossing: 0,
     });
     let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
     let report = for_each_match(
@@ -270,7 +243,8 @@ pub fn run<E: Exporter>(
     let walked = Walked {
         events_read: driver.done,
         messages_matched: report.messages,
-        messages_crossing: driver.crossing,
+        // The whole run has no edge.
+        messages_crossing: 0,
         skipped: metas.iter().flat_map(|m| m.skipped.clone()).collect(),
     };
     let summary = driver.exporter.finish(&driver.walk, walked)?;
