@@ -360,13 +360,17 @@ fn run_windowed<E: Exporter>(
         }) else {
             continue;
         };
-        // The communicators defined before the window, from the kept first pass (its last
-        // definition of an id; those in the window's chunks redefine as they come).
-        for (id, members) in &meta.comms {
-            let def = Event::CommDef {
-                id: *id,
-                members: members.to_vec(),
-            };
+        // The communicators and strings defined before the window, from the kept first pass
+        // (its last definition of an id; those in the window's chunks redefine as they come).
+        let comms = meta.comms.iter().map(|(id, members)| Event::CommDef {
+            id: *id,
+            members: members.to_vec(),
+        });
+        let strings = meta.strings.iter().map(|(id, text)| Event::StringDef {
+            id: *id,
+            text: text.clone(),
+        });
+        for def in comms.chain(strings) {
             exporter.record(&walk, first, &def, &mut flows, &mut BufferFill::default());
         }
         let map = TimeMap::new(meta);
