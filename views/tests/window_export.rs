@@ -12,6 +12,7 @@ use std::io::Read;
 
 use common::*;
 use format::synthetic::{HaloConfig, events};
+use format::{Event, Region};
 use trace::Trace;
 use trace::window::{Edge, Window, WindowSpec};
 use views::export::perfetto_proto::{self, ProtoOptions};
@@ -234,19 +235,43 @@ fn cut(full: &Drawn, w: &Window, rank_of: &BTreeMap<u64, u32>) -> Drawn {
 #[test]
 fn windowed_perfetto_export_reads_few_chunks_and_draws_the_whole_runs_cut() {
     let dir = temp_dir("window-export");
+    // The halo exchange, with a region around every 50th call named by a string defined once at
+    // the start (long before most windows).
     let ranks: Vec<RankTrace> = (0..RANKS)
-        .map(|rank| RankTrace {
-            rank,
-            ticks_per_sec: 2.0e9,
-            streams: vec![(
-                0,
-                events(&HaloConfig {
-                    world_size: RANKS,
-                    rank,
-                    iterations: ITERATIONS,
-                    ..Default::default()
-                }),
-            )],
+        .map(|rank| {
+            let mut out = vec![Event::StringDef {
+                id: 7,
+                text: "step".into(),
+            }];
+            let mut calls = 0;
+            for e in events(&HaloConfig {
+                world_size: RANKS,
+                rank,
+                iterations: ITERATIONS,
+                ..Default::default()
+            }) {
+                if let Event::Call(c) = &e {
+                    calls += 1;
+                    if calls % 50 == 0 {
+                        let (start, end) = (c.start, c.end);
+                        let region = |time, begin| {
+                            Event::Region(Region {
+                                time,
+                                name: 7,
+                                begin,
+                            })
+                        };
+                        out.extend([region(start, true), e, region(end, false)]);
+                        continue;
+                    }
+                }
+                out.push(e);
+            }
+            RankTrace {
+                rank,
+                ticks_per_sec: 2.0e9,
+                streams: vec![(0, out)],
+            }
         })
         .collect();
     write_trace(&dir, RANKS, &ranks, CHUNK_EVENTS);
@@ -306,6 +331,10 @@ fn windowed_perfetto_export_reads_few_chunks_and_draws_the_whole_runs_cut() {
         assert!(fraction <= 0.05, "{name}: {decoded} of {total} chunks");
         let want = cut(&full, w, &rank_of);
         assert!(!want.slices.is_empty() && !want.arrows.is_empty(), "{name}");
+        assert!(
+            want.slices.iter().any(|s| s.3 == "step"),
+            "{name}: no region"
+        );
         assert!(
             want.arrows.iter().any(|(s, r)| s.0 == EDGE || r.0 == EDGE),
             "{name}: no arrow crosses the edge"
