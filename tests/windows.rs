@@ -292,6 +292,48 @@ fn windows(mpi: Mpi) {
     assert_eq!(u(&win["flows"]), both + crossing, "{line}");
     assert_eq!(u(&win["flows_without_start"]), 0);
     assert_eq!(u(&win["flows_backwards"]), 0);
+    // Every arrow between the same slices as in the whole run (the windowed export takes them from
+    // the kept match index, not a matching pass): both ends inside, or the inside end of one that
+    // crosses the edge (its other end is on the edge marks' track).
+    let pairs = |v: &Value| -> Vec<[u64; 4]> {
+        v["flow_pairs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| [u(&f[0]), u(&f[1]), u(&f[2]), u(&f[3])])
+            .collect()
+    };
+    let on_kept = |pid: u64| pid >= 1 && kept.contains(&(pid - 1));
+    let full_pairs = pairs(&full);
+    let win_pairs = pairs(&win);
+    let both_full: Vec<_> = full_pairs
+        .iter()
+        .filter(|f| inside(f[0], f[1]) && inside(f[2], f[3]))
+        .collect();
+    let both_win: Vec<_> = win_pairs
+        .iter()
+        .filter(|f| on_kept(f[0]) && on_kept(f[2]))
+        .collect();
+    assert_eq!(both_win, both_full, "{line}");
+    let mut cross_full: Vec<(bool, u64, u64)> = full_pairs
+        .iter()
+        .filter(|f| inside(f[0], f[1]) != inside(f[2], f[3]))
+        .map(|f| match inside(f[0], f[1]) {
+            true => (true, f[0], f[1]),
+            false => (false, f[2], f[3]),
+        })
+        .collect();
+    let mut cross_win: Vec<(bool, u64, u64)> = win_pairs
+        .iter()
+        .filter(|f| on_kept(f[0]) != on_kept(f[2]))
+        .map(|f| match on_kept(f[0]) {
+            true => (true, f[0], f[1]),
+            false => (false, f[2], f[3]),
+        })
+        .collect();
+    cross_full.sort();
+    cross_win.sort();
+    assert_eq!(cross_win, cross_full, "{line}");
     assert_eq!(
         u(&win["processes"]),
         3,

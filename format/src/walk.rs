@@ -32,6 +32,12 @@ pub struct ChunkWalk<'a> {
     /// Which chunks to decode, by header; the others are verified and passed over.
     want: Option<WantChunk<'a>>,
     passed: u64,
+    /// Per stream, events of the chunks taken in order so far (read or passed over): what the
+    /// matching numbers a lane's events by (`EventRef::index`), so a windowed read can name an
+    /// event as the kept match index does without decoding the chunks before it.
+    counted: HashMap<u32, u64>,
+    /// The stream index of the first event of the chunk last handed out.
+    first_index: u64,
 }
 
 impl<'a> ChunkWalk<'a> {
@@ -46,6 +52,8 @@ impl<'a> ChunkWalk<'a> {
             issues: Vec::new(),
             want: None,
             passed: 0,
+            counted: HashMap::new(),
+            first_index: 0,
         }
     }
 
@@ -62,6 +70,12 @@ impl<'a> ChunkWalk<'a> {
     /// Chunks passed over without decoding, so far.
     pub fn passed(&self) -> u64 {
         self.passed
+    }
+
+    /// The index in its stream of the first event of the chunk last handed out: events of the
+    /// stream's earlier chunks, decoded or passed over (by their headers' `events`).
+    pub fn first_index(&self) -> u64 {
+        self.first_index
     }
 
     /// Only `stream`'s chunks; the others' are passed over by their header, not decoded.
@@ -120,6 +134,9 @@ impl<'a> ChunkWalk<'a> {
             );
         }
         self.next_seq.insert(stream, seq + 1);
+        let counted = self.counted.entry(stream).or_default();
+        self.first_index = *counted;
+        *counted += header.events;
         true
     }
 }

@@ -42,6 +42,9 @@ pub struct RankMeta {
     /// RMA windows (`Event::WinDef`): window id (whose `comms` entry is its group) and the
     /// communicator it was created over (`format::NO_COMM` when it predates recording).
     pub wins: Vec<(CommId, CommId)>,
+    /// String definitions (`Event::StringDef`: region names), in the order they appear: a view
+    /// that reads only a window's chunks names the regions in it from these.
+    pub strings: Vec<(format::StringId, String)>,
     pub streams: BTreeSet<u32>,
     pub events: u64,
     pub skipped: Vec<Skipped>,
@@ -108,6 +111,7 @@ impl RankMeta {
                 self.remote_groups.push((*id, intern(members)));
             }
             Event::WinDef { id, comm } => self.wins.push((*id, *comm)),
+            Event::StringDef { id, text } => self.strings.push((*id, text.clone())),
             Event::CommOrigin { id, origin } => self.origins.push((*id, origin.clone())),
             Event::RankInfo(info) => {
                 if self.host.is_none() && !info.host.is_empty() {

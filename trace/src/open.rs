@@ -170,6 +170,8 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ChunkStats {
     pub stream: u32,
+    /// The index in its stream of the chunk's first event (`ChunkWalk::first_index`).
+    pub first_index: u64,
     pub events: u64,
     pub raw_len: u64,
     pub stored_len: u64,
@@ -221,9 +223,10 @@ pub(crate) fn walk_events(
         Read::Wanted(want) => ChunkWalk::wanting(&opened, want),
         Read::All | Read::Misc => ChunkWalk::new(&opened),
     };
-    for chunk in walk.by_ref() {
+    while let Some(chunk) = walk.next() {
         let stats = ChunkStats {
             stream: chunk.stream(),
+            first_index: walk.first_index(),
             events: chunk.event_count(),
             raw_len: chunk.header.raw_len,
             stored_len: chunk.header.stored_len,

@@ -7,7 +7,9 @@
 //! metadata pass ([`trace::scan`]), mapping every time to the global clock through
 //! [`trace::clock::TimeMap`]. Message arrows come from one happened-before pass over every lane
 //! ([`reconstruct::matches::for_each_match`]), handed over as they are matched: a view writes or
-//! samples them then, so no list of every message is kept. OTF2 has no arrows (its readers match
+//! samples them then, so no list of every message is kept. A windowed Perfetto or JSON export
+//! takes them from the kept match index instead and reads only the window's chunks
+//! ([`exporter`]). OTF2 has no arrows (its readers match
 //! the messages themselves) and writes one rank at a time, as its library's per-location buffers
 //! want.
 
