@@ -476,6 +476,9 @@ struct Shared<'c> {
     pending_matches: Vec<MessageMatch>,
     /// Per rank: whether another process owns it (a split pass, see [`partition`]).
     remote: Vec<bool>,
+    /// The latest time, as recorded, that an own lane reached (its frontier): how far proxies
+    /// may go.
+    own_frontier: u64,
 }
 
 /// Two groups of an intercommunicator (the lower-sorting one first) and the occurrence.
@@ -639,6 +642,7 @@ fn run_lanes<I: LaneSource>(
         learned: repair.learn.then(Estimates::default),
         pending_matches: Vec::new(),
         remote,
+        own_frontier: 0,
     };
     let mut lanes: Vec<Lane<I>> = lanes
         .into_iter()
@@ -677,6 +681,18 @@ fn run_lanes<I: LaneSource>(
             break;
         }
         if !progressed {
+            // Proxies are held back to the times the own lanes reached; clock error can put what
+            // an own lane waits for later than that, so they go on first, before anything is
+            // forced.
+            let mut released = false;
+            for (li, lane) in lanes.iter_mut().enumerate() {
+                if lane.proxy && !lane.done {
+                    released |= shared.step_proxy(li, lane, false);
+                }
+            }
+            if released {
+                continue;
+            }
             // Every open lane waits for something no lane will provide before it moves itself (a
             // cycle only contradicting times or a mismatch can make): let the first one go on
             // without it.
@@ -685,12 +701,7 @@ fn run_lanes<I: LaneSource>(
             }
         }
     }
-    // A send towards another process's rank is that process's to match (through its proxy).
-    shared.report.unmatched_sends += shared
-        .sends
-        .keys()
-        .filter(|(key, _)| !shared.is_remote(key.2))
-        .count() as u64;
+    shared.report.unmatched_sends += shared.sends.len() as u64;
     shared.report.lanes_shifted = lanes.iter().filter(|l| l.max_shift > 0).count() as u64;
     shared.report.max_shift = lanes.iter().map(|l| l.max_shift).max().unwrap_or(0);
     (shared.report, shared.learned.unwrap_or_default())
@@ -731,7 +742,7 @@ impl Shared<'_> {
         on_match: &mut impl FnMut(&MessageMatch),
     ) -> bool {
         if lane.proxy {
-            return self.step_proxy(li, lane);
+            return self.step_proxy(li, lane, !force);
         }
         let mut moved = false;
         let mut budget = TURN;
@@ -828,6 +839,7 @@ impl Shared<'_> {
                             .any(|&other| self.frontier[other] < recorded_start);
                 gate_off = false;
                 self.frontier[li] = self.frontier[li].max(recorded_start);
+                self.own_frontier = self.own_frontier.max(recorded_start);
                 if gated {
                     lane.peeked = Some((index, event, removed));
                     return moved;
@@ -864,7 +876,9 @@ impl Shared<'_> {
                 }
                 Action::Hold(coll) => {
                     if let Event::Call(c) = &event {
-                        self.frontier[li] = self.frontier[li].max(c.end.saturating_add(removed));
+                        let end = c.end.saturating_add(removed);
+                        self.frontier[li] = self.frontier[li].max(end);
+                        self.own_frontier = self.own_frontier.max(end);
                     }
                     lane.held.push(event);
                     lane.held_index = index;
@@ -885,24 +899,38 @@ impl Shared<'_> {
     }
 
     /// Advances a proxy lane: its calls go to the matcher's tables, never held, never shown.
-    fn step_proxy<I: LaneSource>(&mut self, li: usize, lane: &mut Lane<I>) -> bool {
+    /// `gated`: only up to the latest time an own lane reached (as recorded): a proxy holds a
+    /// small part of its rank's events, so left free it would run far ahead of the lanes it
+    /// serves, and every send and collective it opens would wait in the tables meanwhile.
+    fn step_proxy<I: LaneSource>(&mut self, li: usize, lane: &mut Lane<I>, gated: bool) -> bool {
+        let mut moved = false;
         for _ in 0..TURN {
-            let Some(event) = lane.src.next() else {
-                self.lane_ended(li, lane);
-                return true;
+            let (index, event, removed) = match lane.peeked.take() {
+                Some(next) => next,
+                None => {
+                    let Some(event) = lane.src.next() else {
+                        self.lane_ended(li, lane);
+                        return true;
+                    };
+                    let index = lane.src.source_index().unwrap_or(lane.next_index);
+                    lane.next_index = index + 1;
+                    (index, event, lane.src.removed_ns())
+                }
             };
-            let index = lane.src.source_index().unwrap_or(lane.next_index);
-            lane.next_index = index + 1;
             if let Event::Call(c) = &event {
-                let removed = lane.src.removed_ns();
+                if gated && c.start.saturating_add(removed) > self.own_frontier {
+                    lane.peeked = Some((index, event, removed));
+                    return moved;
+                }
                 self.feed_proxy(lane, index, removed, c);
             }
+            moved = true;
         }
-        true
+        moved
     }
 
     /// Whether the rank with this world rank is another process's (a split pass).
-    fn is_remote(&self, world_rank: u32) -> bool {
+    pub(super) fn is_remote(&self, world_rank: u32) -> bool {
         self.ctx
             .index_of(world_rank)
             .is_some_and(|i| self.remote.get(i).copied().unwrap_or(false))
