@@ -112,11 +112,11 @@ fn bundled_programs_have_no_violations(mpi: Mpi) {
     assert!(split >= 10, "only {split} programs split: {unsplit:?}");
 }
 
-/// Matching a recorded trace split over 2 and 3 processes (`reconstruct::hb::run_split_in_turn`,
-/// ranks owned round-robin) against one pass over every lane: what differs, if anything; `Err`
-/// when the trace cannot be split, with the reason.
+/// Matching a recorded trace split over 2 and 3 processes against one pass over every lane
+/// (`reconstruct::hb::split_differs`): what differs, if anything; `Err` when the trace cannot be
+/// split, with the reason.
 fn split_matching_differs(dir: &Path) -> Result<Option<String>, String> {
-    use reconstruct::hb::{self, HbContext, Plain, Repair};
+    use reconstruct::hb::{self, HbContext};
     use trace::lanes::{LaneId, LaneReader, OpenRank};
     let trace = trace::Trace::open(dir).unwrap();
     let metas = trace::scan::scan(&trace).unwrap();
@@ -136,57 +136,9 @@ fn split_matching_differs(dir: &Path) -> Result<Option<String>, String> {
             lanes.push((id, LaneReader::new(&open, stream).collect::<Vec<_>>()));
         }
     }
-    let key = |m: &hb::MessageMatch| {
-        let at = |e: hb::EventRef| (e.rank, e.stream, e.index);
-        (
-            at(m.send),
-            at(m.recv_post),
-            at(m.recv_done),
-            m.send_start,
-            m.recv_end,
-        )
-    };
-    let mut whole = Vec::new();
-    let (report, estimates) = hb::run_learning(
-        &ctx,
-        lanes
-            .iter()
-            .map(|(id, ev)| (*id, Plain(ev.clone().into_iter())))
-            .collect(),
-        Repair::learning(),
-        |_, _| {},
-        |m| whole.push(key(m)),
-    );
-    whole.sort_unstable();
-    for processes in [2, 3] {
-        let split = hb::run_split_in_turn(
-            &ctx,
-            &lanes,
-            processes,
-            |w| w as usize % processes,
-            Repair::learning(),
-        );
-        let mut matches: Vec<_> = split.matches.iter().map(key).collect();
-        matches.sort_unstable();
-        if matches != whole {
-            return Ok(Some(format!(
-                "{processes} processes: other messages matched"
-            )));
-        }
-        if split.report != report {
-            return Ok(Some(format!(
-                "{processes} processes: {:?} against {report:?}",
-                split.report
-            )));
-        }
-        if split.estimates.intrinsic != estimates.intrinsic
-            || split.estimates.transfer != estimates.transfer
-            || split.estimates.exit != estimates.exit
-        {
-            return Ok(Some(format!("{processes} processes: other estimates")));
-        }
-    }
-    Ok(None)
+    Ok([2, 3]
+        .into_iter()
+        .find_map(|processes| hb::split_differs(&ctx, &lanes, processes)))
 }
 
 /// tests/programs/matching.c on 4 ranks, 20 iterations: (9 + 2L)·P·N messages (L = 1 where the

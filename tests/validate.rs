@@ -11,10 +11,11 @@ use common::{
     JOB_TIMEOUT, Mpi, apps, evenflush_bin, mpi_env, mpi_lock, output_with_timeout, scratch,
 };
 
-/// Fixed work per iteration (register-only), so that every run does the same computation; 64 KiB
-/// of user records per iteration and S = 128 KiB make a flush every 2 iterations, so that the
-/// traced run is far (+20 to +35 % here) from the untraced one and a reconstruction that removed
-/// nothing could not pass the bound below.
+/// Fixed work per iteration (register-only), so that every run does the same computation; 256 KiB
+/// of user records per iteration and S = 128 KiB make flushes every iteration, so that the traced
+/// run is far from the untraced one and a reconstruction that removed nothing could not pass the
+/// bound below. (With 64 KiB, chunk version 9's faster flushes of this constant payload left the
+/// traced run only +3 to +4 % off, inside the bound.)
 const ITERATIONS: u32 = 60;
 const WORK_UNITS: u64 = 400_000;
 const REPS: usize = 5;
@@ -40,7 +41,7 @@ fn validates_a_real_program(mpi: Mpi) {
             "--mem",
             "0",
             "--record-bytes",
-            "65536",
+            "262144",
             "--records",
             "1",
         ]);

@@ -169,54 +169,45 @@ fn reconstruct_rank_zero(
         estimates: estimates.as_ref(),
     };
     // A job whose pass needs no central matcher: every process matches its own ranks.
-    if let Some(j) = job
-        && crate::job::split::splits(metas, opts.moves_waits(), Some(j))
-    {
+    let split = job.filter(|&j| crate::job::split::splits(metas, opts.moves_waits(), Some(j)));
+    let pass = if let Some(j) = split {
         let cfg = PassConfig { job: None, ..cfg };
-        let pass = crate::job::split::run_process(trace, metas, Ok(cfg), j, &mut |done| {
+        crate::job::split::run_process(trace, metas, Ok(cfg), j, &mut |done| {
             progress(done.min(total), total)
         })?
-        .ok_or_else(|| RebuildError::Job("process 0 got no result of the split pass".into()))?;
-        return finish_summary(
+        .ok_or_else(|| RebuildError::Job("process 0 got no result of the split pass".into()))?
+    } else {
+        let pass = pipeline::run(
             trace,
-            out,
-            opts,
-            metas,
-            &ids,
-            &pass,
-            estimates.as_ref(),
-            progress,
-        );
-    }
-    let pass = pipeline::run(
-        trace,
-        cfg,
-        |li, e| {
-            if !opts.moves_waits() || write_error.is_some() {
-                return;
-            }
-            let lane = &mut lanes[li];
-            if lane.push(e, chunk_events) {
+            cfg,
+            |li, e| {
+                if !opts.moves_waits() || write_error.is_some() {
+                    return;
+                }
+                let lane = &mut lanes[li];
+                if lane.push(e, chunk_events) {
+                    let target = &outputs[lane_rank[li]];
+                    let chunk = lane.take_chunk(&mut encoder, target.rank);
+                    if let Err(err) = target.append(&[chunk]) {
+                        write_error = Some(err);
+                    }
+                }
+            },
+            |_| {},
+            &mut |done| progress(done.min(total), total),
+        )?;
+        if let Some(err) = write_error {
+            return Err(err);
+        }
+        for (li, lane) in lanes.iter_mut().enumerate() {
+            if !lane.is_empty() {
                 let target = &outputs[lane_rank[li]];
                 let chunk = lane.take_chunk(&mut encoder, target.rank);
-                if let Err(err) = target.append(&[chunk]) {
-                    write_error = Some(err);
-                }
+                target.append(&[chunk])?;
             }
-        },
-        |_| {},
-        &mut |done| progress(done.min(total), total),
-    )?;
-    if let Some(err) = write_error {
-        return Err(err);
-    }
-    for (li, lane) in lanes.iter_mut().enumerate() {
-        if !lane.is_empty() {
-            let target = &outputs[lane_rank[li]];
-            let chunk = lane.take_chunk(&mut encoder, target.rank);
-            target.append(&[chunk])?;
         }
-    }
+        pass
+    };
     finish_summary(
         trace,
         out,

@@ -28,7 +28,7 @@ mod repair;
 mod violations;
 
 pub use estimates::Estimates;
-pub use partition::{ProxyFilter, ProxyLane, SplitPass, run_split_in_turn};
+pub use partition::{ProxyFilter, ProxyLane, SplitPass, run_split_in_turn, split_differs};
 
 use collective_instance::{CollInst, CollKey, CollRef};
 use matcher::{Class, Comm, Key, Need, RankState, SendRec};

@@ -218,3 +218,61 @@ pub fn run_split_in_turn(
     }
     pass
 }
+
+/// What differs between matching split over `processes` processes (ranks owned round-robin, so
+/// that most messages cross) and one pass over every lane: the matched messages (event refs and
+/// times), the report, or the estimates learned; `None` when nothing does. The check a split is
+/// held to, on any trace that [`HbContext::unsplittable`] lets through.
+pub fn split_differs(
+    ctx: &HbContext,
+    lanes: &[(trace::lanes::LaneId, Vec<Event>)],
+    processes: usize,
+) -> Option<String> {
+    let key = |m: &super::MessageMatch| {
+        let at = |e: super::EventRef| (e.rank, e.stream, e.index);
+        (
+            at(m.send),
+            at(m.recv_post),
+            at(m.recv_done),
+            m.send_start,
+            m.recv_end,
+        )
+    };
+    let mut whole = Vec::new();
+    let (report, estimates) = super::run_learning(
+        ctx,
+        lanes
+            .iter()
+            .map(|(id, events)| (*id, super::Plain(events.clone().into_iter())))
+            .collect(),
+        super::Repair::learning(),
+        |_, _| {},
+        |m| whole.push(key(m)),
+    );
+    whole.sort_unstable();
+    let owner = |w: u32| w as usize % processes;
+    let split = run_split_in_turn(ctx, lanes, processes, owner, super::Repair::learning());
+    let mut matches: Vec<_> = split.matches.iter().map(key).collect();
+    matches.sort_unstable();
+    if matches != whole {
+        let only_whole = whole.iter().filter(|m| !matches.contains(m)).count();
+        return Some(format!(
+            "{processes} processes: {} messages matched against {} ({only_whole} missing)",
+            matches.len(),
+            whole.len()
+        ));
+    }
+    if split.report != report {
+        return Some(format!(
+            "{processes} processes: {:?} against {report:?}",
+            split.report
+        ));
+    }
+    if split.estimates.intrinsic != estimates.intrinsic
+        || split.estimates.transfer != estimates.transfer
+        || split.estimates.exit != estimates.exit
+    {
+        return Some(format!("{processes} processes: other estimates"));
+    }
+    None
+}

@@ -148,6 +148,25 @@ impl hb::LaneSource for QueueSource<'_, '_, '_> {
     }
 }
 
+impl Shared<'_> {
+    /// After the matcher returned: joins the workers, waking them first if an error ended the
+    /// matcher early, so that they see it and stop.
+    fn stop_workers(&self, workers: Vec<std::thread::ScopedJoinHandle<'_, ()>>) {
+        {
+            let mut st = lock(&self.state);
+            if st.error.is_some() {
+                st.remaining_ranks = 0;
+            }
+        }
+        self.work_ready.notify_all();
+        for w in workers {
+            if let Err(panic) = w.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
 /// What a pass reads, opened once: the ranks' files, the lanes, their time maps, and the
 /// matcher's context.
 struct Inputs {
@@ -280,19 +299,7 @@ pub(crate) fn run(
             },
             on_match,
         );
-        // An error ends the matcher early; wake the workers so they see it and stop.
-        {
-            let mut st = lock(&shared.state);
-            if st.error.is_some() {
-                st.remaining_ranks = 0;
-            }
-        }
-        shared.work_ready.notify_all();
-        for w in workers {
-            if let Err(panic) = w.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
+        shared.stop_workers(workers);
         (report, estimates)
     });
     let (report, estimates) = report;

@@ -172,18 +172,7 @@ pub(crate) fn run_split(
             })
             .collect();
         let result = hb::run_with_proxies(shared.ctx, lanes, proxies, repair, |_, _| {}, |_| {});
-        {
-            let mut st = lock(&shared.state);
-            if st.error.is_some() {
-                st.remaining_ranks = 0;
-            }
-        }
-        shared.work_ready.notify_all();
-        for w in workers {
-            if let Err(panic) = w.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
+        shared.stop_workers(workers);
         result
     });
     let st = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
