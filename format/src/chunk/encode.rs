@@ -45,7 +45,7 @@ impl EncodedChunk {
             .get(..CHUNK_HEADER_LEN)
             .and_then(|h| h.try_into().ok())
             .ok_or("no chunk header")?;
-        let mut h = ChunkHeader::from_bytes(header_bytes);
+        let h = ChunkHeader::from_bytes(header_bytes);
         if !(CHUNK_MIN_VERSION..=CHUNK_VERSION).contains(&version) {
             return Err(format!("no chunk version {version}"));
         }
@@ -84,22 +84,9 @@ impl EncodedChunk {
             } else {
                 stored[pos..].to_vec()
             };
-            h.version = CHUNK_BLOCKS_VERSION - 1;
-            h.codec = CODEC_NONE;
-            h.raw_len = payload.len() as u64;
-            h.stored_len = payload.len() as u64;
-            h.payload_crc = crc32c::crc32c(&payload);
-            let mut bytes = h.to_bytes().to_vec();
-            bytes.extend_from_slice(&payload);
-            return EncodedChunk {
-                bytes,
-                raw_len: h.raw_len,
-                stored_len: h.stored_len,
-                events: self.events,
-                first_ts: self.first_ts,
-                last_ts: self.last_ts,
-            }
-            .as_version(version);
+            return self
+                .stored_as(h, CHUNK_BLOCKS_VERSION - 1, payload)
+                .as_version(version);
         }
         let stored = &self.bytes[CHUNK_HEADER_LEN..];
         let payload = match h.codec {
@@ -138,21 +125,26 @@ impl EncodedChunk {
             let end = start + len_of(col);
             out.extend_from_slice(payload.get(start..end).ok_or("column past the payload")?);
         }
+        Ok(self.stored_as(h, version, out))
+    }
+
+    /// This chunk's events as a chunk of `version` whose payload, stored as is, is `payload`.
+    fn stored_as(&self, mut h: ChunkHeader, version: u16, payload: Vec<u8>) -> EncodedChunk {
         h.version = version;
         h.codec = CODEC_NONE;
-        h.raw_len = out.len() as u64;
-        h.stored_len = out.len() as u64;
-        h.payload_crc = crc32c::crc32c(&out);
+        h.raw_len = payload.len() as u64;
+        h.stored_len = payload.len() as u64;
+        h.payload_crc = crc32c::crc32c(&payload);
         let mut bytes = h.to_bytes().to_vec();
-        bytes.extend_from_slice(&out);
-        Ok(EncodedChunk {
+        bytes.extend_from_slice(&payload);
+        EncodedChunk {
             bytes,
             raw_len: h.raw_len,
             stored_len: h.stored_len,
             events: self.events,
             first_ts: self.first_ts,
             last_ts: self.last_ts,
-        })
+        }
     }
 }
 

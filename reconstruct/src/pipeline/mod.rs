@@ -123,6 +123,19 @@ struct QueueSource<'s, 'a, 'p> {
     removed: u64,
 }
 
+impl<'s, 'a, 'p> QueueSource<'s, 'a, 'p> {
+    fn new(shared: &'s Shared<'a>, local: &'s MatcherLocal<'p>, lane: usize) -> Self {
+        QueueSource {
+            shared,
+            local,
+            lane,
+            current: Vec::new().into_iter(),
+            index: 0,
+            removed: 0,
+        }
+    }
+}
+
 impl Iterator for QueueSource<'_, '_, '_> {
     type Item = Event;
 
@@ -265,19 +278,7 @@ pub(crate) fn run(
         let lanes = ids
             .iter()
             .enumerate()
-            .map(|(lane, id)| {
-                (
-                    *id,
-                    QueueSource {
-                        shared: &shared,
-                        local: &local,
-                        lane,
-                        current: Vec::new().into_iter(),
-                        index: 0,
-                        removed: 0,
-                    },
-                )
-            })
+            .map(|(lane, id)| (*id, QueueSource::new(&shared, &local, lane)))
             .collect();
         let (report, estimates) = hb::run_learning(
             shared.ctx,

@@ -153,17 +153,7 @@ pub(crate) fn run_split(
             .collect();
         let lanes = own_lanes
             .iter()
-            .map(|&lane| {
-                let source = QueueSource {
-                    shared: &shared,
-                    local: &local,
-                    lane,
-                    current: Vec::new().into_iter(),
-                    index: 0,
-                    removed: 0,
-                };
-                (ids[lane], source)
-            })
+            .map(|&lane| (ids[lane], QueueSource::new(&shared, &local, lane)))
             .collect();
         let proxies = proxies
             .into_iter()
