@@ -250,6 +250,11 @@ impl Transport for MpiJob {
         Ok(())
     }
 
+    fn sends_pending(&self) -> Result<usize, String> {
+        self.retire_sends(false)?;
+        Ok(self.pending.borrow().len())
+    }
+
     fn complete_sends(&self) -> Result<(), String> {
         while !self.pending.borrow().is_empty() {
             self.retire_sends(true)?;

@@ -28,7 +28,9 @@ mod repair;
 mod violations;
 
 pub use estimates::Estimates;
-pub use partition::{ProxyFilter, ProxyLane, SplitPass, run_split_in_turn, split_differs};
+pub use partition::{
+    ProxyFilter, ProxyLane, Pump, SplitPass, Unstuck, run_split_in_turn, split_differs,
+};
 
 use collective_instance::{CollInst, CollKey, CollRef};
 use matcher::{Class, Comm, Key, Need, RankState, SendRec};
@@ -209,6 +211,11 @@ pub trait LaneSource: Iterator<Item = Event> {
     /// a lane's events (those that matter to matching); `None`: every event, counted here.
     fn source_index(&self) -> Option<u64> {
         None
+    }
+    /// After `next` returned `None`: whether more may still come (a proxy lane streamed from
+    /// another process has nothing yet), rather than that the lane ended.
+    fn more_later(&self) -> bool {
+        false
     }
 }
 
@@ -421,6 +428,18 @@ struct Lane<I> {
 }
 
 impl<I> Lane<I> {
+    /// When, as recorded, the call this lane waits at began: its held call, or the call held
+    /// back for its sibling lanes or its intercommunicator (0: it waits at nothing yet).
+    fn waiting_since(&self) -> u64 {
+        if let Some(Event::Call(c)) = self.held.first() {
+            return c.start.saturating_add(self.held_removed);
+        }
+        if let Some((_, Event::Call(c), removed)) = &self.peeked {
+            return c.start.saturating_add(*removed);
+        }
+        0
+    }
+
     /// Moves the lane's later events by `shift`, keeping the largest forward move for the report.
     fn set_shift(&mut self, shift: i64) {
         self.shift = shift;
@@ -513,7 +532,7 @@ pub fn run_learning<I: LaneSource>(
         .into_iter()
         .map(|(id, src)| (id, src, false))
         .collect();
-    run_lanes(ctx, lanes, repair, on_event, on_match)
+    run_lanes(ctx, lanes, repair, on_event, on_match, None)
 }
 
 /// One process's part of a matching pass split over processes (see [`partition`]): `lanes` are
@@ -530,6 +549,22 @@ pub fn run_with_proxies<I: LaneSource, P: LaneSource>(
     on_event: impl FnMut(usize, &Event),
     on_match: impl FnMut(&MessageMatch),
 ) -> (HbReport, Estimates) {
+    run_streamed(ctx, lanes, proxies, repair, on_event, on_match, None)
+}
+
+/// [`run_with_proxies`] with the proxies arriving while the pass runs: a proxy whose source has
+/// nothing yet ([`LaneSource::more_later`]) is waited for, and `pump` exchanges with the other
+/// processes between lane turns and decides, when every lane here waits, whether this process
+/// forces one ([`Pump::stuck`]).
+pub fn run_streamed<I: LaneSource, P: LaneSource>(
+    ctx: &HbContext,
+    lanes: Vec<(LaneId, I)>,
+    proxies: Vec<(LaneId, P)>,
+    repair: Repair,
+    on_event: impl FnMut(usize, &Event),
+    on_match: impl FnMut(&MessageMatch),
+    pump: Option<&mut dyn Pump>,
+) -> (HbReport, Estimates) {
     debug_assert!(!repair.enabled, "a split pass moves no time");
     let repair = Repair {
         enabled: false,
@@ -545,7 +580,7 @@ pub fn run_with_proxies<I: LaneSource, P: LaneSource>(
                 .map(|(id, src)| (id, OwnOrProxy::Proxy(src), true)),
         )
         .collect();
-    run_lanes(ctx, all, repair, on_event, on_match)
+    run_lanes(ctx, all, repair, on_event, on_match, pump)
 }
 
 /// The two kinds of lane of a split pass, without a virtual call per event.
@@ -578,6 +613,12 @@ impl<I: LaneSource, P: LaneSource> LaneSource for OwnOrProxy<I, P> {
             OwnOrProxy::Proxy(s) => s.source_index(),
         }
     }
+    fn more_later(&self) -> bool {
+        match self {
+            OwnOrProxy::Own(s) => s.more_later(),
+            OwnOrProxy::Proxy(s) => s.more_later(),
+        }
+    }
 }
 
 /// Adds up the reports of the processes of a split pass.
@@ -608,6 +649,7 @@ fn run_lanes<I: LaneSource>(
     repair: Repair,
     mut on_event: impl FnMut(usize, &Event),
     mut on_match: impl FnMut(&MessageMatch),
+    mut pump: Option<&mut dyn Pump>,
 ) -> (HbReport, Estimates) {
     let rank_of = |id: &LaneId| ctx.index_of(id.rank).unwrap_or(0);
     let mut remote = vec![false; ctx.ranks.len()];
@@ -676,6 +718,9 @@ fn run_lanes<I: LaneSource>(
             }
             open = true;
             progressed |= shared.step(li, lane, false, &mut on_event, &mut on_match);
+            if let Some(p) = pump.as_deref_mut() {
+                p.poll();
+            }
         }
         if !open {
             break;
@@ -694,10 +739,28 @@ fn run_lanes<I: LaneSource>(
                 continue;
             }
             // Every open lane waits for something no lane will provide before it moves itself (a
-            // cycle only contradicting times or a mismatch can make): let the first one go on
-            // without it.
-            if let Some((li, lane)) = lanes.iter_mut().enumerate().find(|(_, l)| !l.done) {
-                shared.step(li, lane, true, &mut on_event, &mut on_match);
+            // cycle only contradicting times or a mismatch can make): the wait that began first
+            // goes on without it. Nothing that began later can be what it waits for, and the
+            // choice does not depend on the order the lanes were stepped in, so a split pass
+            // makes the same one.
+            let first_wait = lanes
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.done && !l.proxy)
+                .map(|(li, l)| (l.waiting_since(), li))
+                .min();
+            if let Some(p) = pump.as_deref_mut() {
+                match p.stuck(first_wait) {
+                    Unstuck::Moved => continue,
+                    Unstuck::Stop => break,
+                    Unstuck::Force => {}
+                }
+            }
+            let forced = first_wait
+                .map(|(_, li)| li)
+                .or_else(|| lanes.iter().position(|l| !l.done));
+            if let Some(li) = forced {
+                shared.step(li, &mut lanes[li], true, &mut on_event, &mut on_match);
             }
         }
     }
@@ -909,6 +972,9 @@ impl Shared<'_> {
                 Some(next) => next,
                 None => {
                     let Some(event) = lane.src.next() else {
+                        if lane.src.more_later() {
+                            return moved;
+                        }
                         self.lane_ended(li, lane);
                         return true;
                     };

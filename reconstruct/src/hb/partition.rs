@@ -122,6 +122,27 @@ impl<'c> ProxyFilter<'c> {
     }
 }
 
+/// What a process of a split pass does, after every lane it runs waits, to go on.
+pub enum Unstuck {
+    /// Something arrived (or may have): try the lanes again.
+    Moved,
+    /// The whole job waits, and this process holds the wait that began first: force it, as one
+    /// process forces it when every lane waits.
+    Force,
+    /// The pass cannot go on (another process failed); what was found so far is discarded.
+    Stop,
+}
+
+/// The exchange between the processes of a split pass whose proxies stream while it runs.
+pub trait Pump {
+    /// Between lane turns: sends what is ready and takes what arrived, without waiting.
+    fn poll(&mut self);
+    /// Every lane here waits (`first_wait`: among the own lanes still open, the one whose wait
+    /// began first, as (recorded start of the call it waits at, position in the pass's lanes)).
+    /// Returns once something arrived, or the job decided who forces.
+    fn stuck(&mut self, first_wait: Option<(u64, usize)>) -> Unstuck;
+}
+
 /// A proxy lane as it arrives: each event with its index in the rank's whole lane and the time
 /// the mapping removed before it (so that the sends and entries it carries are named and timed
 /// as in the whole lane).

@@ -46,6 +46,11 @@ pub trait Transport {
     fn send_later(&self, dest: usize, tag: u32, bytes: Vec<u8>) -> Result<(), String> {
         self.send(dest, tag, &bytes)
     }
+    /// Sends of [`Transport::send_later`] not complete yet, after retiring those that are,
+    /// without waiting. A caller that keeps it small never waits in `send_later`.
+    fn sends_pending(&self) -> Result<usize, String> {
+        Ok(0)
+    }
     /// Waits until every [`Transport::send_later`] completed.
     fn complete_sends(&self) -> Result<(), String> {
         Ok(())
@@ -64,10 +69,67 @@ pub(crate) const TAG_MARKS: u32 = 4;
 pub(crate) const TAG_FAILED: u32 = 5;
 pub(crate) const TAG_METAS: u32 = 6;
 pub(crate) const TAG_ALL_METAS: u32 = 7;
-/// A pass without a central matcher ([`split`]): proxy lanes for the receiver, then each
-/// process's result for process 0.
+/// A pass without a central matcher ([`split`]): batches of proxy lanes for the receiver, then
+/// each process's result for process 0.
 pub const TAG_PROXIES: u32 = 8;
 pub(crate) const TAG_SPLIT_DONE: u32 = 9;
+/// A split pass: every lane of the sender waits ([`StuckReport`], to process 0)...
+pub(crate) const TAG_STUCK: u32 = 10;
+/// ...process 0 found the whole job waiting, and the receiver forces its first open lane...
+pub(crate) const TAG_FORCE: u32 = 11;
+/// ...and the sender sends nothing more in this pass.
+pub(crate) const TAG_END: u32 = 12;
+
+/// What a process of a split pass tells process 0 when every lane it runs waits: how many proxy
+/// messages it sent to and received from each process, and its own wait that began first. When
+/// every process waits and each count sent equals the count its receiver took, no message is in
+/// flight that could move anyone: only then is a lane forced.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StuckReport {
+    /// (recorded start of the call it waits at, lane number).
+    pub first_wait: Option<(u64, u64)>,
+    /// Its pass ended: it waits for nothing.
+    pub done: bool,
+    pub sent: Vec<u64>,
+    pub received: Vec<u64>,
+}
+
+impl StuckReport {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut w = Wire(Vec::new());
+        w.u8(u8::from(self.first_wait.is_some()));
+        let (since, lane) = self.first_wait.unwrap_or_default();
+        w.u64(since);
+        w.u64(lane);
+        w.u8(u8::from(self.done));
+        w.u64(self.sent.len() as u64);
+        for (&s, &r) in self.sent.iter().zip(&self.received) {
+            w.u64(s);
+            w.u64(r);
+        }
+        w.0
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<StuckReport, String> {
+        let mut c = Cursor { bytes, pos: 0 };
+        let waits = c.u8()? != 0;
+        let first = (c.u64()?, c.u64()?);
+        let done = c.u8()? != 0;
+        let n = c.len()?;
+        let (mut sent, mut received) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            sent.push(c.u64()?);
+            received.push(c.u64()?);
+        }
+        c.end()?;
+        Ok(StuckReport {
+            first_wait: waits.then_some(first),
+            done,
+            sent,
+            received,
+        })
+    }
+}
 
 pub(crate) mod split;
 

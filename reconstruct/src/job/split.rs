@@ -1,21 +1,21 @@
 //! The job's pass with no central matcher (`crate::pipeline::split`, `crate::hb::partition`),
 //! used when nothing is repaired and the trace can be split ([`HbContext::unsplittable`]). After
 //! the metadata exchange every process, 0 included:
-//! 1. makes the proxy lanes of its ranks for each other process and sends them (`PROXIES`), or
-//!    `FAILED` with the reason, to every other process;
-//! 2. receives every other process's (each process hears from every other, so all agree whether
-//!    the pass goes on);
-//! 3. steps, writes and matches its own ranks against the proxies;
-//! 4. sends process 0 its lanes' marks and its report (`SPLIT_DONE`), or `FAILED`.
+//! 1. steps, writes and matches its own ranks against the proxies of the others', which arrive
+//!    in batches (`PROXIES`) while the pass runs, as its own steps make and send theirs
+//!    (`crate::pipeline::proxy_stream`: when every lane waits it tells process 0 (`STUCK`), which
+//!    tells one process to force a lane (`FORCE`) only when the whole job waits); a process that
+//!    fails tells every other (`FAILED`), and each ends with `END` to every other;
+//! 2. sends process 0 its lanes' marks and its report (`SPLIT_DONE`), or `FAILED`.
 //!
 //! Process 0 adds the reports up: the output and the summary are those of one process.
-//! No message waits for one that may not come: every process sends before it receives, and sends
-//! to everyone whatever happened to it.
+//! No message waits for one that may not come: every process sends `END` to everyone whatever
+//! happened to it, and takes every message until it has everyone's.
 
 use crate::hb::{self, HbContext};
-use crate::job::{self, LaneBatch, StepMessage, Transport};
+use crate::job::{self, Transport};
 use crate::options::RebuildError;
-use crate::pipeline::split::{Owners, ProxyEvents, make_proxies, run_split};
+use crate::pipeline::split::{Owners, run_split, take_part_failed};
 use crate::pipeline::{PassConfig, PassResult, lane_ids};
 use trace::Trace;
 use trace::definitions::RankMeta;
@@ -32,29 +32,6 @@ pub fn split_owner_of(rank_idx: usize, ranks: usize, processes: usize) -> usize 
         return 0;
     }
     (rank_idx * processes / ranks).min(processes - 1)
-}
-
-fn proxies_message(lanes: Vec<(usize, ProxyEvents)>, me: usize) -> StepMessage {
-    StepMessage {
-        rank_idx: me as u32,
-        events_read: 0,
-        lanes: lanes
-            .into_iter()
-            .map(|(lane, events)| {
-                let mut batch = LaneBatch {
-                    lane: lane as u32,
-                    finished: true,
-                    ..LaneBatch::default()
-                };
-                for (index, removed, event) in events {
-                    batch.indices.push(index);
-                    batch.removed.push(removed);
-                    batch.events.push(event);
-                }
-                batch
-            })
-            .collect(),
-    }
 }
 
 /// One process's part (see the module docs). Process 0 returns the pass's result over every
@@ -78,74 +55,13 @@ pub(crate) fn run_process(
         me,
         processes: size,
     };
-    let made = match &cfg {
-        Ok(cfg) => {
-            let proxy_cfg = PassConfig {
-                metas,
-                remove: cfg.remove,
-                repair: cfg.repair,
-                threads: cfg.threads,
-                output: None,
-                job: None,
-                estimates: None,
-            };
-            make_proxies(trace, proxy_cfg, &owners)
-                .map_err(|e| format!("process {me}: {}", crate::pipeline::remote::error_text(&e)))
-        }
-        Err(reason) => Err(reason.clone()),
-    };
-    let mut failure: Option<String> = None;
-    match made {
-        Ok(per_process) => {
-            for (q, lanes) in per_process.into_iter().enumerate() {
-                if q != me {
-                    job.send_later(q, job::TAG_PROXIES, proxies_message(lanes, me).encode())
-                        .map_err(RebuildError::Job)?;
-                }
-            }
-        }
-        Err(reason) => {
-            for q in (0..size).filter(|&q| q != me) {
-                job.send(q, job::TAG_FAILED, reason.as_bytes())
-                    .map_err(RebuildError::Job)?;
-            }
-            failure = Some(reason);
-        }
-    }
-    let mut proxies = Vec::new();
-    for q in (0..size).filter(|&q| q != me) {
-        let (_, tag, bytes) = job.recv(Some(q)).map_err(RebuildError::Job)?;
-        match tag {
-            job::TAG_PROXIES => match StepMessage::decode(&bytes) {
-                Ok(msg) => proxies.extend(msg.lanes.into_iter().map(|b| {
-                    let events = b
-                        .indices
-                        .into_iter()
-                        .zip(b.removed)
-                        .zip(b.events)
-                        .map(|((i, r), e)| (i, r, e))
-                        .collect::<ProxyEvents>();
-                    (b.lane as usize, events)
-                })),
-                Err(e) => {
-                    failure.get_or_insert(format!("process {q}'s proxies: {e}"));
-                }
-            },
-            job::TAG_FAILED => {
-                failure.get_or_insert(String::from_utf8_lossy(&bytes).into_owned());
-            }
-            other => {
-                failure.get_or_insert(format!(
-                    "process {q} sent an unexpected message (tag {other})"
-                ));
-            }
-        }
-    }
-    job.complete_sends().map_err(RebuildError::Job)?;
-    let mine = match (failure, cfg) {
-        (Some(reason), _) | (None, Err(reason)) => Err(reason),
-        (None, Ok(cfg)) => run_split(trace, cfg, &owners, proxies, progress)
+    let mine = match cfg {
+        Ok(cfg) => run_split(trace, cfg, &owners, job, progress)
             .map_err(|e| format!("process {me}: {}", crate::pipeline::remote::error_text(&e))),
+        Err(reason) => {
+            take_part_failed(job, reason.clone());
+            Err(reason)
+        }
     };
     if me != 0 {
         match &mine {

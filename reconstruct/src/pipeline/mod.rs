@@ -39,6 +39,7 @@ use trace::clock::TimeMap;
 use trace::definitions::RankMeta;
 use trace::lanes::{LaneId, OpenRank};
 
+mod proxy_stream;
 pub(crate) mod remote;
 pub(crate) mod split;
 mod steps;

@@ -1,24 +1,21 @@
 //! The pass of an MPI job split over its processes with no central matcher (the matching side is
 //! [`crate::hb::partition`], the messages [`crate::job::split`]). Every process steps and writes
 //! its own ranks, as the workers of one process do, and matches them against one proxy lane per
-//! rank of the others. The proxies are made first, by a pass over the own ranks that decodes and
-//! maps them without writing, and exchanged whole: they hold only what crosses between processes
-//! (messages between their ranks, collectives on communicators they share).
+//! rank of the others. The steps that write a rank also pick its proxies (only what crosses
+//! between processes: messages between their ranks, collectives on communicators they share),
+//! which stream to the other processes while the pass runs ([`super::proxy_stream`]).
 
 use std::cell::RefCell;
 
-use format::{ChunkEncoder, Event};
+use format::ChunkEncoder;
 
-use super::{
-    Inputs, MatcherLocal, PassConfig, PassResult, QueueSource, lock, map_indexed, threads,
-};
-use crate::hb::{self, ProxyFilter, ProxyLane};
+use super::proxy_stream::{Inbox, ProxyPump, StreamedProxy};
+use super::{Inputs, MatcherLocal, PassConfig, PassResult, QueueSource, threads};
+use crate::hb;
+use crate::job::Transport;
 use crate::mapping::LaneMarks;
 use crate::options::RebuildError;
 use trace::Trace;
-
-/// A proxy lane's events: (index in the whole lane, time the mapping removed, event).
-pub(crate) type ProxyEvents = Vec<(u64, u64, Event)>;
 
 /// Who owns what, by rank index (`owners`) and by world rank.
 pub(crate) struct Owners<'o> {
@@ -40,104 +37,33 @@ impl Owners<'_> {
     }
 }
 
-/// What this process's ranks show each other process: per process (empty for this one), a
-/// proxy lane for every lane of this process's ranks, by lane number (`lane_ids` order).
-pub(crate) fn make_proxies(
-    trace: &Trace,
-    cfg: PassConfig<'_>,
-    owners: &Owners<'_>,
-) -> Result<Vec<Vec<(usize, ProxyEvents)>>, RebuildError> {
-    let metas = cfg.metas;
-    let threads = threads(cfg.threads);
-    let inputs = Inputs::open(trace, metas, threads)?;
-    let remote: Vec<bool> = owners.by_rank_idx.iter().map(|&o| o != owners.me).collect();
-    let own: Vec<usize> = (0..metas.len()).filter(|&r| !remote[r]).collect();
-    let masks = owners.local_masks(metas, trace.world_size.max(1));
-    let shared = inputs.shared(metas, cfg, remote, threads);
-    let per_rank = map_indexed(own.len(), threads, |k| {
-        let r = own[k];
-        let mut encoder = ChunkEncoder::new(1);
-        // Per lane of the rank, per other process: its filter and what it took.
-        let lanes: Vec<usize> = lock(&shared.work[r])
-            .lanes
-            .iter()
-            .map(|l| l.global)
-            .collect();
-        let mut filters: Vec<Vec<Option<(ProxyFilter<'_>, ProxyEvents)>>> = lanes
-            .iter()
-            .map(|_| {
-                (0..owners.processes)
-                    .map(|q| {
-                        (q != owners.me)
-                            .then(|| (ProxyFilter::new(shared.ctx, r, &masks[q]), Vec::new()))
-                    })
-                    .collect()
-            })
-            .collect();
-        loop {
-            let produced = shared.step(r, &mut encoder)?;
-            if produced.is_empty() {
-                break;
-            }
-            for (lane, items, _) in produced {
-                let Some(k) = lanes.iter().position(|&g| g == lane) else {
-                    continue;
-                };
-                for item in items {
-                    for (filter, taken) in filters[k].iter_mut().flatten() {
-                        if filter.wants(&item.event) {
-                            taken.push((item.index, item.removed, item.event.clone()));
-                        }
-                    }
-                }
-            }
-        }
-        Ok::<_, RebuildError>(
-            lanes
-                .into_iter()
-                .zip(filters)
-                .map(|(lane, per_process)| {
-                    let taken: Vec<Option<ProxyEvents>> = per_process
-                        .into_iter()
-                        .map(|f| f.map(|(_, taken)| taken))
-                        .collect();
-                    (lane, taken)
-                })
-                .collect::<Vec<_>>(),
-        )
-    });
-    let mut out: Vec<Vec<(usize, ProxyEvents)>> = vec![Vec::new(); owners.processes];
-    for rank in per_rank {
-        for (lane, per_process) in rank? {
-            for (q, taken) in per_process.into_iter().enumerate() {
-                if let Some(events) = taken {
-                    out[q].push((lane, events));
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// This process's part of the split pass: its ranks stepped (and written, with `cfg.output`) on
-/// `cfg.threads` threads and matched against `proxies` (lane number, events) of every other
-/// rank. The marks are those of its own lanes; the others' stay empty.
+/// `cfg.threads` threads and matched against the proxies of every other rank as they arrive over
+/// `job`. The marks are those of its own lanes; the others' stay empty.
 pub(crate) fn run_split(
     trace: &Trace,
     cfg: PassConfig<'_>,
     owners: &Owners<'_>,
-    proxies: Vec<(usize, ProxyEvents)>,
+    job: &dyn Transport,
     progress: &mut dyn FnMut(u64),
 ) -> Result<PassResult, RebuildError> {
     let metas = cfg.metas;
     let threads = threads(cfg.threads);
     let repair = cfg.repair;
-    let inputs = Inputs::open(trace, metas, threads)?;
+    let inputs = match Inputs::open(trace, metas, threads) {
+        Ok(inputs) => inputs,
+        Err(e) => {
+            take_part_failed(job, super::remote::error_text(&e));
+            return Err(e);
+        }
+    };
     let ids = inputs.ids.clone();
     let remote: Vec<bool> = owners.by_rank_idx.iter().map(|&o| o != owners.me).collect();
-    let shared = inputs.shared(metas, cfg, remote.clone(), threads);
+    let local = owners.local_masks(metas, trace.world_size.max(1));
+    let mut shared = inputs.shared(metas, cfg, remote.clone(), threads);
+    shared.stream_proxies(&local, owners.me);
     let zstd_level = shared.output.as_ref().map_or(1, |o| o.zstd_level);
-    let local = MatcherLocal {
+    let matcher = MatcherLocal {
         encoder: RefCell::new(ChunkEncoder::new(zstd_level)),
         progress: RefCell::new(progress),
         job: None,
@@ -146,29 +72,41 @@ pub(crate) fn run_split(
         .iter()
         .map(|id| !remote[super::rank_slot(metas, id.rank)])
         .collect();
-    let own_lanes: Vec<usize> = (0..ids.len()).filter(|&lane| lane_is_own[lane]).collect();
+    let (own_lanes, proxy_lanes): (Vec<usize>, Vec<usize>) =
+        (0..ids.len()).partition(|&lane| lane_is_own[lane]);
+    let inbox = RefCell::new(Inbox::new(ids.len()));
+    let lane_of: Vec<usize> = own_lanes.iter().chain(&proxy_lanes).copied().collect();
+    let mut pump = ProxyPump::new(Some(&shared), job, &inbox, lane_of, threads > 1);
     let (report, estimates) = std::thread::scope(|scope| {
         let workers: Vec<_> = (1..threads)
             .map(|_| scope.spawn(|| shared.worker(zstd_level)))
             .collect();
         let lanes = own_lanes
             .iter()
-            .map(|&lane| (ids[lane], QueueSource::new(&shared, &local, lane)))
+            .map(|&lane| (ids[lane], QueueSource::new(&shared, &matcher, lane)))
             .collect();
-        let proxies = proxies
-            .into_iter()
-            .filter_map(|(lane, events)| {
-                Some((*ids.get(lane)?, ProxyLane::new(events.into_iter())))
-            })
+        let proxies = proxy_lanes
+            .iter()
+            .map(|&lane| (ids[lane], StreamedProxy::new(&inbox, lane)))
             .collect();
-        let result = hb::run_with_proxies(shared.ctx, lanes, proxies, repair, |_, _| {}, |_| {});
+        let result = hb::run_streamed(
+            shared.ctx,
+            lanes,
+            proxies,
+            repair,
+            |_, _| {},
+            |_| {},
+            Some(&mut pump),
+        );
         shared.stop_workers(workers);
         result
     });
+    let finished = pump.finish();
     let st = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = st.error {
         return Err(e);
     }
+    finished.map_err(RebuildError::Job)?;
     let mut marks = vec![LaneMarks::default(); ids.len()];
     for w in shared.work {
         for lane in w.into_inner().unwrap_or_else(|p| p.into_inner()).lanes {
@@ -182,4 +120,14 @@ pub(crate) fn run_split(
         estimates,
         marks,
     })
+}
+
+/// A process that cannot run its part still takes part in the exchange, as failed, so that no
+/// other process waits for it.
+pub(crate) fn take_part_failed(job: &dyn Transport, reason: String) {
+    let inbox = RefCell::new(Inbox::new(0));
+    let mut pump = ProxyPump::new(None, job, &inbox, Vec::new(), false);
+    pump.fail(reason);
+    // The reason is already the pass's.
+    pump.finish().ok();
 }

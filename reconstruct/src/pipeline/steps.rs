@@ -11,7 +11,8 @@ use format::reader::ChunkIntoEvents;
 use format::{ChunkEncoder, ChunkWalk, EncodedChunk, Event};
 
 use super::{Inputs, Item, MatcherLocal, PassConfig, WorkerOutput, lock, rank_slot};
-use crate::hb::HbContext;
+use crate::hb::{HbContext, ProxyFilter};
+use crate::job::LaneBatch;
 use crate::mapping::LaneMapper;
 use crate::options::{RebuildError, Remove};
 use crate::output::LaneOut;
@@ -40,6 +41,9 @@ pub(super) struct LaneWork<'a> {
     /// nothing the matcher counts.
     held_poll: Option<Item>,
     done: bool,
+    /// A split pass whose proxies stream: per other process, the filter that picks what it
+    /// needs of this lane (see [`crate::hb::ProxyFilter`]).
+    pub(super) proxy_filters: Vec<(usize, ProxyFilter<'a>)>,
 }
 
 pub(super) struct RankWork<'a> {
@@ -59,6 +63,10 @@ pub(super) struct State {
     /// Where the round-robin search for the next rank to read ahead starts.
     cursor: usize,
     pub(super) error: Option<RebuildError>,
+    /// A split pass whose proxies stream: per process, the proxy batches of the own lanes made
+    /// and not yet sent, in lane order (a rank is stepped by one thread at a time, and its
+    /// step's batches are queued before the next step starts).
+    pub(super) outgoing: Vec<Vec<LaneBatch>>,
 }
 
 pub(super) struct Shared<'a> {
@@ -97,8 +105,9 @@ impl<'a> Shared<'a> {
         r: usize,
         encoder: &mut ChunkEncoder,
     ) -> Result<Vec<(usize, Vec<Item>, bool)>, RebuildError> {
-        let mut work = lock(&self.work[r]);
-        let work = &mut *work;
+        let mut guard = lock(&self.work[r]);
+        let work = &mut *guard;
+        let mut proxies: Vec<(usize, LaneBatch)> = Vec::new();
         let several = work.lanes.len() > 1;
         let mut produced = Vec::with_capacity(work.lanes.len());
         let mut chunks: Vec<EncodedChunk> = Vec::new();
@@ -175,10 +184,33 @@ impl<'a> Shared<'a> {
                 }
             }
             self.events_done.fetch_add(taken as u64, Ordering::Relaxed);
+            for (q, filter) in &mut lane.proxy_filters {
+                let mut proxy = LaneBatch {
+                    lane: lane.global as u32,
+                    finished: lane.done,
+                    ..LaneBatch::default()
+                };
+                for item in batch.iter().filter(|item| filter.wants(&item.event)) {
+                    proxy.indices.push(item.index);
+                    proxy.removed.push(item.removed);
+                    proxy.events.push(item.event.clone());
+                }
+                if proxy.finished || !proxy.events.is_empty() {
+                    proxies.push((*q, proxy));
+                }
+            }
             produced.push((lane.global, batch, lane.done));
         }
         if let Some(out) = &self.output {
             out.ranks[r].append(&chunks)?;
+        }
+        // The state's lock is taken after the rank's, never while holding it.
+        drop(guard);
+        if !proxies.is_empty() {
+            let mut st = lock(&self.state);
+            for (q, proxy) in proxies {
+                st.outgoing[q].push(proxy);
+            }
         }
         Ok(produced)
     }
@@ -216,25 +248,82 @@ impl<'a> Shared<'a> {
 
     /// A rank to read ahead, if the budget allows one.
     fn pick(&self, st: &mut State) -> Option<usize> {
+        let r = self.pickable(st)?;
+        st.cursor = (r + 1) % st.busy.len();
+        Some(r)
+    }
+
+    fn pickable(&self, st: &State) -> Option<usize> {
         if st.queued >= self.budget {
             return None;
         }
         let n = st.busy.len();
-        for k in 0..n {
-            let r = (st.cursor + k) % n;
-            if st.busy[r] || st.rank_finished[r] {
+        (0..n).map(|k| (st.cursor + k) % n).find(|&r| {
+            !st.busy[r]
+                && !st.rank_finished[r]
+                && lock(&self.work[r])
+                    .lanes
+                    .iter()
+                    .all(|l| l.done || st.queues[l.global].len() < PER_LANE_QUEUE)
+        })
+    }
+
+    /// A split pass whose proxies stream: each own lane gets a filter per other process
+    /// (`local[q]`: the world ranks process `q` owns).
+    pub(super) fn stream_proxies(&mut self, local: &'a [Vec<bool>], me: usize) {
+        let ctx = self.ctx;
+        for (r, work) in self.work.iter_mut().enumerate() {
+            if self.remote[r] {
                 continue;
             }
-            let room = lock(&self.work[r])
-                .lanes
-                .iter()
-                .all(|l| l.done || st.queues[l.global].len() < PER_LANE_QUEUE);
-            if room {
-                st.cursor = (r + 1) % n;
-                return Some(r);
+            let work = work.get_mut().unwrap_or_else(|p| p.into_inner());
+            for lane in &mut work.lanes {
+                lane.proxy_filters = (0..local.len())
+                    .filter(|&q| q != me)
+                    .map(|q| (q, ProxyFilter::new(ctx, r, &local[q])))
+                    .collect();
             }
         }
-        None
+        self.state
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .outgoing = (0..local.len()).map(|_| Vec::new()).collect();
+    }
+
+    /// The proxy batches made since the last call, per process, and whether the pass failed.
+    pub(super) fn take_outgoing(&self) -> (Vec<Vec<LaneBatch>>, bool) {
+        let mut st = lock(&self.state);
+        let failed = st.error.is_some();
+        if st.outgoing.iter().all(Vec::is_empty) {
+            return (Vec::new(), failed);
+        }
+        let empty = (0..st.outgoing.len()).map(|_| Vec::new()).collect();
+        (std::mem::replace(&mut st.outgoing, empty), failed)
+    }
+
+    /// Waits until no worker is stepping a rank and none will start one (the queues are full or
+    /// every rank is read): after this, nothing more is made until the matcher takes a batch.
+    pub(super) fn wait_idle(&self, has_workers: bool) {
+        let mut st = lock(&self.state);
+        loop {
+            let busy = st.busy.iter().any(|&b| b);
+            if st.error.is_some() || (!busy && (!has_workers || self.pickable(&st).is_none())) {
+                return;
+            }
+            self.work_ready.notify_all();
+            st = self
+                .data_ready
+                .wait_timeout(st, std::time::Duration::from_millis(2))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// Ends the pass with `error` unless it already failed: the workers stop.
+    pub(super) fn fail(&self, error: RebuildError) {
+        lock(&self.state).error.get_or_insert(error);
+        self.work_ready.notify_all();
+        self.data_ready.notify_all();
     }
 
     pub(super) fn worker(&self, zstd_level: i32) {
@@ -372,6 +461,7 @@ impl Inputs {
                 after_commdef: false,
                 held_poll: None,
                 done: false,
+                proxy_filters: Vec::new(),
             });
         }
         // Workers pick neither a rank without lanes (no events at all) nor another process's.
@@ -394,6 +484,7 @@ impl Inputs {
                 queued: 0,
                 cursor: 0,
                 error: None,
+                outgoing: Vec::new(),
             }),
             work_ready: Condvar::new(),
             data_ready: Condvar::new(),

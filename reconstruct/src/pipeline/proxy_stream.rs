@@ -1,0 +1,415 @@
+//! The proxies of a split pass ([`super::split`]) streaming between the processes while the pass
+//! runs: the steps of a process's own ranks make them ([`Shared::stream_proxies`]), the matching
+//! thread sends them in batches and takes the others' into an [`Inbox`], and the engine reads
+//! each proxy lane from it ([`StreamedProxy`]), waiting when a lane has nothing yet.
+//!
+//! Waiting is safe as long as something is in flight. When every lane of every process waits and
+//! nothing is (each process's count of batches sent to another equals that one's count received,
+//! as last reported to process 0), the process holding the wait that began first forces it, as
+//! one process does when all of its lanes wait: this happens only when times contradict each
+//! other or the trace lacks a partner, never on a trace whose messages all match.
+//!
+//! A process's engine runs only on the thread that owns the transport (MPI is initialised for one
+//! thread); it sends from a backlog, keeping few sends in flight, and takes what arrived at every
+//! turn, so two processes never wait on each other's sends.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+use format::Event;
+
+use super::steps::Shared;
+use crate::hb::{self, Unstuck};
+use crate::job::{self, LaneBatch, StepMessage, StuckReport, Transport};
+use crate::options::RebuildError;
+
+/// Proxy events received and not taken yet, by lane number, with whether the lane ended.
+pub(super) struct Inbox {
+    queues: Vec<VecDeque<(u64, u64, Event)>>,
+    finished: Vec<bool>,
+}
+
+impl Inbox {
+    pub(super) fn new(lanes: usize) -> Inbox {
+        Inbox {
+            queues: (0..lanes).map(|_| VecDeque::new()).collect(),
+            finished: vec![false; lanes],
+        }
+    }
+
+    fn add(&mut self, batch: LaneBatch) -> Result<(), String> {
+        let lane = batch.lane as usize;
+        let (Some(queue), Some(finished)) =
+            (self.queues.get_mut(lane), self.finished.get_mut(lane))
+        else {
+            return Err(format!(
+                "a proxy batch for lane {lane}, which is not in the trace"
+            ));
+        };
+        if *finished {
+            return Err(format!("a proxy batch for lane {lane} after it ended"));
+        }
+        queue.extend(
+            batch
+                .indices
+                .into_iter()
+                .zip(batch.removed)
+                .zip(batch.events)
+                .map(|((i, r), e)| (i, r, e)),
+        );
+        *finished = batch.finished;
+        Ok(())
+    }
+}
+
+/// One proxy lane, read from the inbox.
+pub(super) struct StreamedProxy<'s> {
+    inbox: &'s RefCell<Inbox>,
+    lane: usize,
+    index: u64,
+    removed: u64,
+}
+
+impl<'s> StreamedProxy<'s> {
+    pub(super) fn new(inbox: &'s RefCell<Inbox>, lane: usize) -> StreamedProxy<'s> {
+        StreamedProxy {
+            inbox,
+            lane,
+            index: 0,
+            removed: 0,
+        }
+    }
+}
+
+impl Iterator for StreamedProxy<'_> {
+    type Item = Event;
+    fn next(&mut self) -> Option<Event> {
+        let (index, removed, event) = self.inbox.borrow_mut().queues[self.lane].pop_front()?;
+        self.index = index;
+        self.removed = removed;
+        Some(event)
+    }
+}
+
+impl hb::LaneSource for StreamedProxy<'_> {
+    fn removed_ns(&self) -> u64 {
+        self.removed
+    }
+    fn source_index(&self) -> Option<u64> {
+        Some(self.index)
+    }
+    fn more_later(&self) -> bool {
+        !self.inbox.borrow().finished[self.lane]
+    }
+}
+
+/// Sends begun and not complete beyond which the backlog waits: MPI's sends of large messages
+/// complete only when the receiver takes them, so the sender must go on receiving meanwhile.
+const SENDS_IN_FLIGHT: usize = 8;
+
+/// One process's side of the exchange (see the module docs).
+pub(super) struct ProxyPump<'s, 'a> {
+    /// `None` for a process that failed before the pass: it only takes part.
+    shared: Option<&'s Shared<'a>>,
+    job: &'s dyn Transport,
+    inbox: &'s RefCell<Inbox>,
+    /// The lane number of each of the engine's lanes, by position (own lanes first).
+    lane_of: Vec<usize>,
+    has_workers: bool,
+    me: usize,
+    sent: Vec<u64>,
+    received: Vec<u64>,
+    backlog: VecDeque<(usize, Vec<u8>)>,
+    /// Process 0: each process's last report while it waits, its own included.
+    waiting: Vec<Option<StuckReport>>,
+    ended: Vec<bool>,
+    failure: Option<String>,
+    /// Lane turns so far (see [`TURNS_PER_LOOK`]).
+    turns: u32,
+}
+
+impl<'s, 'a> ProxyPump<'s, 'a> {
+    pub(super) fn new(
+        shared: Option<&'s Shared<'a>>,
+        job: &'s dyn Transport,
+        inbox: &'s RefCell<Inbox>,
+        lane_of: Vec<usize>,
+        has_workers: bool,
+    ) -> Self {
+        let size = job.size();
+        ProxyPump {
+            shared,
+            job,
+            inbox,
+            lane_of,
+            has_workers,
+            me: job.rank(),
+            sent: vec![0; size],
+            received: vec![0; size],
+            backlog: VecDeque::new(),
+            waiting: vec![None; size],
+            ended: (0..size).map(|q| q == job.rank()).collect(),
+            failure: None,
+            turns: 0,
+        }
+    }
+
+    /// Fails the pass here and tells every other process, once.
+    pub(super) fn fail(&mut self, reason: String) {
+        if self.failure.is_some() {
+            return;
+        }
+        if let Some(shared) = self.shared {
+            shared.fail(RebuildError::Job(reason.clone()));
+        }
+        for q in (0..self.sent.len()).filter(|&q| q != self.me) {
+            // A process that cannot be told will not be waited for either: the job is failing.
+            self.job.send(q, job::TAG_FAILED, reason.as_bytes()).ok();
+        }
+        self.failure = Some(reason);
+    }
+
+    /// Moves the batches the steps made into the backlog, one message per process.
+    fn collect(&mut self) {
+        let Some(shared) = self.shared else {
+            return;
+        };
+        let (outgoing, failed) = shared.take_outgoing();
+        if failed {
+            self.fail(format!("process {} failed", self.me));
+        }
+        for (q, lanes) in outgoing.into_iter().enumerate() {
+            if !lanes.is_empty() && self.failure.is_none() {
+                let message = StepMessage {
+                    rank_idx: self.me as u32,
+                    events_read: 0,
+                    lanes,
+                };
+                self.backlog.push_back((q, message.encode()));
+            }
+        }
+    }
+
+    /// Sends from the backlog while few sends are in flight; whether it is empty.
+    fn send_some(&mut self) -> Result<bool, String> {
+        while let Some((q, _)) = self.backlog.front() {
+            let q = *q;
+            if self.job.sends_pending()? >= SENDS_IN_FLIGHT {
+                return Ok(false);
+            }
+            if let Some((_, bytes)) = self.backlog.pop_front() {
+                self.job.send_later(q, job::TAG_PROXIES, bytes)?;
+                self.sent[q] += 1;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Takes one message; what it means to an engine that waits, if anything.
+    fn handle(&mut self, from: usize, tag: u32, bytes: Vec<u8>) -> Option<Unstuck> {
+        match tag {
+            job::TAG_PROXIES => {
+                self.received[from] += 1;
+                if self.failure.is_some() {
+                    return None;
+                }
+                let added = StepMessage::decode(&bytes).and_then(|message| {
+                    let mut inbox = self.inbox.borrow_mut();
+                    message.lanes.into_iter().try_for_each(|b| inbox.add(b))
+                });
+                match added {
+                    Ok(()) => Some(Unstuck::Moved),
+                    Err(e) => {
+                        self.fail(format!("process {from}'s proxies: {e}"));
+                        Some(Unstuck::Stop)
+                    }
+                }
+            }
+            job::TAG_STUCK if self.me == 0 => match StuckReport::decode(&bytes) {
+                Ok(report) => {
+                    self.waiting[from] = Some(report);
+                    self.decide()
+                }
+                Err(e) => {
+                    self.fail(format!("process {from}'s report: {e}"));
+                    Some(Unstuck::Stop)
+                }
+            },
+            job::TAG_FORCE => Some(Unstuck::Force),
+            job::TAG_FAILED => {
+                let reason = String::from_utf8_lossy(&bytes).into_owned();
+                if let Some(shared) = self.shared {
+                    shared.fail(RebuildError::Job(reason.clone()));
+                }
+                self.failure.get_or_insert(reason);
+                Some(Unstuck::Stop)
+            }
+            job::TAG_END => {
+                self.ended[from] = true;
+                None
+            }
+            other => {
+                self.fail(format!(
+                    "process {from} sent an unexpected message (tag {other})"
+                ));
+                Some(Unstuck::Stop)
+            }
+        }
+    }
+
+    /// Process 0: when every process waits and no batch is in flight, the process holding the
+    /// first open lane forces it (this one: `Force`; another: told so).
+    fn decide(&mut self) -> Option<Unstuck> {
+        let all: Vec<&StuckReport> = self
+            .waiting
+            .iter()
+            .map(Option::as_ref)
+            .collect::<Option<_>>()?;
+        let n = all.len();
+        let quiet = (0..n).all(|p| (0..n).all(|q| all[p].sent.get(q) == all[q].received.get(p)));
+        if !quiet {
+            return None;
+        }
+        let first = (0..n)
+            .filter_map(|p| all[p].first_wait.map(|wait| (wait, p)))
+            .min();
+        let Some((_, p)) = first else {
+            if all.iter().all(|r| r.done) {
+                return None;
+            }
+            self.fail("the split pass stalled: proxy lanes did not end".into());
+            return Some(Unstuck::Stop);
+        };
+        self.waiting[p] = None;
+        if p == self.me {
+            return Some(Unstuck::Force);
+        }
+        if let Err(e) = self.job.send(p, job::TAG_FORCE, &[]) {
+            self.fail(e);
+            return Some(Unstuck::Stop);
+        }
+        None
+    }
+
+    fn take_arrived(&mut self) -> Result<Option<Unstuck>, String> {
+        let mut outcome = None;
+        while let Some((from, tag, bytes)) = self.job.try_recv()? {
+            match self.handle(from, tag, bytes) {
+                Some(Unstuck::Stop) => return Ok(Some(Unstuck::Stop)),
+                Some(u) => outcome = Some(u),
+                None => {}
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn report(&self, first_wait: Option<(u64, usize)>, done: bool) -> StuckReport {
+        StuckReport {
+            first_wait: first_wait.map(|(since, li)| (since, self.lane_of[li] as u64)),
+            done,
+            sent: self.sent.clone(),
+            received: self.received.clone(),
+        }
+    }
+
+    /// Sends the whole backlog, taking what arrives meanwhile.
+    fn send_all(&mut self) -> Result<Option<Unstuck>, String> {
+        let mut outcome = None;
+        while !self.send_some()? {
+            if let Some(u) = self.take_arrived()? {
+                if matches!(u, Unstuck::Stop) {
+                    return Ok(Some(u));
+                }
+                outcome = Some(u);
+            }
+            std::thread::yield_now();
+        }
+        Ok(outcome)
+    }
+
+    fn try_stuck(&mut self, first_wait: Option<(u64, usize)>) -> Result<Unstuck, String> {
+        if self.failure.is_some() {
+            return Ok(Unstuck::Stop);
+        }
+        if let Some(shared) = self.shared {
+            shared.wait_idle(self.has_workers);
+        }
+        self.collect();
+        let sent = self.send_all()?;
+        if let Some(u) = self.take_arrived()?.or(sent) {
+            return Ok(u);
+        }
+        let report = self.report(first_wait, false);
+        if self.me == 0 {
+            self.waiting[0] = Some(report);
+            if let Some(u) = self.decide() {
+                self.waiting[0] = None;
+                return Ok(u);
+            }
+        } else {
+            self.job.send(0, job::TAG_STUCK, &report.encode())?;
+        }
+        loop {
+            let (from, tag, bytes) = self.job.recv(None)?;
+            if let Some(u) = self.handle(from, tag, bytes) {
+                self.waiting[0] = None;
+                return Ok(u);
+            }
+        }
+    }
+
+    /// After the engine returned: sends what is left, tells process 0 this one is done and
+    /// every process that nothing more comes, and takes everything until each other process
+    /// said the same. The reason the pass failed, if it did.
+    pub(super) fn finish(mut self) -> Result<(), String> {
+        self.collect();
+        self.send_all()?;
+        let report = self.report(None, true);
+        if self.me == 0 {
+            self.waiting[0] = Some(report);
+            self.decide();
+        } else {
+            self.job.send(0, job::TAG_STUCK, &report.encode())?;
+        }
+        for q in (0..self.sent.len()).filter(|&q| q != self.me) {
+            self.job.send(q, job::TAG_END, &[])?;
+        }
+        while !self.ended.iter().all(|&e| e) {
+            let (from, tag, bytes) = self.job.recv(None)?;
+            self.handle(from, tag, bytes);
+        }
+        self.job.complete_sends()?;
+        self.failure.map_or(Ok(()), Err)
+    }
+}
+
+/// Lane turns between two looks for what arrived: a look costs MPI a progress pass, and a
+/// process that waits looks at once anyway.
+const TURNS_PER_LOOK: u32 = 16;
+
+impl hb::Pump for ProxyPump<'_, '_> {
+    fn poll(&mut self) {
+        self.turns = self.turns.wrapping_add(1);
+        if self.turns % TURNS_PER_LOOK != 0 {
+            return;
+        }
+        let polled = (|| {
+            self.collect();
+            self.send_some()?;
+            self.take_arrived()
+        })();
+        if let Err(e) = polled {
+            self.fail(e);
+        }
+    }
+
+    fn stuck(&mut self, first_wait: Option<(u64, usize)>) -> Unstuck {
+        match self.try_stuck(first_wait) {
+            Ok(u) => u,
+            Err(e) => {
+                self.fail(e);
+                Unstuck::Stop
+            }
+        }
+    }
+}
