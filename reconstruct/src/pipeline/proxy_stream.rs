@@ -390,7 +390,7 @@ const TURNS_PER_LOOK: u32 = 16;
 impl hb::Pump for ProxyPump<'_, '_> {
     fn poll(&mut self) {
         self.turns = self.turns.wrapping_add(1);
-        if self.turns % TURNS_PER_LOOK != 0 {
+        if !self.turns.is_multiple_of(TURNS_PER_LOOK) {
             return;
         }
         let polled = (|| {
