@@ -84,13 +84,20 @@ pub fn reconstruct_in_job(
         j.send(p, job::TAG_ALL_METAS, &all)
             .map_err(|e| stop_others(RebuildError::Job(e)))?;
     }
-    let split = crate::job::split::splits(&metas, opts.moves_waits(), Some(j));
+    let split = crate::job::split::splits(&metas, opts.repair(), Some(j));
     let outputs = match create_outputs(trace, out, opts, 0, j.size(), split) {
         Ok(outputs) => outputs,
         Err(e) if split => {
             // Everyone is already in the split pass: take part as failed, then report.
             let reason = format!("process 0: {}", pipeline::remote::error_text(&e));
-            crate::job::split::run_process(trace, &metas, Err(reason), j, &mut |_| {})?;
+            crate::job::split::run_process(
+                trace,
+                &metas,
+                Err(reason),
+                opts.repair().replay,
+                j,
+                &mut |_| {},
+            )?;
             return Err(e);
         }
         Err(e) => return Err(stop_others(e)),
@@ -139,9 +146,12 @@ fn reconstruct_rank_zero(
     let chunk_events = output_chunk_events(opts, ids.len());
     progress(0, total);
     let repair = opts.repair();
-    // The replay learns from the whole trace first (process 0 reads every rank for it: the
-    // estimates are a few classes, but their instances are everywhere).
-    let estimates = if repair.replay {
+    // A job whose pass needs no central matcher: every process matches its own ranks (and, with
+    // the replay, learns from them first).
+    let split = job.filter(|&j| crate::job::split::splits(metas, repair, Some(j)));
+    // Otherwise the replay learns from the whole trace first (process 0 reads every rank for it:
+    // the estimates are a few classes, but their instances are everywhere).
+    let estimates = if repair.replay && split.is_none() {
         Some(learn_estimates(trace, metas, opts.threads)?)
     } else {
         None
@@ -168,13 +178,25 @@ fn reconstruct_rank_zero(
         job,
         estimates: estimates.as_ref(),
     };
-    // A job whose pass needs no central matcher: every process matches its own ranks.
-    let split = job.filter(|&j| crate::job::split::splits(metas, opts.moves_waits(), Some(j)));
     let pass = if let Some(j) = split {
-        let cfg = PassConfig { job: None, ..cfg };
-        crate::job::split::run_process(trace, metas, Ok(cfg), j, &mut |done| {
-            progress(done.min(total), total)
-        })?
+        // A split pass writes the own ranks in every model (the replay from its engine).
+        let cfg = PassConfig {
+            job: None,
+            output: Some(WorkerOutput {
+                ranks: outputs,
+                chunk_events,
+                zstd_level: opts.zstd_level,
+            }),
+            ..cfg
+        };
+        crate::job::split::run_process(
+            trace,
+            metas,
+            Ok(cfg),
+            opts.repair().replay,
+            j,
+            &mut |done| progress(done.min(total), total),
+        )?
         .ok_or_else(|| RebuildError::Job("process 0 got no result of the split pass".into()))?
     } else {
         let pass = pipeline::run(
@@ -207,6 +229,10 @@ fn reconstruct_rank_zero(
             }
         }
         pass
+    };
+    let estimates = match (estimates, split) {
+        (None, Some(_)) if repair.replay => Some(pass.estimates.clone()),
+        (estimates, _) => estimates,
     };
     finish_summary(
         trace,

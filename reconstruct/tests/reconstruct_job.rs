@@ -200,6 +200,7 @@ impl reconstruct::job::Transport for Counting<'_> {
 fn split_jobs_write_what_one_process_writes(
     name: &str,
     program: &Program,
+    model: Model,
     process_counts: &[usize],
     mask: fn(&mut Summary),
 ) -> Summary {
@@ -208,6 +209,7 @@ fn split_jobs_write_what_one_process_writes(
     let trace = Trace::open(&dir).unwrap();
     let opts = Options {
         remove: Remove::Both,
+        model,
         chunk_events: 29,
         threads: 2,
         ..Options::default()
@@ -275,10 +277,35 @@ fn a_job_with_no_central_matcher_writes_what_one_process_writes() {
     // Every process matches its own ranks against proxies of the others', streamed while the
     // pass runs; 8 processes for 6 ranks leaves some with none.
     let program = ring_program(6, 200, 11);
-    let expected =
-        split_jobs_write_what_one_process_writes("job-split", &program, &[2, 3, 8], |_| {});
+    let expected = split_jobs_write_what_one_process_writes(
+        "job-split",
+        &program,
+        Model::Subtract,
+        &[2, 3, 8],
+        |_| {},
+    );
     assert!(
         expected.hb.before.messages > 1_000,
+        "{:?}",
+        expected.hb.before
+    );
+}
+
+#[test]
+fn a_replay_with_no_central_matcher_writes_what_one_process_writes() {
+    // The replay split: every process learns from its own ranks, the tables are merged, and each
+    // replays its own ranks against proxies that carry the others' replayed times. The output
+    // (moved by the replay) and the summary must be one process's.
+    let program = ring_program(6, 200, 11);
+    let expected = split_jobs_write_what_one_process_writes(
+        "job-replay",
+        &program,
+        Model::Replay,
+        &[2, 3, 8],
+        |_| {},
+    );
+    assert!(
+        expected.hb.before.messages > 1_000 && expected.hb.before.lanes_shifted > 0,
         "{:?}",
         expected.hb.before
     );
@@ -301,10 +328,13 @@ fn a_job_with_no_central_matcher_forces_what_one_process_forces() {
     }
     // Whether a forced wait's partner had already ended when it was forced depends on when
     // each process saw that partner's lane end, so that one count is left out.
-    let expected =
-        split_jobs_write_what_one_process_writes("job-force", &program, &[2, 3, 8], |s| {
-            s.hb.before.waits_on_absent_ranks = 0;
-        });
+    let expected = split_jobs_write_what_one_process_writes(
+        "job-force",
+        &program,
+        Model::Subtract,
+        &[2, 3, 8],
+        |s| s.hb.before.waits_on_absent_ranks = 0,
+    );
     // The wait that began first is forced: exactly the two receives whose sends are missing
     // stay unmatched (forcing the first open lane instead left 151 receives and 149 sends).
     assert_eq!(

@@ -217,6 +217,11 @@ pub trait LaneSource: Iterator<Item = Event> {
     fn more_later(&self) -> bool {
         false
     }
+    /// How far the replay had moved the lane at the event last returned: a proxy of a lane that
+    /// another process replays carries it, so its sends and entries are timed as replayed there.
+    fn shift_ns(&self) -> i64 {
+        0
+    }
 }
 
 /// A lane whose times are used as they are.
@@ -306,7 +311,11 @@ impl HbContext {
                 pure_syncs[usize::from(*id)] = name.contains("barrier") || name.contains("fence");
             }
             let mut global_funcs = vec![u32::MAX; len];
-            for (id, name) in &meta.functions {
+            // In function-id order, not the map's: the processes of a job exchange the
+            // estimates, whose classes name these ids, so every process must number alike.
+            let mut in_order: Vec<_> = meta.functions.iter().collect();
+            in_order.sort_unstable_by_key(|(id, _)| **id);
+            for (id, name) in in_order {
                 let n = func_names.len() as u32;
                 global_funcs[usize::from(*id)] = *func_names.entry(name.clone()).or_insert(n);
             }
@@ -565,12 +574,13 @@ pub fn run_streamed<I: LaneSource, P: LaneSource>(
     on_match: impl FnMut(&MessageMatch),
     pump: Option<&mut dyn Pump>,
 ) -> (HbReport, Estimates) {
-    debug_assert!(!repair.enabled, "a split pass moves no time");
-    let repair = Repair {
-        enabled: false,
-        replay: false,
-        ..repair
-    };
+    // The repair moves a wait to what its partners allow, which a split sees only with the
+    // partners' replayed times: the replay, with proxies made as the owners replay (see
+    // `Pump::own_call`).
+    debug_assert!(
+        !repair.enabled || repair.replay && pump.is_some(),
+        "a split pass moves time only as a streamed replay"
+    );
     let all = lanes
         .into_iter()
         .map(|(id, src)| (id, OwnOrProxy::Own(src), false))
@@ -617,6 +627,12 @@ impl<I: LaneSource, P: LaneSource> LaneSource for OwnOrProxy<I, P> {
         match self {
             OwnOrProxy::Own(s) => s.more_later(),
             OwnOrProxy::Proxy(s) => s.more_later(),
+        }
+    }
+    fn shift_ns(&self) -> i64 {
+        match self {
+            OwnOrProxy::Own(s) => s.shift_ns(),
+            OwnOrProxy::Proxy(s) => s.shift_ns(),
         }
     }
 }
@@ -717,7 +733,14 @@ fn run_lanes<I: LaneSource>(
                 continue;
             }
             open = true;
-            progressed |= shared.step(li, lane, false, &mut on_event, &mut on_match);
+            progressed |= shared.step(
+                li,
+                lane,
+                false,
+                &mut on_event,
+                &mut on_match,
+                reborrow(&mut pump),
+            );
             if let Some(p) = pump.as_deref_mut() {
                 p.poll();
             }
@@ -760,7 +783,14 @@ fn run_lanes<I: LaneSource>(
                 .map(|(_, li)| li)
                 .or_else(|| lanes.iter().position(|l| !l.done));
             if let Some(li) = forced {
-                shared.step(li, &mut lanes[li], true, &mut on_event, &mut on_match);
+                shared.step(
+                    li,
+                    &mut lanes[li],
+                    true,
+                    &mut on_event,
+                    &mut on_match,
+                    reborrow(&mut pump),
+                );
             }
         }
     }
@@ -768,6 +798,14 @@ fn run_lanes<I: LaneSource>(
     shared.report.lanes_shifted = lanes.iter().filter(|l| l.max_shift > 0).count() as u64;
     shared.report.max_shift = lanes.iter().map(|l| l.max_shift).max().unwrap_or(0);
     (shared.report, shared.learned.unwrap_or_default())
+}
+
+/// A pump lent for one call (its object lifetime shortened, which `as_deref_mut` does not do).
+fn reborrow<'b>(pump: &'b mut Option<&mut dyn Pump>) -> Option<&'b mut dyn Pump> {
+    match pump {
+        Some(p) => Some(&mut **p),
+        None => None,
+    }
 }
 
 /// Per lane, the other lanes of its rank: grouped once, so 10^4 single-threaded ranks cost
@@ -803,6 +841,7 @@ impl Shared<'_> {
         mut force: bool,
         on_event: &mut impl FnMut(usize, &Event),
         on_match: &mut impl FnMut(&MessageMatch),
+        mut pump: Option<&mut dyn Pump>,
     ) -> bool {
         if lane.proxy {
             return self.step_proxy(li, lane, !force);
@@ -852,6 +891,9 @@ impl Shared<'_> {
                 }
                 Self::flush_pending(li, lane, on_event);
                 self.lane_ended(li, lane);
+                if let Some(p) = pump {
+                    p.own_lane_ended(li);
+                }
                 return true;
             };
             if !lane.held.is_empty() {
@@ -925,6 +967,11 @@ impl Shared<'_> {
             if polls || lane.pending.len() >= POLL_TAIL {
                 Self::flush_pending(li, lane, on_event);
             }
+            if let Some(p) = pump.as_deref_mut()
+                && matches!(event, Event::Call(_))
+            {
+                p.own_call(li, index, removed, lane.shift, &event);
+            }
             match self.process(lane, index, removed, &event) {
                 Action::Emit if polls && self.repair.enabled && self.repair.replay => {
                     lane.pending.push(event);
@@ -988,6 +1035,8 @@ impl Shared<'_> {
                     lane.peeked = Some((index, event, removed));
                     return moved;
                 }
+                // Not `set_shift`: a proxy's moves are its owner's to report.
+                lane.shift = lane.src.shift_ns();
                 self.feed_proxy(lane, index, removed, c);
             }
             moved = true;

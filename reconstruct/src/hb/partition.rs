@@ -141,6 +141,12 @@ pub trait Pump {
     /// began first, as (recorded start of the call it waits at, position in the pass's lanes)).
     /// Returns once something arrived, or the job decided who forces.
     fn stuck(&mut self, first_wait: Option<(u64, usize)>) -> Unstuck;
+    /// A streamed replay: an own lane (by position) takes this call, as recorded, with the
+    /// replay's move of the lane at that point; what other processes need of it goes to their
+    /// proxies, so they see it as replayed here.
+    fn own_call(&mut self, _lane: usize, _index: u64, _removed: u64, _shift: i64, _call: &Event) {}
+    /// A streamed replay: an own lane ended.
+    fn own_lane_ended(&mut self, _lane: usize) {}
 }
 
 /// A proxy lane as it arrives: each event with its index in the rank's whole lane and the time

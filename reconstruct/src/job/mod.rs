@@ -62,6 +62,64 @@ pub trait Transport {
     fn try_recv(&self) -> Result<Option<(usize, u32, Vec<u8>)>, String>;
 }
 
+/// A message as received: (sender, tag, bytes).
+pub(crate) type Message = (usize, u32, Vec<u8>);
+
+/// A transport whose messages are taken by phase: a process still finishing one phase (a split
+/// pass) hears from one already in the next, and keeps those messages for when it gets there.
+/// What a phase wants of one sender must stay wanted until it wants nothing more of it, so each
+/// sender's messages are still taken in the order sent.
+pub(crate) struct Mailbox<'t> {
+    pub job: &'t dyn Transport,
+    early: std::cell::RefCell<std::collections::VecDeque<Message>>,
+}
+
+impl<'t> Mailbox<'t> {
+    pub(crate) fn new(job: &'t dyn Transport) -> Self {
+        Mailbox {
+            job,
+            early: Default::default(),
+        }
+    }
+
+    fn kept(&self, wanted: &impl Fn(usize, u32) -> bool) -> Option<Message> {
+        let mut early = self.early.borrow_mut();
+        let at = early.iter().position(|m| wanted(m.0, m.1))?;
+        early.remove(at)
+    }
+
+    /// The next message `wanted(sender, tag)` accepts, waiting for it.
+    pub(crate) fn recv(&self, wanted: impl Fn(usize, u32) -> bool) -> Result<Message, String> {
+        if let Some(m) = self.kept(&wanted) {
+            return Ok(m);
+        }
+        loop {
+            let m = self.job.recv(None)?;
+            if wanted(m.0, m.1) {
+                return Ok(m);
+            }
+            self.early.borrow_mut().push_back(m);
+        }
+    }
+
+    /// The next message `wanted` accepts, if one has arrived.
+    pub(crate) fn try_recv(
+        &self,
+        wanted: impl Fn(usize, u32) -> bool,
+    ) -> Result<Option<Message>, String> {
+        if let Some(m) = self.kept(&wanted) {
+            return Ok(Some(m));
+        }
+        while let Some(m) = self.job.try_recv()? {
+            if wanted(m.0, m.1) {
+                return Ok(Some(m));
+            }
+            self.early.borrow_mut().push_back(m);
+        }
+        Ok(None)
+    }
+}
+
 pub(crate) const TAG_NEED: u32 = 1;
 pub(crate) const TAG_STEP: u32 = 2;
 pub(crate) const TAG_FINISH: u32 = 3;
@@ -79,6 +137,62 @@ pub(crate) const TAG_STUCK: u32 = 10;
 pub(crate) const TAG_FORCE: u32 = 11;
 /// ...and the sender sends nothing more in this pass.
 pub(crate) const TAG_END: u32 = 12;
+
+/// A split replay: what each process learned of the trace, to every other (they merge by a
+/// minimum, so every process replays with the tables one process would learn).
+pub(crate) const TAG_ESTIMATES: u32 = 13;
+
+pub(crate) fn encode_estimates(e: &crate::hb::Estimates) -> Vec<u8> {
+    let mut w = Wire(Vec::new());
+    w.u64(e.intrinsic.len() as u64);
+    for (&(func, size), &v) in &e.intrinsic {
+        w.u32(func);
+        w.u8(size);
+        w.u64(v);
+    }
+    w.u64(e.transfer.len() as u64);
+    for (&(from, to, size), &v) in &e.transfer {
+        w.u32(from);
+        w.u32(to);
+        w.u8(size);
+        w.u64(v as u64);
+    }
+    w.u64(e.exit.len() as u64);
+    for (&(func, size, members, mine, last), &v) in &e.exit {
+        w.u32(func);
+        w.u8(size);
+        w.u8(members);
+        w.u32(mine);
+        w.u32(last);
+        w.u64(v as u64);
+    }
+    for s in e.samples {
+        w.u64(s);
+    }
+    w.0
+}
+
+pub(crate) fn decode_estimates(bytes: &[u8]) -> Result<crate::hb::Estimates, String> {
+    let mut c = Cursor { bytes, pos: 0 };
+    let mut e = crate::hb::Estimates::default();
+    for _ in 0..c.len()? {
+        let class = (c.u32()?, c.u8()?);
+        e.intrinsic.insert(class, c.u64()?);
+    }
+    for _ in 0..c.len()? {
+        let class = (c.u32()?, c.u32()?, c.u8()?);
+        e.transfer.insert(class, c.u64()? as i64);
+    }
+    for _ in 0..c.len()? {
+        let class = (c.u32()?, c.u8()?, c.u8()?, c.u32()?, c.u32()?);
+        e.exit.insert(class, c.u64()? as i64);
+    }
+    for s in &mut e.samples {
+        *s = c.u64()?;
+    }
+    c.end()?;
+    Ok(e)
+}
 
 /// What a process of a split pass tells process 0 when every lane it runs waits: how many proxy
 /// messages it sent to and received from each process, and its own wait that began first. When
@@ -159,6 +273,8 @@ pub(crate) struct LaneBatch {
     pub finished: bool,
     pub indices: Vec<u64>,
     pub removed: Vec<u64>,
+    /// A streamed replay's proxies: the replay's move of the lane at each event (empty: none).
+    pub shifts: Vec<i64>,
     pub events: Vec<Event>,
 }
 
@@ -254,6 +370,10 @@ impl StepMessage {
                 w.u64(i);
                 w.u64(r);
             }
+            w.u64(lane.shifts.len() as u64);
+            for &s in &lane.shifts {
+                w.u64(s as u64);
+            }
             put_events(&mut w, &lane.events);
         }
         w.0
@@ -275,6 +395,15 @@ impl StepMessage {
                 indices.push(c.u64()?);
                 removed.push(c.u64()?);
             }
+            let shift_count = c.len()?;
+            if shift_count != 0 && shift_count != count {
+                return Err(format!(
+                    "lane {lane}: {shift_count} shifts for {count} events"
+                ));
+            }
+            let shifts = (0..shift_count)
+                .map(|_| c.u64().map(|v| v as i64))
+                .collect::<Result<Vec<i64>, String>>()?;
             let events = get_events(&mut c).map_err(|e| format!("lane {lane}: {e}"))?;
             if events.len() != count {
                 return Err(format!(
@@ -287,6 +416,7 @@ impl StepMessage {
                 finished,
                 indices,
                 removed,
+                shifts,
                 events,
             });
         }
@@ -631,6 +761,7 @@ mod tests {
                     finished: false,
                     indices: (0..n).map(|i| i * 3).collect(),
                     removed: (0..n).map(|i| i * 1000 + 1).collect(),
+                    shifts: (0..n).map(|i| i as i64 * 7 - 300).collect(),
                     events: trace,
                 },
                 LaneBatch {
@@ -644,6 +775,17 @@ mod tests {
         assert_eq!(StepMessage::decode(&bytes).unwrap(), msg);
         // A cut message is refused, not half read.
         assert!(StepMessage::decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn estimates_round_trip() {
+        let mut e = crate::hb::Estimates::default();
+        e.learn_intrinsic((3, 7), 120);
+        e.learn_transfer((0, 1, 9), -40);
+        e.learn_exit((2, 1, 3, 0, 4), 77);
+        let bytes = encode_estimates(&e);
+        assert_eq!(decode_estimates(&bytes).unwrap(), e);
+        assert!(decode_estimates(&bytes[..bytes.len() - 1]).is_err());
     }
 
     #[test]

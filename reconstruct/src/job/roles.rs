@@ -198,7 +198,7 @@ pub(crate) fn serve_as_owner(
         }
     };
     let split = match &metas {
-        Ok(metas) => job::split::splits(metas, opts.moves_waits(), Some(job)),
+        Ok(metas) => job::split::splits(metas, opts.repair(), Some(job)),
         Err(_) => false,
     };
     let prepared = metas.map_err(RebuildError::Job).map(|metas| {
@@ -213,8 +213,15 @@ pub(crate) fn serve_as_owner(
                 job.rank(),
                 pipeline::remote::error_text(&e)
             );
-            return job::split::run_process(trace, &metas, Err(reason), job, &mut |_| {})
-                .map(|_| ());
+            return job::split::run_process(
+                trace,
+                &metas,
+                Err(reason),
+                opts.repair().replay,
+                job,
+                &mut |_| {},
+            )
+            .map(|_| ());
         }
         Ok((metas, Ok(outputs))) => (metas, outputs),
         Ok((_, Err(e))) | Err(e) => {
@@ -236,7 +243,15 @@ pub(crate) fn serve_as_owner(
             job: None,
             estimates: None,
         };
-        return job::split::run_process(trace, &metas, Ok(cfg), job, &mut |_| {}).map(|_| ());
+        return job::split::run_process(
+            trace,
+            &metas,
+            Ok(cfg),
+            opts.repair().replay,
+            job,
+            &mut |_| {},
+        )
+        .map(|_| ());
     }
     pipeline::remote::serve(
         trace,

@@ -12,17 +12,20 @@
 //! No message waits for one that may not come: every process sends `END` to everyone whatever
 //! happened to it, and takes every message until it has everyone's.
 
-use crate::hb::{self, HbContext};
-use crate::job::{self, Transport};
-use crate::options::RebuildError;
+use crate::hb::{self, Estimates, HbContext, Repair};
+use crate::job::{self, Mailbox, Transport};
+use crate::options::{RebuildError, Remove};
 use crate::pipeline::split::{Owners, run_split, take_part_failed};
 use crate::pipeline::{PassConfig, PassResult, lane_ids};
 use trace::Trace;
 use trace::definitions::RankMeta;
 
-/// Whether a job's pass runs split: nothing repaired, and nothing the split cannot follow.
-pub(crate) fn splits(metas: &[RankMeta], moves_waits: bool, job: Option<&dyn Transport>) -> bool {
-    !moves_waits && job.is_some_and(|j| j.size() > 1) && HbContext::unsplittable(metas).is_none()
+/// Whether a job's pass runs split: nothing repaired or the replay (whose waits need only the
+/// partners' replayed times, which the proxies carry), and nothing the split cannot follow.
+pub(crate) fn splits(metas: &[RankMeta], repair: Repair, job: Option<&dyn Transport>) -> bool {
+    (!repair.enabled || repair.replay)
+        && job.is_some_and(|j| j.size() > 1)
+        && HbContext::unsplittable(metas).is_none()
 }
 
 /// The process that owns a rank in a split pass: contiguous blocks of equal size (every
@@ -35,7 +38,9 @@ pub fn split_owner_of(rank_idx: usize, ranks: usize, processes: usize) -> usize 
 }
 
 /// One process's part (see the module docs). Process 0 returns the pass's result over every
-/// process, the others `None`.
+/// process, the others `None`. With the replay (`replay`, which every process knows, failed or
+/// not), two passes: one that learns the estimates from the own ranks, whose tables every process
+/// sends every other (`ESTIMATES`, or `FAILED`) and merges by their minimum, then the replay.
 ///
 /// A process that failed before the pass (`Err(reason)`) still takes part, as failed, so that
 /// nobody waits for it.
@@ -43,6 +48,7 @@ pub(crate) fn run_process(
     trace: &Trace,
     metas: &[RankMeta],
     cfg: Result<PassConfig<'_>, String>,
+    replay: bool,
     job: &dyn Transport,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<PassResult>, RebuildError> {
@@ -55,14 +61,55 @@ pub(crate) fn run_process(
         me,
         processes: size,
     };
-    let mine = match cfg {
-        Ok(cfg) => run_split(trace, cfg, &owners, job, progress)
-            .map_err(|e| format!("process {me}: {}", crate::pipeline::remote::error_text(&e))),
+    let mail = Mailbox::new(job);
+    let failed =
+        |e: &RebuildError| format!("process {me}: {}", crate::pipeline::remote::error_text(e));
+    let estimates = if replay {
+        let learned = match &cfg {
+            Ok(cfg) => {
+                let learn = PassConfig {
+                    metas,
+                    remove: Some(Remove::Both),
+                    repair: Repair::learning(),
+                    threads: cfg.threads,
+                    output: None,
+                    job: None,
+                    estimates: None,
+                };
+                run_split(trace, learn, &owners, &mail, &mut |_| {})
+                    .map(|pass| pass.estimates)
+                    .map_err(|e| failed(&e))
+            }
+            Err(reason) => {
+                take_part_failed(&mail, reason.clone());
+                Err(reason.clone())
+            }
+        };
+        Some(exchange_estimates(learned, &mail)?)
+    } else {
+        None
+    };
+    let cfg = match (cfg, &estimates) {
+        (Ok(_), Some(Err(reason))) => Err(reason.clone()),
+        (cfg, _) => cfg,
+    };
+    let mut mine = match cfg {
+        Ok(cfg) => {
+            let cfg = PassConfig {
+                estimates: estimates.as_ref().and_then(|e| e.as_ref().ok()),
+                ..cfg
+            };
+            run_split(trace, cfg, &owners, &mail, progress).map_err(|e| failed(&e))
+        }
         Err(reason) => {
-            take_part_failed(job, reason.clone());
+            take_part_failed(&mail, reason.clone());
             Err(reason)
         }
     };
+    // Process 0's summary shows the tables the replay used.
+    if let (Ok(pass), Some(Ok(e))) = (&mut mine, estimates) {
+        pass.estimates = e;
+    }
     if me != 0 {
         match &mine {
             Ok(pass) => {
@@ -86,7 +133,7 @@ pub(crate) fn run_process(
     let mut first_error = mine.as_ref().err().cloned();
     let mut all = mine.ok();
     for q in 1..size {
-        let (_, tag, bytes) = job.recv(Some(q)).map_err(RebuildError::Job)?;
+        let (_, tag, bytes) = mail.recv(|from, _| from == q).map_err(RebuildError::Job)?;
         match (tag, all.as_mut()) {
             (job::TAG_SPLIT_DONE, Some(pass)) => match job::decode_split_done(&bytes) {
                 Ok((marks, report)) => {
@@ -116,6 +163,45 @@ pub(crate) fn run_process(
         Some(reason) => Err(RebuildError::Job(reason)),
         None => Ok(all),
     }
+}
+
+/// Sends this process's learned tables (or why it has none) to every other process, takes
+/// theirs, and merges them: every process ends with the same tables, or the same failure.
+fn exchange_estimates(
+    learned: Result<Estimates, String>,
+    mail: &Mailbox<'_>,
+) -> Result<Result<Estimates, String>, RebuildError> {
+    let (me, size) = (mail.job.rank(), mail.job.size());
+    for q in (0..size).filter(|&q| q != me) {
+        match &learned {
+            Ok(e) => mail
+                .job
+                .send(q, job::TAG_ESTIMATES, &job::encode_estimates(e)),
+            Err(reason) => mail.job.send(q, job::TAG_FAILED, reason.as_bytes()),
+        }
+        .map_err(RebuildError::Job)?;
+    }
+    let mut merged = learned;
+    for q in (0..size).filter(|&q| q != me) {
+        let (_, tag, bytes) = mail.recv(|from, _| from == q).map_err(RebuildError::Job)?;
+        let theirs = match tag {
+            job::TAG_ESTIMATES => {
+                job::decode_estimates(&bytes).map_err(|e| format!("process {q}'s estimates: {e}"))
+            }
+            job::TAG_FAILED => Err(String::from_utf8_lossy(&bytes).into_owned()),
+            other => Err(format!(
+                "process {q} sent an unexpected message (tag {other})"
+            )),
+        };
+        merged = match (merged, theirs) {
+            (Ok(mut mine), Ok(theirs)) => {
+                mine.merge(&theirs);
+                Ok(mine)
+            }
+            (Err(reason), _) | (Ok(_), Err(reason)) => Err(reason),
+        };
+    }
+    Ok(merged)
 }
 
 /// The marks of the lanes of the ranks process `me` owns, by lane number.

@@ -19,13 +19,17 @@ use std::collections::VecDeque;
 use format::Event;
 
 use super::steps::Shared;
-use crate::hb::{self, Unstuck};
-use crate::job::{self, LaneBatch, StepMessage, StuckReport, Transport};
+use crate::hb::{self, ProxyFilter, Unstuck};
+use crate::job::{self, LaneBatch, Mailbox, StepMessage, StuckReport, Transport};
 use crate::options::RebuildError;
+
+/// A proxy event: its index in the whole lane, the time the mapping removed, the replay's move
+/// of the lane there (0 when nothing is replayed), the event as recorded.
+type ProxyItem = (u64, u64, i64, Event);
 
 /// Proxy events received and not taken yet, by lane number, with whether the lane ended.
 pub(super) struct Inbox {
-    queues: Vec<VecDeque<(u64, u64, Event)>>,
+    queues: Vec<VecDeque<ProxyItem>>,
     finished: Vec<bool>,
 }
 
@@ -49,13 +53,14 @@ impl Inbox {
         if *finished {
             return Err(format!("a proxy batch for lane {lane} after it ended"));
         }
+        let mut shifts = batch.shifts.into_iter();
         queue.extend(
             batch
                 .indices
                 .into_iter()
                 .zip(batch.removed)
                 .zip(batch.events)
-                .map(|((i, r), e)| (i, r, e)),
+                .map(|((i, r), e)| (i, r, shifts.next().unwrap_or(0), e)),
         );
         *finished = batch.finished;
         Ok(())
@@ -68,6 +73,7 @@ pub(super) struct StreamedProxy<'s> {
     lane: usize,
     index: u64,
     removed: u64,
+    shift: i64,
 }
 
 impl<'s> StreamedProxy<'s> {
@@ -77,6 +83,7 @@ impl<'s> StreamedProxy<'s> {
             lane,
             index: 0,
             removed: 0,
+            shift: 0,
         }
     }
 }
@@ -84,9 +91,11 @@ impl<'s> StreamedProxy<'s> {
 impl Iterator for StreamedProxy<'_> {
     type Item = Event;
     fn next(&mut self) -> Option<Event> {
-        let (index, removed, event) = self.inbox.borrow_mut().queues[self.lane].pop_front()?;
+        let (index, removed, shift, event) =
+            self.inbox.borrow_mut().queues[self.lane].pop_front()?;
         self.index = index;
         self.removed = removed;
+        self.shift = shift;
         Some(event)
     }
 }
@@ -101,6 +110,42 @@ impl hb::LaneSource for StreamedProxy<'_> {
     fn more_later(&self) -> bool {
         !self.inbox.borrow().finished[self.lane]
     }
+    fn shift_ns(&self) -> i64 {
+        self.shift
+    }
+}
+
+/// A streamed replay makes its proxies as its engine takes the own lanes' calls (their replayed
+/// times exist only there): per own lane, by position, its lane number and a filter per other
+/// process.
+pub(super) struct ReplayedProxies<'c> {
+    pub lanes: Vec<(usize, Vec<(usize, ProxyFilter<'c>)>)>,
+    /// Per process, the batches made and not yet collected.
+    made: Vec<Vec<LaneBatch>>,
+}
+
+impl<'c> ReplayedProxies<'c> {
+    pub(super) fn new(
+        lanes: Vec<(usize, Vec<(usize, ProxyFilter<'c>)>)>,
+        processes: usize,
+    ) -> Self {
+        ReplayedProxies {
+            lanes,
+            made: (0..processes).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// The batch of lane `lane` for process `q`: the last one made, if it is that lane's.
+    fn batch(made: &mut Vec<LaneBatch>, lane: usize) -> &mut LaneBatch {
+        if made.last().is_none_or(|b| b.lane as usize != lane) {
+            made.push(LaneBatch {
+                lane: lane as u32,
+                ..LaneBatch::default()
+            });
+        }
+        let last = made.len() - 1;
+        &mut made[last]
+    }
 }
 
 /// Sends begun and not complete beyond which the backlog waits: MPI's sends of large messages
@@ -112,6 +157,8 @@ pub(super) struct ProxyPump<'s, 'a> {
     /// `None` for a process that failed before the pass: it only takes part.
     shared: Option<&'s Shared<'a>>,
     job: &'s dyn Transport,
+    /// Takes this pass's messages only: from a process that ended the pass, nothing more is.
+    mail: &'s Mailbox<'s>,
     inbox: &'s RefCell<Inbox>,
     /// The lane number of each of the engine's lanes, by position (own lanes first).
     lane_of: Vec<usize>,
@@ -126,20 +173,24 @@ pub(super) struct ProxyPump<'s, 'a> {
     failure: Option<String>,
     /// Lane turns so far (see [`TURNS_PER_LOOK`]).
     turns: u32,
+    /// A streamed replay's own proxies (see [`ReplayedProxies`]).
+    replayed: Option<ReplayedProxies<'s>>,
 }
 
 impl<'s, 'a> ProxyPump<'s, 'a> {
     pub(super) fn new(
         shared: Option<&'s Shared<'a>>,
-        job: &'s dyn Transport,
+        mail: &'s Mailbox<'s>,
         inbox: &'s RefCell<Inbox>,
         lane_of: Vec<usize>,
         has_workers: bool,
     ) -> Self {
+        let job = mail.job;
         let size = job.size();
         ProxyPump {
             shared,
             job,
+            mail,
             inbox,
             lane_of,
             has_workers,
@@ -151,7 +202,14 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
             ended: (0..size).map(|q| q == job.rank()).collect(),
             failure: None,
             turns: 0,
+            replayed: None,
         }
+    }
+
+    /// A streamed replay: the proxies come from the engine's calls, not from the steps.
+    pub(super) fn with_replayed(mut self, replayed: ReplayedProxies<'s>) -> Self {
+        self.replayed = Some(replayed);
+        self
     }
 
     /// Fails the pass here and tells every other process, once.
@@ -174,9 +232,13 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         let Some(shared) = self.shared else {
             return;
         };
-        let (outgoing, failed) = shared.take_outgoing();
+        let (mut outgoing, failed) = shared.take_outgoing();
         if failed {
             self.fail(format!("process {} failed", self.me));
+        }
+        if let Some(replayed) = &mut self.replayed {
+            let empty = (0..replayed.made.len()).map(|_| Vec::new()).collect();
+            outgoing = std::mem::replace(&mut replayed.made, empty);
         }
         for (q, lanes) in outgoing.into_iter().enumerate() {
             if !lanes.is_empty() && self.failure.is_none() {
@@ -293,7 +355,11 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
 
     fn take_arrived(&mut self) -> Result<Option<Unstuck>, String> {
         let mut outcome = None;
-        while let Some((from, tag, bytes)) = self.job.try_recv()? {
+        loop {
+            let ended = &self.ended;
+            let Some((from, tag, bytes)) = self.mail.try_recv(|from, _| !ended[from])? else {
+                break;
+            };
             match self.handle(from, tag, bytes) {
                 Some(Unstuck::Stop) => return Ok(Some(Unstuck::Stop)),
                 Some(u) => outcome = Some(u),
@@ -350,7 +416,8 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
             self.job.send(0, job::TAG_STUCK, &report.encode())?;
         }
         loop {
-            let (from, tag, bytes) = self.job.recv(None)?;
+            let ended = &self.ended;
+            let (from, tag, bytes) = self.mail.recv(|from, _| !ended[from])?;
             if let Some(u) = self.handle(from, tag, bytes) {
                 self.waiting[0] = None;
                 return Ok(u);
@@ -375,7 +442,8 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
             self.job.send(q, job::TAG_END, &[])?;
         }
         while !self.ended.iter().all(|&e| e) {
-            let (from, tag, bytes) = self.job.recv(None)?;
+            let ended = &self.ended;
+            let (from, tag, bytes) = self.mail.recv(|from, _| !ended[from])?;
             self.handle(from, tag, bytes);
         }
         self.job.complete_sends()?;
@@ -400,6 +468,36 @@ impl hb::Pump for ProxyPump<'_, '_> {
         })();
         if let Err(e) = polled {
             self.fail(e);
+        }
+    }
+
+    fn own_call(&mut self, lane: usize, index: u64, removed: u64, shift: i64, call: &Event) {
+        let Some(replayed) = &mut self.replayed else {
+            return;
+        };
+        let Some((global, filters)) = replayed.lanes.get_mut(lane) else {
+            return;
+        };
+        for (q, filter) in filters {
+            if filter.wants(call) {
+                let batch = ReplayedProxies::batch(&mut replayed.made[*q], *global);
+                batch.indices.push(index);
+                batch.removed.push(removed);
+                batch.shifts.push(shift);
+                batch.events.push(call.clone());
+            }
+        }
+    }
+
+    fn own_lane_ended(&mut self, lane: usize) {
+        let Some(replayed) = &mut self.replayed else {
+            return;
+        };
+        let Some((global, filters)) = replayed.lanes.get(lane) else {
+            return;
+        };
+        for &(q, _) in filters {
+            ReplayedProxies::batch(&mut replayed.made[q], *global).finished = true;
         }
     }
 

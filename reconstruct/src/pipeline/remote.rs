@@ -94,6 +94,7 @@ impl Shared<'_> {
                         indices,
                         removed,
                         events,
+                        ..
                     } = lane;
                     let global = global as usize;
                     if global >= st.queues.len() {
@@ -345,6 +346,7 @@ fn step_message(
                     finished,
                     indices: Vec::with_capacity(items.len()),
                     removed: Vec::with_capacity(items.len()),
+                    shifts: Vec::new(),
                     events: Vec::with_capacity(items.len()),
                 };
                 for item in items {

@@ -7,14 +7,15 @@
 
 use std::cell::RefCell;
 
-use format::ChunkEncoder;
+use format::{ChunkEncoder, Event};
 
-use super::proxy_stream::{Inbox, ProxyPump, StreamedProxy};
-use super::{Inputs, MatcherLocal, PassConfig, PassResult, QueueSource, threads};
-use crate::hb;
-use crate::job::Transport;
+use super::proxy_stream::{Inbox, ProxyPump, ReplayedProxies, StreamedProxy};
+use super::{Inputs, MatcherLocal, PassConfig, PassResult, QueueSource, WorkerOutput, threads};
+use crate::hb::{self, ProxyFilter};
+use crate::job::Mailbox;
 use crate::mapping::LaneMarks;
 use crate::options::RebuildError;
+use crate::output::LaneOut;
 use trace::Trace;
 
 /// Who owns what, by rank index (`owners`) and by world rank.
@@ -37,32 +38,46 @@ impl Owners<'_> {
     }
 }
 
-/// This process's part of the split pass: its ranks stepped (and written, with `cfg.output`) on
-/// `cfg.threads` threads and matched against the proxies of every other rank as they arrive over
-/// `job`. The marks are those of its own lanes; the others' stay empty.
+/// This process's part of the split pass: its ranks stepped on `cfg.threads` threads and
+/// matched against the proxies of every other rank as they arrive over `job`, and written (with
+/// `cfg.output`): by the steps, or with the replay (`cfg.repair`) by this thread as the engine
+/// hands the events out, moved. The marks are those of its own lanes; the others' stay empty.
 pub(crate) fn run_split(
     trace: &Trace,
-    cfg: PassConfig<'_>,
+    mut cfg: PassConfig<'_>,
     owners: &Owners<'_>,
-    job: &dyn Transport,
+    mail: &Mailbox<'_>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<PassResult, RebuildError> {
     let metas = cfg.metas;
     let threads = threads(cfg.threads);
     let repair = cfg.repair;
-    let inputs = match Inputs::open(trace, metas, threads) {
+    let mut inputs = match Inputs::open(trace, metas, threads) {
         Ok(inputs) => inputs,
         Err(e) => {
-            take_part_failed(job, super::remote::error_text(&e));
+            take_part_failed(mail, super::remote::error_text(&e));
             return Err(e);
         }
     };
+    inputs.ctx.set_estimates(cfg.estimates.cloned());
     let ids = inputs.ids.clone();
     let remote: Vec<bool> = owners.by_rank_idx.iter().map(|&o| o != owners.me).collect();
     let local = owners.local_masks(metas, trace.world_size.max(1));
+    // With the repair on, the output times come out of the engine, so this thread writes them.
+    let matcher_output = if repair.enabled {
+        cfg.output.take()
+    } else {
+        None
+    };
     let mut shared = inputs.shared(metas, cfg, remote.clone(), threads);
-    shared.stream_proxies(&local, owners.me);
-    let zstd_level = shared.output.as_ref().map_or(1, |o| o.zstd_level);
+    if !repair.enabled {
+        shared.stream_proxies(&local, owners.me);
+    }
+    let zstd_level = shared
+        .output
+        .as_ref()
+        .or(matcher_output.as_ref())
+        .map_or(1, |o| o.zstd_level);
     let matcher = MatcherLocal {
         encoder: RefCell::new(ChunkEncoder::new(zstd_level)),
         progress: RefCell::new(progress),
@@ -76,7 +91,35 @@ pub(crate) fn run_split(
         (0..ids.len()).partition(|&lane| lane_is_own[lane]);
     let inbox = RefCell::new(Inbox::new(ids.len()));
     let lane_of: Vec<usize> = own_lanes.iter().chain(&proxy_lanes).copied().collect();
-    let mut pump = ProxyPump::new(Some(&shared), job, &inbox, lane_of, threads > 1);
+    let mut pump = ProxyPump::new(Some(&shared), mail, &inbox, lane_of, threads > 1);
+    if repair.enabled {
+        let filters = own_lanes
+            .iter()
+            .map(|&lane| {
+                let rank_idx = super::rank_slot(metas, ids[lane].rank);
+                let per_process = (0..owners.processes)
+                    .filter(|&q| q != owners.me)
+                    .map(|q| (q, ProxyFilter::new(shared.ctx, rank_idx, &local[q])))
+                    .collect();
+                (lane, per_process)
+            })
+            .collect();
+        pump = pump.with_replayed(ReplayedProxies::new(filters, owners.processes));
+    }
+    let mut writer = matcher_output.map(|output| ReplayWriter {
+        outs: own_lanes
+            .iter()
+            .map(|&lane| LaneOut::new(ids[lane].stream))
+            .collect(),
+        targets: own_lanes
+            .iter()
+            .map(|&lane| super::rank_slot(metas, ids[lane].rank))
+            .collect(),
+        output,
+        seen: vec![(None, None); own_lanes.len()],
+        error: None,
+        encoder: ChunkEncoder::new(zstd_level),
+    });
     let (report, estimates) = std::thread::scope(|scope| {
         let workers: Vec<_> = (1..threads)
             .map(|_| scope.spawn(|| shared.worker(zstd_level)))
@@ -94,13 +137,26 @@ pub(crate) fn run_split(
             lanes,
             proxies,
             repair,
-            |_, _| {},
+            |k, e| {
+                if let Some(w) = writer.as_mut() {
+                    w.take(k, e);
+                }
+            },
             |_| {},
             Some(&mut pump),
         );
         shared.stop_workers(workers);
         result
     });
+    let mut seen = Vec::new();
+    if let Some(mut w) = writer {
+        let written = w.finish();
+        if let Err(e) = written {
+            // Every other process must hear of it before it is returned.
+            pump.fail(super::remote::error_text(&e));
+        }
+        seen = w.seen;
+    }
     let finished = pump.finish();
     let st = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = st.error {
@@ -115,6 +171,16 @@ pub(crate) fn run_split(
             }
         }
     }
+    // The replay moves a lane either way: its marks move with it.
+    for (k, &(init, fin)) in seen.iter().enumerate() {
+        let m = &mut marks[own_lanes[k]];
+        if let (Some(mark), Some(t)) = (m.init.as_mut(), init) {
+            mark.shift_ns = t as f64 - mark.mapped as f64;
+        }
+        if let (Some(mark), Some(t)) = (m.finalize.as_mut(), fin) {
+            mark.shift_ns = t as f64 - mark.mapped as f64;
+        }
+    }
     Ok(PassResult {
         report,
         estimates,
@@ -122,11 +188,64 @@ pub(crate) fn run_split(
     })
 }
 
+/// A split replay's output: the events the engine hands out for the own lanes (by position),
+/// cut into chunks as one process cuts them, and the times of each lane's first `InitDone` and
+/// `FinalizeStart` as handed out.
+struct ReplayWriter<'o> {
+    outs: Vec<LaneOut>,
+    /// Per own lane, its rank's slot in `output.ranks`.
+    targets: Vec<usize>,
+    output: WorkerOutput<'o>,
+    seen: Vec<(Option<u64>, Option<u64>)>,
+    error: Option<RebuildError>,
+    encoder: ChunkEncoder,
+}
+
+impl ReplayWriter<'_> {
+    fn take(&mut self, k: usize, e: &Event) {
+        if let Event::Marker(m) = e {
+            match *m {
+                format::Marker::InitDone { time } => {
+                    self.seen[k].0.get_or_insert(time);
+                }
+                format::Marker::FinalizeStart { time } => {
+                    self.seen[k].1.get_or_insert(time);
+                }
+                _ => {}
+            }
+        }
+        if self.error.is_some() {
+            return;
+        }
+        if self.outs[k].push(e, self.output.chunk_events) {
+            let target = &self.output.ranks[self.targets[k]];
+            let chunk = self.outs[k].take_chunk(&mut self.encoder, target.rank);
+            if let Err(err) = target.append(&[chunk]) {
+                self.error = Some(err);
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Result<(), RebuildError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        for (k, out) in self.outs.iter_mut().enumerate() {
+            if !out.is_empty() {
+                let target = &self.output.ranks[self.targets[k]];
+                let chunk = out.take_chunk(&mut self.encoder, target.rank);
+                target.append(&[chunk])?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A process that cannot run its part still takes part in the exchange, as failed, so that no
 /// other process waits for it.
-pub(crate) fn take_part_failed(job: &dyn Transport, reason: String) {
+pub(crate) fn take_part_failed(mail: &Mailbox<'_>, reason: String) {
     let inbox = RefCell::new(Inbox::new(0));
-    let mut pump = ProxyPump::new(None, job, &inbox, Vec::new(), false);
+    let mut pump = ProxyPump::new(None, mail, &inbox, Vec::new(), false);
     pump.fail(reason);
     // The reason is already the pass's.
     pump.finish().ok();
