@@ -95,6 +95,7 @@ pub fn reconstruct_in_job(
                 &metas,
                 Err(reason),
                 opts.repair().replay,
+                opts.moves_waits().then_some(out),
                 j,
                 &mut |_| {},
             )?;
@@ -194,6 +195,7 @@ fn reconstruct_rank_zero(
             metas,
             Ok(cfg),
             opts.repair().replay,
+            opts.moves_waits().then_some(out),
             j,
             &mut |done| progress(done.min(total), total),
         )?
@@ -267,8 +269,10 @@ fn finish_summary(
         summary.estimates = EstimateSummary::of(e);
     }
     if opts.moves_waits() {
-        let written = Trace::open(out)?;
-        let after = check_happened_before_with(&written, opts.threads)?;
+        let after = match &pass.after {
+            Some(after) => *after,
+            None => check_happened_before_with(&Trace::open(out)?, opts.threads)?,
+        };
         summary.hb.violations_after = after.violations();
         summary.hb.after = Some(after);
     }

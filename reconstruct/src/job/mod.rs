@@ -631,21 +631,30 @@ pub(crate) fn decode_marks(bytes: &[u8]) -> Result<Vec<(u32, LaneMarks)>, String
 pub(crate) fn encode_split_done(
     marks: &[(u32, LaneMarks)],
     report: &crate::hb::HbReport,
+    after: Option<&crate::hb::HbReport>,
 ) -> Vec<u8> {
     let mut w = Wire(Vec::new());
     w.bytes(&encode_marks(marks));
     w.bytes(&serde_json::to_vec(report).unwrap_or_default());
+    w.bytes(&serde_json::to_vec(&after).unwrap_or_default());
     w.0
 }
 
-pub(crate) fn decode_split_done(
-    bytes: &[u8],
-) -> Result<(Vec<(u32, LaneMarks)>, crate::hb::HbReport), String> {
+/// A process's result of a split pass: its lanes' marks, its report, and its part of the check
+/// of the written output, if made.
+pub(crate) type SplitDone = (
+    Vec<(u32, LaneMarks)>,
+    crate::hb::HbReport,
+    Option<crate::hb::HbReport>,
+);
+
+pub(crate) fn decode_split_done(bytes: &[u8]) -> Result<SplitDone, String> {
     let mut c = Cursor { bytes, pos: 0 };
     let marks = decode_marks(c.bytes()?)?;
     let report = serde_json::from_slice(c.bytes()?).map_err(|e| format!("report: {e}"))?;
+    let after = serde_json::from_slice(c.bytes()?).map_err(|e| format!("check: {e}"))?;
     c.end()?;
-    Ok((marks, report))
+    Ok((marks, report, after))
 }
 
 /// A [`Transport`] between threads of one process, one per simulated process: lets tests run the

@@ -218,6 +218,7 @@ pub(crate) fn serve_as_owner(
                 &metas,
                 Err(reason),
                 opts.repair().replay,
+                opts.moves_waits().then_some(out),
                 job,
                 &mut |_| {},
             )
@@ -248,6 +249,7 @@ pub(crate) fn serve_as_owner(
             &metas,
             Ok(cfg),
             opts.repair().replay,
+            opts.moves_waits().then_some(out),
             job,
             &mut |_| {},
         )

@@ -17,6 +17,8 @@ use crate::job::{self, Mailbox, Transport};
 use crate::options::{RebuildError, Remove};
 use crate::pipeline::split::{Owners, run_split, take_part_failed};
 use crate::pipeline::{PassConfig, PassResult, lane_ids};
+use std::path::Path;
+
 use trace::Trace;
 use trace::definitions::RankMeta;
 
@@ -49,6 +51,7 @@ pub(crate) fn run_process(
     metas: &[RankMeta],
     cfg: Result<PassConfig<'_>, String>,
     replay: bool,
+    check: Option<&Path>,
     job: &dyn Transport,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<PassResult>, RebuildError> {
@@ -62,6 +65,7 @@ pub(crate) fn run_process(
         processes: size,
     };
     let mail = Mailbox::new(job);
+    let threads = cfg.as_ref().map(|c| c.threads).map_err(|_| ());
     let failed =
         |e: &RebuildError| format!("process {me}: {}", crate::pipeline::remote::error_text(e));
     let estimates = if replay {
@@ -110,6 +114,37 @@ pub(crate) fn run_process(
     if let (Ok(pass), Some(Ok(e))) = (&mut mine, estimates) {
         pass.estimates = e;
     }
+    // The written output matched, split as well: each process its own ranks, as written. Every
+    // process knows whether the pass failed (a failure is told to all), so all take part or none.
+    if let (Ok(pass), Some(out), Ok(threads)) = (&mut mine, check, &threads) {
+        let checked = match Trace::open(out)
+            .map_err(RebuildError::from)
+            .and_then(|written| {
+                let metas = trace::scan::scan_with(&written, *threads)?;
+                Ok((written, metas))
+            }) {
+            Ok((written, metas)) => {
+                let cfg = PassConfig {
+                    metas: &metas,
+                    remove: None,
+                    repair: Repair::OFF,
+                    threads: *threads,
+                    output: None,
+                    job: None,
+                    estimates: None,
+                };
+                run_split(&written, cfg, &owners, &mail, &mut |_| {}).map_err(|e| failed(&e))
+            }
+            Err(e) => {
+                take_part_failed(&mail, failed(&e));
+                Err(failed(&e))
+            }
+        };
+        match checked {
+            Ok(check) => pass.after = Some(check.report),
+            Err(reason) => mine = Err(reason),
+        }
+    }
     if me != 0 {
         match &mine {
             Ok(pass) => {
@@ -118,7 +153,7 @@ pub(crate) fn run_process(
                 job.send(
                     0,
                     job::TAG_SPLIT_DONE,
-                    &job::encode_split_done(&marks, &pass.report),
+                    &job::encode_split_done(&marks, &pass.report, pass.after.as_ref()),
                 )
                 .map_err(RebuildError::Job)?;
             }
@@ -136,8 +171,12 @@ pub(crate) fn run_process(
         let (_, tag, bytes) = mail.recv(|from, _| from == q).map_err(RebuildError::Job)?;
         match (tag, all.as_mut()) {
             (job::TAG_SPLIT_DONE, Some(pass)) => match job::decode_split_done(&bytes) {
-                Ok((marks, report)) => {
+                Ok((marks, report, after)) => {
                     pass.report = hb::merge_reports(&pass.report, &report);
+                    pass.after = match (pass.after.take(), after) {
+                        (Some(a), Some(b)) => Some(hb::merge_reports(&a, &b)),
+                        (a, b) => a.or(b),
+                    };
                     for (lane, m) in marks {
                         if let Some(slot) = pass.marks.get_mut(lane as usize) {
                             *slot = m;
@@ -166,31 +205,32 @@ pub(crate) fn run_process(
 }
 
 /// Sends this process's learned tables (or why it has none) to every other process, takes
-/// theirs, and merges them: every process ends with the same tables, or the same failure.
+/// theirs, and merges them: every process ends with the same tables, or the same failure. In
+/// `size - 1` rounds, each sending to one process and taking from another, so that no two
+/// processes wait on each other's sends (the tables outgrow MPI's eager sends with many ranks).
 fn exchange_estimates(
     learned: Result<Estimates, String>,
     mail: &Mailbox<'_>,
 ) -> Result<Result<Estimates, String>, RebuildError> {
     let (me, size) = (mail.job.rank(), mail.job.size());
-    for q in (0..size).filter(|&q| q != me) {
-        match &learned {
-            Ok(e) => mail
-                .job
-                .send(q, job::TAG_ESTIMATES, &job::encode_estimates(e)),
-            Err(reason) => mail.job.send(q, job::TAG_FAILED, reason.as_bytes()),
-        }
-        .map_err(RebuildError::Job)?;
-    }
+    let mine = match &learned {
+        Ok(e) => (job::TAG_ESTIMATES, job::encode_estimates(e)),
+        Err(reason) => (job::TAG_FAILED, reason.as_bytes().to_vec()),
+    };
     let mut merged = learned;
-    for q in (0..size).filter(|&q| q != me) {
-        let (_, tag, bytes) = mail.recv(|from, _| from == q).map_err(RebuildError::Job)?;
+    for round in 1..size {
+        let (to, from) = ((me + round) % size, (me + size - round) % size);
+        mail.job
+            .send_later(to, mine.0, mine.1.clone())
+            .map_err(RebuildError::Job)?;
+        let (_, tag, bytes) = mail.recv(|q, _| q == from).map_err(RebuildError::Job)?;
+        mail.job.complete_sends().map_err(RebuildError::Job)?;
         let theirs = match tag {
-            job::TAG_ESTIMATES => {
-                job::decode_estimates(&bytes).map_err(|e| format!("process {q}'s estimates: {e}"))
-            }
+            job::TAG_ESTIMATES => job::decode_estimates(&bytes)
+                .map_err(|e| format!("process {from}'s estimates: {e}")),
             job::TAG_FAILED => Err(String::from_utf8_lossy(&bytes).into_owned()),
             other => Err(format!(
-                "process {q} sent an unexpected message (tag {other})"
+                "process {from} sent an unexpected message (tag {other})"
             )),
         };
         merged = match (merged, theirs) {

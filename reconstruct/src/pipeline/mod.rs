@@ -84,6 +84,9 @@ pub(crate) struct PassResult {
     pub estimates: hb::Estimates,
     /// Per lane, in [`lane_ids`] order.
     pub marks: Vec<LaneMarks>,
+    /// The matching of the written output, when the pass's processes made it between them (a
+    /// split replay); otherwise whoever needs it matches the output.
+    pub after: Option<HbReport>,
 }
 
 /// The lanes of a trace in processing order: ranks in trace order, streams ascending.
@@ -336,5 +339,6 @@ pub(crate) fn run(
         report,
         estimates,
         marks,
+        after: None,
     })
 }

@@ -185,6 +185,7 @@ pub(crate) fn run_split(
         report,
         estimates,
         marks,
+        after: None,
     })
 }
 
