@@ -152,9 +152,6 @@ impl<'c> ReplayedProxies<'c> {
 /// complete only when the receiver takes them, so the sender must go on receiving meanwhile.
 const SENDS_IN_FLIGHT: usize = 8;
 
-/// How long a process whose lanes all wait looks for what arrives before it reports to process 0.
-const LOOK_BEFORE_REPORTING: std::time::Duration = std::time::Duration::from_micros(100);
-
 /// One process's side of the exchange (see the module docs).
 pub(super) struct ProxyPump<'s, 'a> {
     /// `None` for a process that failed before the pass: it only takes part.
@@ -399,20 +396,6 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
     fn try_stuck(&mut self, first_wait: Option<(u64, usize)>) -> Result<Unstuck, String> {
         if self.failure.is_some() {
             return Ok(Unstuck::Stop);
-        }
-        // What a lane waits for is usually on its way: look for it a while before telling
-        // process 0 (a replay waits at every message that crosses between processes).
-        let until = std::time::Instant::now() + LOOK_BEFORE_REPORTING;
-        loop {
-            self.collect();
-            let sent = self.send_all()?;
-            if let Some(u) = self.take_arrived()?.or(sent) {
-                return Ok(u);
-            }
-            if std::time::Instant::now() >= until {
-                break;
-            }
-            std::hint::spin_loop();
         }
         if let Some(shared) = self.shared {
             shared.wait_idle(self.has_workers);
