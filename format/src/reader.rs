@@ -146,6 +146,34 @@ impl RankFile {
         self.data.bytes().is_empty()
     }
 
+    /// Tells the kernel that the bytes in `range` are not needed for now: a mapped file's pages
+    /// there leave this process's resident set (a reader that walked past them would otherwise
+    /// keep the whole file resident, about 3 bytes per event). Reading them again faults them
+    /// back in from the file, unchanged. Only whole pages inside `range` go, and only of a file
+    /// mapped for itself (a group file's pages also hold other ranks' chunks).
+    pub fn release(&self, range: std::ops::Range<u64>) {
+        let Data::Map(map) = &self.data else {
+            return;
+        };
+        const PAGE: u64 = 4096;
+        let start = range.start.div_ceil(PAGE) * PAGE;
+        let end = (range.end.min(map.len() as u64) / PAGE) * PAGE;
+        if start >= end {
+            return;
+        }
+        // SAFETY: the map is a shared, read-only map of a file that is only ever appended to:
+        // MADV_DONTNEED drops its pages from this process's resident set, and any later read of
+        // them (a slice still borrowed included) faults the same bytes back in from the file, so
+        // no byte anyone can see changes. Failure only leaves the pages resident.
+        let _ = unsafe {
+            map.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                start as usize,
+                (end - start) as usize,
+            )
+        };
+    }
+
     /// The chunks in file order, each verified and decompressed when reached.
     pub fn chunks(&self) -> ChunkReader<'_> {
         let bytes = self.data.bytes();

@@ -38,6 +38,9 @@ pub struct ChunkWalk<'a> {
     counted: HashMap<u32, u64>,
     /// The stream index of the first event of the chunk last handed out.
     first_index: u64,
+    /// Release each file's bytes behind the chunk handed out (see [`ChunkWalk::releasing`]):
+    /// from here on in the current file.
+    release_from: Option<u64>,
 }
 
 impl<'a> ChunkWalk<'a> {
@@ -54,7 +57,17 @@ impl<'a> ChunkWalk<'a> {
             passed: 0,
             counted: HashMap::new(),
             first_index: 0,
+            release_from: None,
         }
+    }
+
+    /// Releases the mapped bytes behind each chunk handed out ([`RankFile::release`]): for a
+    /// caller that drops each chunk before it asks for the next, so that walking a large file
+    /// does not keep it all resident. A sibling walk over the same file (another thread stream
+    /// of the rank) reads what it needs again from the file.
+    pub fn releasing(mut self) -> Self {
+        self.release_from = Some(0);
+        self
     }
 
     /// Every stream's chunks that `want` wants by their header (e.g. those whose time range
@@ -147,6 +160,15 @@ impl<'a> Iterator for ChunkWalk<'a> {
     fn next(&mut self) -> Option<Chunk<'a>> {
         loop {
             if self.current.is_none() {
+                if let (Some(from), Some(done)) = (
+                    self.release_from,
+                    self.next_file
+                        .checked_sub(1)
+                        .and_then(|i| self.files.get(i)),
+                ) {
+                    done.release(from..done.len());
+                    self.release_from = Some(0);
+                }
                 let file = self.files.get(self.next_file)?;
                 self.next_file += 1;
                 self.current = Some((file.chunks(), file));
@@ -165,6 +187,10 @@ impl<'a> Iterator for ChunkWalk<'a> {
                     if self.in_order(file, chunk.offset, &chunk.header)
                         && self.stream.is_none_or(|s| s == chunk.stream())
                     {
+                        if let Some(from) = self.release_from {
+                            file.release(from..chunk.offset);
+                            self.release_from = Some(chunk.offset);
+                        }
                         return Some(*chunk);
                     }
                 }

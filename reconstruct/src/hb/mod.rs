@@ -545,26 +545,16 @@ pub fn run_learning<I: LaneSource>(
 }
 
 /// One process's part of a matching pass split over processes (see [`partition`]): `lanes` are
-/// the lanes of the ranks it owns, `proxies` what each rank of the others sent it (each made by a
-/// [`ProxyFilter`] from that rank's lane). Nothing is repaired (`repair` may learn). The report
-/// counts what the owned ranks received and exited, so the processes' reports add up to the
-/// report of [`run_learning`] over every lane; `on_event` sees the owned lanes only (indexed as
-/// in `lanes`), `on_match` each message received by an owned rank.
-pub fn run_with_proxies<I: LaneSource, P: LaneSource>(
-    ctx: &HbContext,
-    lanes: Vec<(LaneId, I)>,
-    proxies: Vec<(LaneId, P)>,
-    repair: Repair,
-    on_event: impl FnMut(usize, &Event),
-    on_match: impl FnMut(&MessageMatch),
-) -> (HbReport, Estimates) {
-    run_streamed(ctx, lanes, proxies, repair, on_event, on_match, None)
-}
-
-/// [`run_with_proxies`] with the proxies arriving while the pass runs: a proxy whose source has
-/// nothing yet ([`LaneSource::more_later`]) is waited for, and `pump` exchanges with the other
-/// processes between lane turns and decides, when every lane here waits, whether this process
-/// forces one ([`Pump::stuck`]).
+/// the lanes of the ranks it owns, `proxies` what each rank of the others sends it (each made by
+/// a [`ProxyFilter`] from that rank's lane). The report counts what the owned ranks received and
+/// exited, so the processes' reports add up to the report of [`run_learning`] over every lane;
+/// `on_event` sees the owned lanes only (indexed as in `lanes`), `on_match` each message received
+/// by an owned rank.
+///
+/// With a `pump`, the proxies arrive while the pass runs: a proxy whose source has nothing yet
+/// ([`LaneSource::more_later`]) is waited for, and the pump exchanges with the other processes
+/// between lane turns and decides, when every lane here waits, whether this process forces one
+/// ([`Pump::stuck`]). Without one, every proxy is whole from the start.
 pub fn run_streamed<I: LaneSource, P: LaneSource>(
     ctx: &HbContext,
     lanes: Vec<(LaneId, I)>,

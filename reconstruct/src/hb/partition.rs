@@ -232,13 +232,14 @@ pub fn run_split_in_turn(
                 .collect();
             proxies.push((*id, ProxyLane::new(wanted.into_iter())));
         }
-        let (report, estimates) = super::run_with_proxies(
+        let (report, estimates) = super::run_streamed(
             ctx,
             own,
             proxies,
             repair,
             |_, _| {},
             |m| pass.matches.push(*m),
+            None,
         );
         pass.report = super::merge_reports(&pass.report, &report);
         pass.estimates.merge(&estimates);

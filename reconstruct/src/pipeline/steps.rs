@@ -452,7 +452,8 @@ impl Inputs {
             lane_rank.push(r);
             work[r].lanes.push(LaneWork {
                 global,
-                walk: ChunkWalk::stream(&self.open[r].files, id.stream),
+                // Each chunk is dropped before the next is asked for.
+                walk: ChunkWalk::stream(&self.open[r].files, id.stream).releasing(),
                 current: None,
                 mapper: LaneMapper::new(&self.maps[global], remove_dp_prime, remove_dp),
                 next_index: 0,
