@@ -64,15 +64,7 @@ fn match_as_recorded(
     let metas = scan_with(trace, threads)?;
     let pass = pipeline::run(
         trace,
-        PassConfig {
-            metas: &metas,
-            remove: None,
-            repair: Repair::OFF,
-            threads,
-            output: None,
-            job: None,
-            estimates: None,
-        },
+        PassConfig::as_recorded(&metas, threads),
         |_, _| {},
         on_match,
         &mut |_| {},

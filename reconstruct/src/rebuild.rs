@@ -23,7 +23,7 @@ use trace::clock::align_clocks;
 use trace::definitions::RankMeta;
 use trace::scan::scan_with;
 
-use crate::hb::{Estimates, Repair};
+use crate::hb::Estimates;
 use crate::job::roles::{create_outputs, gather_metas, serve_as_owner};
 use crate::job::{self, Transport};
 use crate::matches::check_happened_before_with;
@@ -90,15 +90,7 @@ pub fn reconstruct_in_job(
         Err(e) if split => {
             // Everyone is already in the split pass: take part as failed, then report.
             let reason = format!("process 0: {}", pipeline::remote::error_text(&e));
-            crate::job::split::run_process(
-                trace,
-                &metas,
-                Err(reason),
-                opts.repair().replay,
-                opts.moves_waits().then_some(out),
-                j,
-                &mut |_| {},
-            )?;
+            crate::job::split::run_process(trace, &metas, Err(reason), opts, out, j, &mut |_| {})?;
             return Err(e);
         }
         Err(e) => return Err(stop_others(e)),
@@ -115,15 +107,7 @@ pub fn learn_estimates(
 ) -> Result<Estimates, RebuildError> {
     let pass = pipeline::run(
         trace,
-        PassConfig {
-            metas,
-            remove: Some(Remove::Both),
-            repair: Repair::learning(),
-            threads,
-            output: None,
-            job: None,
-            estimates: None,
-        },
+        PassConfig::learning(metas, threads),
         |_, _| {},
         |_| {},
         &mut |_| {},
@@ -190,15 +174,9 @@ fn reconstruct_rank_zero(
             }),
             ..cfg
         };
-        crate::job::split::run_process(
-            trace,
-            metas,
-            Ok(cfg),
-            opts.repair().replay,
-            opts.moves_waits().then_some(out),
-            j,
-            &mut |done| progress(done.min(total), total),
-        )?
+        crate::job::split::run_process(trace, metas, Ok(cfg), opts, out, j, &mut |done| {
+            progress(done.min(total), total)
+        })?
         .ok_or_else(|| RebuildError::Job("process 0 got no result of the split pass".into()))?
     } else {
         let pass = pipeline::run(

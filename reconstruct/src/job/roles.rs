@@ -206,23 +206,31 @@ pub(crate) fn serve_as_owner(
         (metas, outputs)
     });
     let (metas, outputs) = match prepared {
-        Ok((metas, Err(e))) if split => {
-            // The split pass has no process 0 to ask: take part as failed.
-            let reason = format!(
-                "process {}: {}",
-                job.rank(),
-                pipeline::remote::error_text(&e)
-            );
-            return job::split::run_process(
-                trace,
-                &metas,
-                Err(reason),
-                opts.repair().replay,
-                opts.moves_waits().then_some(out),
-                job,
-                &mut |_| {},
-            )
-            .map(|_| ());
+        Ok((metas, outputs)) if split => {
+            // The split pass has no process 0 to ask: one that cannot write takes part as failed.
+            let ids = pipeline::lane_ids(&metas);
+            let cfg = match &outputs {
+                Ok(outputs) => Ok(PassConfig {
+                    metas: &metas,
+                    remove: Some(opts.remove),
+                    repair: opts.repair(),
+                    threads: opts.threads,
+                    output: Some(WorkerOutput {
+                        ranks: outputs,
+                        chunk_events: output_chunk_events(opts, ids.len()),
+                        zstd_level: opts.zstd_level,
+                    }),
+                    job: None,
+                    estimates: None,
+                }),
+                Err(e) => Err(format!(
+                    "process {}: {}",
+                    job.rank(),
+                    pipeline::remote::error_text(e)
+                )),
+            };
+            return job::split::run_process(trace, &metas, cfg, opts, out, job, &mut |_| {})
+                .map(|_| ());
         }
         Ok((metas, Ok(outputs))) => (metas, outputs),
         Ok((_, Err(e))) | Err(e) => {
@@ -230,31 +238,6 @@ pub(crate) fn serve_as_owner(
         }
     };
     let ids = pipeline::lane_ids(&metas);
-    if split {
-        let cfg = PassConfig {
-            metas: &metas,
-            remove: Some(opts.remove),
-            repair: opts.repair(),
-            threads: opts.threads,
-            output: Some(WorkerOutput {
-                ranks: &outputs,
-                chunk_events: output_chunk_events(opts, ids.len()),
-                zstd_level: opts.zstd_level,
-            }),
-            job: None,
-            estimates: None,
-        };
-        return job::split::run_process(
-            trace,
-            &metas,
-            Ok(cfg),
-            opts.repair().replay,
-            opts.moves_waits().then_some(out),
-            job,
-            &mut |_| {},
-        )
-        .map(|_| ());
-    }
     pipeline::remote::serve(
         trace,
         PassConfig {

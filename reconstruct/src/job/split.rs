@@ -14,7 +14,7 @@
 
 use crate::hb::{self, Estimates, HbContext, Repair};
 use crate::job::{self, Mailbox, Transport};
-use crate::options::{RebuildError, Remove};
+use crate::options::{Options, RebuildError};
 use crate::pipeline::split::{Owners, run_split, take_part_failed};
 use crate::pipeline::{PassConfig, PassResult, lane_ids};
 use std::path::Path;
@@ -40,7 +40,7 @@ pub fn split_owner_of(rank_idx: usize, ranks: usize, processes: usize) -> usize 
 }
 
 /// One process's part (see the module docs). Process 0 returns the pass's result over every
-/// process, the others `None`. With the replay (`replay`, which every process knows, failed or
+/// process, the others `None`. With the replay (which every process knows from `opts`, failed or
 /// not), two passes: one that learns the estimates from the own ranks, whose tables every process
 /// sends every other (`ESTIMATES`, or `FAILED`) and merges by their minimum, then the replay.
 ///
@@ -50,8 +50,8 @@ pub(crate) fn run_process(
     trace: &Trace,
     metas: &[RankMeta],
     cfg: Result<PassConfig<'_>, String>,
-    replay: bool,
-    check: Option<&Path>,
+    opts: &Options,
+    out: &Path,
     job: &dyn Transport,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<PassResult>, RebuildError> {
@@ -64,6 +64,9 @@ pub(crate) fn run_process(
         me,
         processes: size,
     };
+    let replay = opts.repair().replay;
+    // Moved waits are checked in the written output, as one process checks them.
+    let check = opts.moves_waits().then_some(out);
     let mail = Mailbox::new(job);
     let threads = cfg.as_ref().map(|c| c.threads).map_err(|_| ());
     let failed =
@@ -71,15 +74,7 @@ pub(crate) fn run_process(
     let estimates = if replay {
         let learned = match &cfg {
             Ok(cfg) => {
-                let learn = PassConfig {
-                    metas,
-                    remove: Some(Remove::Both),
-                    repair: Repair::learning(),
-                    threads: cfg.threads,
-                    output: None,
-                    job: None,
-                    estimates: None,
-                };
+                let learn = PassConfig::learning(metas, cfg.threads);
                 run_split(trace, learn, &owners, &mail, &mut |_| {})
                     .map(|pass| pass.estimates)
                     .map_err(|e| failed(&e))
@@ -124,15 +119,7 @@ pub(crate) fn run_process(
                 Ok((written, metas))
             }) {
             Ok((written, metas)) => {
-                let cfg = PassConfig {
-                    metas: &metas,
-                    remove: None,
-                    repair: Repair::OFF,
-                    threads: *threads,
-                    output: None,
-                    job: None,
-                    estimates: None,
-                };
+                let cfg = PassConfig::as_recorded(&metas, *threads);
                 run_split(&written, cfg, &owners, &mail, &mut |_| {}).map_err(|e| failed(&e))
             }
             Err(e) => {

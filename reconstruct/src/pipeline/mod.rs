@@ -78,6 +78,31 @@ pub(crate) struct PassConfig<'a> {
     pub estimates: Option<&'a hb::Estimates>,
 }
 
+impl<'a> PassConfig<'a> {
+    /// The replay's learning pass: the times as recorded with DP' and DP removed, nothing
+    /// moved, nothing written.
+    pub(crate) fn learning(metas: &'a [RankMeta], threads: usize) -> Self {
+        PassConfig {
+            metas,
+            remove: Some(Remove::Both),
+            repair: Repair::learning(),
+            threads,
+            output: None,
+            job: None,
+            estimates: None,
+        }
+    }
+
+    /// Matching over the times as recorded: nothing removed, moved or written.
+    pub(crate) fn as_recorded(metas: &'a [RankMeta], threads: usize) -> Self {
+        PassConfig {
+            remove: None,
+            repair: Repair::OFF,
+            ..PassConfig::learning(metas, threads)
+        }
+    }
+}
+
 pub(crate) struct PassResult {
     pub report: HbReport,
     /// What the pass learned with [`Repair::learn`].

@@ -20,7 +20,7 @@ use format::Event;
 
 use super::steps::Shared;
 use crate::hb::{self, ProxyFilter, Unstuck};
-use crate::job::{self, LaneBatch, Mailbox, StepMessage, StuckReport, Transport};
+use crate::job::{self, LaneBatch, Mailbox, StepMessage, StuckReport};
 use crate::options::RebuildError;
 
 /// A proxy event: its index in the whole lane, the time the mapping removed, the replay's move
@@ -119,7 +119,7 @@ impl hb::LaneSource for StreamedProxy<'_> {
 /// times exist only there): per own lane, by position, its lane number and a filter per other
 /// process.
 pub(super) struct ReplayedProxies<'c> {
-    pub lanes: Vec<(usize, Vec<(usize, ProxyFilter<'c>)>)>,
+    lanes: Vec<(usize, Vec<(usize, ProxyFilter<'c>)>)>,
     /// Per process, the batches made and not yet collected.
     made: Vec<Vec<LaneBatch>>,
 }
@@ -156,7 +156,6 @@ const SENDS_IN_FLIGHT: usize = 8;
 pub(super) struct ProxyPump<'s, 'a> {
     /// `None` for a process that failed before the pass: it only takes part.
     shared: Option<&'s Shared<'a>>,
-    job: &'s dyn Transport,
     /// Takes this pass's messages only: from a process that ended the pass, nothing more is.
     mail: &'s Mailbox<'s>,
     inbox: &'s RefCell<Inbox>,
@@ -189,7 +188,6 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         let size = job.size();
         ProxyPump {
             shared,
-            job,
             mail,
             inbox,
             lane_of,
@@ -222,7 +220,10 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         }
         for q in (0..self.sent.len()).filter(|&q| q != self.me) {
             // A process that cannot be told will not be waited for either: the job is failing.
-            self.job.send(q, job::TAG_FAILED, reason.as_bytes()).ok();
+            self.mail
+                .job
+                .send(q, job::TAG_FAILED, reason.as_bytes())
+                .ok();
         }
         self.failure = Some(reason);
     }
@@ -232,14 +233,17 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         let Some(shared) = self.shared else {
             return;
         };
-        let (mut outgoing, failed) = shared.take_outgoing();
+        let (from_steps, failed) = shared.take_outgoing();
         if failed {
             self.fail(format!("process {} failed", self.me));
         }
-        if let Some(replayed) = &mut self.replayed {
-            let empty = (0..replayed.made.len()).map(|_| Vec::new()).collect();
-            outgoing = std::mem::replace(&mut replayed.made, empty);
-        }
+        let outgoing = match &mut self.replayed {
+            Some(replayed) => {
+                let empty = (0..replayed.made.len()).map(|_| Vec::new()).collect();
+                std::mem::replace(&mut replayed.made, empty)
+            }
+            None => from_steps,
+        };
         for (q, lanes) in outgoing.into_iter().enumerate() {
             if !lanes.is_empty() && self.failure.is_none() {
                 let message = StepMessage {
@@ -256,11 +260,11 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
     fn send_some(&mut self) -> Result<bool, String> {
         while let Some((q, _)) = self.backlog.front() {
             let q = *q;
-            if self.job.sends_pending()? >= SENDS_IN_FLIGHT {
+            if self.mail.job.sends_pending()? >= SENDS_IN_FLIGHT {
                 return Ok(false);
             }
             if let Some((_, bytes)) = self.backlog.pop_front() {
-                self.job.send_later(q, job::TAG_PROXIES, bytes)?;
+                self.mail.job.send_later(q, job::TAG_PROXIES, bytes)?;
                 self.sent[q] += 1;
             }
         }
@@ -320,7 +324,7 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
     }
 
     /// Process 0: when every process waits and no batch is in flight, the process holding the
-    /// first open lane forces it (this one: `Force`; another: told so).
+    /// wait that began first forces it (this one: `Force`; another: told so).
     fn decide(&mut self) -> Option<Unstuck> {
         let all: Vec<&StuckReport> = self
             .waiting
@@ -346,7 +350,7 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         if p == self.me {
             return Some(Unstuck::Force);
         }
-        if let Err(e) = self.job.send(p, job::TAG_FORCE, &[]) {
+        if let Err(e) = self.mail.job.send(p, job::TAG_FORCE, &[]) {
             self.fail(e);
             return Some(Unstuck::Stop);
         }
@@ -378,6 +382,16 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         }
     }
 
+    /// Tells process 0 that this process waits (or is done); process 0 itself decides at once.
+    fn tell_waiting(&mut self, report: StuckReport) -> Result<Option<Unstuck>, String> {
+        if self.me == 0 {
+            self.waiting[0] = Some(report);
+            return Ok(self.decide());
+        }
+        self.mail.job.send(0, job::TAG_STUCK, &report.encode())?;
+        Ok(None)
+    }
+
     /// Sends the whole backlog, taking what arrives meanwhile.
     fn send_all(&mut self) -> Result<Option<Unstuck>, String> {
         let mut outcome = None;
@@ -405,15 +419,9 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         if let Some(u) = self.take_arrived()?.or(sent) {
             return Ok(u);
         }
-        let report = self.report(first_wait, false);
-        if self.me == 0 {
-            self.waiting[0] = Some(report);
-            if let Some(u) = self.decide() {
-                self.waiting[0] = None;
-                return Ok(u);
-            }
-        } else {
-            self.job.send(0, job::TAG_STUCK, &report.encode())?;
+        if let Some(u) = self.tell_waiting(self.report(first_wait, false))? {
+            self.waiting[0] = None;
+            return Ok(u);
         }
         loop {
             let ended = &self.ended;
@@ -431,22 +439,17 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
     pub(super) fn finish(mut self) -> Result<(), String> {
         self.collect();
         self.send_all()?;
-        let report = self.report(None, true);
-        if self.me == 0 {
-            self.waiting[0] = Some(report);
-            self.decide();
-        } else {
-            self.job.send(0, job::TAG_STUCK, &report.encode())?;
-        }
+        // Done: process 0 can pick no wait of this one's, so this decides nothing here.
+        self.tell_waiting(self.report(None, true))?;
         for q in (0..self.sent.len()).filter(|&q| q != self.me) {
-            self.job.send(q, job::TAG_END, &[])?;
+            self.mail.job.send(q, job::TAG_END, &[])?;
         }
         while !self.ended.iter().all(|&e| e) {
             let ended = &self.ended;
             let (from, tag, bytes) = self.mail.recv(|from, _| !ended[from])?;
             self.handle(from, tag, bytes);
         }
-        self.job.complete_sends()?;
+        self.mail.job.complete_sends()?;
         self.failure.map_or(Ok(()), Err)
     }
 }
