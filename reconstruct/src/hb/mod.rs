@@ -29,7 +29,8 @@ mod violations;
 
 pub use estimates::Estimates;
 pub use partition::{
-    ProxyFilter, ProxyLane, Pump, SplitPass, Unstuck, run_split_in_turn, split_differs,
+    ProxyFilter, ProxyLane, Pump, SplitPass, Unstuck, merge_reports, run_split_in_turn,
+    run_streamed, split_differs,
 };
 
 use collective_instance::{CollInst, CollKey, CollRef};
@@ -542,111 +543,6 @@ pub fn run_learning<I: LaneSource>(
         .map(|(id, src)| (id, src, false))
         .collect();
     run_lanes(ctx, lanes, repair, on_event, on_match, None)
-}
-
-/// One process's part of a matching pass split over processes (see [`partition`]): `lanes` are
-/// the lanes of the ranks it owns, `proxies` what each rank of the others sends it (each made by
-/// a [`ProxyFilter`] from that rank's lane). The report counts what the owned ranks received and
-/// exited, so the processes' reports add up to the report of [`run_learning`] over every lane;
-/// `on_event` sees the owned lanes only (indexed as in `lanes`), `on_match` each message received
-/// by an owned rank.
-///
-/// With a `pump`, the proxies arrive while the pass runs: a proxy whose source has nothing yet
-/// ([`LaneSource::more_later`]) is waited for, and the pump exchanges with the other processes
-/// between lane turns and decides, when every lane here waits, whether this process forces one
-/// ([`Pump::stuck`]). Without one, every proxy is whole from the start.
-pub fn run_streamed<I: LaneSource, P: LaneSource>(
-    ctx: &HbContext,
-    lanes: Vec<(LaneId, I)>,
-    proxies: Vec<(LaneId, P)>,
-    repair: Repair,
-    on_event: impl FnMut(usize, &Event),
-    on_match: impl FnMut(&MessageMatch),
-    pump: Option<&mut dyn Pump>,
-) -> (HbReport, Estimates) {
-    // The repair moves a wait to what its partners allow, which a split sees only with the
-    // partners' replayed times: the replay, with proxies made as the owners replay (see
-    // `Pump::own_call`).
-    debug_assert!(
-        !repair.enabled || repair.replay && pump.is_some(),
-        "a split pass moves time only as a streamed replay"
-    );
-    let all = lanes
-        .into_iter()
-        .map(|(id, src)| (id, OwnOrProxy::Own(src), false))
-        .chain(
-            proxies
-                .into_iter()
-                .map(|(id, src)| (id, OwnOrProxy::Proxy(src), true)),
-        )
-        .collect();
-    run_lanes(ctx, all, repair, on_event, on_match, pump)
-}
-
-/// The two kinds of lane of a split pass, without a virtual call per event.
-enum OwnOrProxy<I, P> {
-    Own(I),
-    Proxy(P),
-}
-
-impl<I: LaneSource, P: LaneSource> Iterator for OwnOrProxy<I, P> {
-    type Item = Event;
-    #[inline]
-    fn next(&mut self) -> Option<Event> {
-        match self {
-            OwnOrProxy::Own(s) => s.next(),
-            OwnOrProxy::Proxy(s) => s.next(),
-        }
-    }
-}
-
-impl<I: LaneSource, P: LaneSource> LaneSource for OwnOrProxy<I, P> {
-    fn removed_ns(&self) -> u64 {
-        match self {
-            OwnOrProxy::Own(s) => s.removed_ns(),
-            OwnOrProxy::Proxy(s) => s.removed_ns(),
-        }
-    }
-    fn source_index(&self) -> Option<u64> {
-        match self {
-            OwnOrProxy::Own(s) => s.source_index(),
-            OwnOrProxy::Proxy(s) => s.source_index(),
-        }
-    }
-    fn more_later(&self) -> bool {
-        match self {
-            OwnOrProxy::Own(s) => s.more_later(),
-            OwnOrProxy::Proxy(s) => s.more_later(),
-        }
-    }
-    fn shift_ns(&self) -> i64 {
-        match self {
-            OwnOrProxy::Own(s) => s.shift_ns(),
-            OwnOrProxy::Proxy(s) => s.shift_ns(),
-        }
-    }
-}
-
-/// Adds up the reports of the processes of a split pass.
-pub fn merge_reports(a: &HbReport, b: &HbReport) -> HbReport {
-    HbReport {
-        messages: a.messages + b.messages,
-        rma_epochs: a.rma_epochs + b.rma_epochs,
-        collective_exits: a.collective_exits + b.collective_exits,
-        message_violations: a.message_violations + b.message_violations,
-        collective_violations: a.collective_violations + b.collective_violations,
-        epoch_violations: a.epoch_violations + b.epoch_violations,
-        recorded_message_violations: a.recorded_message_violations + b.recorded_message_violations,
-        recorded_collective_violations: a.recorded_collective_violations
-            + b.recorded_collective_violations,
-        recorded_epoch_violations: a.recorded_epoch_violations + b.recorded_epoch_violations,
-        unmatched_sends: a.unmatched_sends + b.unmatched_sends,
-        unmatched_receives: a.unmatched_receives + b.unmatched_receives,
-        ambiguous_receives: a.ambiguous_receives + b.ambiguous_receives,
-        waits_on_absent_ranks: a.waits_on_absent_ranks + b.waits_on_absent_ranks,
-        max_shift: a.max_shift.max(b.max_shift),
-        lanes_shifted: a.lanes_shifted + b.lanes_shifted,
-    }
 }
 
 fn run_lanes<I: LaneSource>(
