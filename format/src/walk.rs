@@ -187,11 +187,13 @@ impl<'a> Iterator for ChunkWalk<'a> {
                     if self.in_order(file, chunk.offset, &chunk.header)
                         && self.stream.is_none_or(|s| s == chunk.stream())
                     {
+                        let mut chunk = *chunk;
                         if let Some(from) = self.release_from {
                             file.release(from..chunk.offset);
                             self.release_from = Some(chunk.offset);
+                            chunk.release_as_read(file);
                         }
-                        return Some(*chunk);
+                        return Some(chunk);
                     }
                 }
                 Some(Ok(Reached::Passed { offset, header })) => {
