@@ -94,8 +94,11 @@ const PER_LANE_QUEUE: usize = 1;
 /// enough that a batch is a few hundred KiB...
 const STEP_EVENTS: usize = 4096;
 /// ...and fewer with many lanes, since each lane may have a batch being matched and one queued:
-/// about this many events (of ~120 bytes) over all lanes, each way.
-const BATCHED_EVENTS: usize = 1 << 18;
+/// about this many events (of ~120 bytes) over all lanes, each way (about 120 MiB). Smaller
+/// steps cost more per event than they save: every step of a lane finds its state cold when
+/// thousands of lanes are stepped in turn (4 096 lanes: 2^20 ran 11 % faster than 2^18, for
+/// 173 MiB; `paper-notes/reconstruct.md`, many ranks).
+const BATCHED_EVENTS: usize = 1 << 20;
 const MIN_STEP_EVENTS: usize = 64;
 
 impl<'a> Shared<'a> {
