@@ -22,6 +22,23 @@ const REPS: usize = 5;
 
 fn validates_a_real_program(mpi: Mpi) {
     let _guard = mpi_lock();
+    // The experiment can come out inconclusive on a noisy machine: the traced run itself inside
+    // the bound (the pauses are about 6 % of this run, and 4 % of noise makes the bound 8 %).
+    // Then it says nothing about the reconstruction either way, so it is run once more; a
+    // second inconclusive run fails, with both attempts' figures.
+    let mut inconclusive = Vec::new();
+    for _ in 0..2 {
+        match validate_once(mpi) {
+            Ok(()) => return,
+            Err(why) => inconclusive.push(why),
+        }
+    }
+    panic!("{}", inconclusive.join("\n"));
+}
+
+/// One `validate` run and its checks; `Err` only when the traced run was too close to the
+/// untraced one for the bound to tell a reconstruction from none. Every other failure panics.
+fn validate_once(mpi: Mpi) -> Result<(), String> {
     let work = scratch(&format!("validate-{}", mpi.name()));
     let png = work.with_extension("png");
     let _ = std::fs::remove_file(&png);
@@ -79,19 +96,20 @@ fn validates_a_real_program(mpi: Mpi) {
     }
     // The fidelity guard: both models land within max(3 %, twice the noise floor measured in
     // these very runs) of the untraced time, while the traced run itself is beyond that bound,
-    // so a reconstruction that lost DP' (the pauses, ~30 % here) fails. The real figures, with
-    // more pairs, are in paper-notes/fidelity.md.
+    // so a reconstruction that lost DP' (the pauses) fails. The real figures, with more pairs,
+    // are in paper-notes/fidelity.md.
     let noise = v["untraced_spread"].as_f64().unwrap();
     assert!(noise >= 0.0);
     let bound = f64::max(0.03, 2.0 * noise);
     let error = |key: &str| v[key]["error"].as_f64().unwrap();
-    assert!(
-        error("traced") > bound,
-        "the traced run is only {:+.1} % off the untraced one, within the bound {:.1} %: the \
-         test cannot tell a reconstruction from none: {v}",
-        100.0 * error("traced"),
-        100.0 * bound
-    );
+    if error("traced") <= bound {
+        return Err(format!(
+            "the traced run is only {:+.1} % off the untraced one, within the bound {:.1} %: the \
+             test cannot tell a reconstruction from none: {v}",
+            100.0 * error("traced"),
+            100.0 * bound
+        ));
+    }
     for model in ["reconstructed", "reconstructed_replay"] {
         assert!(
             error(model).abs() <= bound,
@@ -111,6 +129,7 @@ fn validates_a_real_program(mpi: Mpi) {
         .filter(|n| n.starts_with("traced-"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    Ok(())
 }
 
 /// Width and height from a PNG's IHDR chunk, after checking the signature.
