@@ -40,6 +40,8 @@ pub enum Reached<'a> {
     Passed { offset: u64, header: ChunkHeader },
 }
 
+mod release;
+
 enum Data {
     Map(memmap2::Mmap),
     /// A group file's map, shared by the members read from it.
@@ -146,33 +148,6 @@ impl RankFile {
         self.data.bytes().is_empty()
     }
 
-    /// Tells the kernel that the bytes in `range` are not needed for now: a mapped file's pages
-    /// there leave this process's resident set (a reader that walked past them would otherwise
-    /// keep the whole file resident, about 3 bytes per event). Reading them again faults them
-    /// back in from the file, unchanged. Only whole pages inside `range` go, and only of a file
-    /// mapped for itself (a group file's pages also hold other ranks' chunks).
-    pub fn release(&self, range: std::ops::Range<u64>) {
-        let Data::Map(map) = &self.data else {
-            return;
-        };
-        let start = range.start.div_ceil(PAGE) * PAGE;
-        let end = (range.end.min(map.len() as u64) / PAGE) * PAGE;
-        if start >= end {
-            return;
-        }
-        // SAFETY: the map is a shared, read-only map of a file that is only ever appended to:
-        // MADV_DONTNEED drops its pages from this process's resident set, and any later read of
-        // them (a slice still borrowed included) faults the same bytes back in from the file, so
-        // no byte anyone can see changes. Failure only leaves the pages resident.
-        let _ = unsafe {
-            map.unchecked_advise_range(
-                memmap2::UncheckedAdvice::DontNeed,
-                start as usize,
-                (end - start) as usize,
-            )
-        };
-    }
-
     /// The chunks in file order, each verified and decompressed when reached.
     pub fn chunks(&self) -> ChunkReader<'_> {
         let bytes = self.data.bytes();
@@ -222,24 +197,9 @@ enum Body<'a> {
         /// always) rather than decompressed again; empty if block 0 is stored as is.
         first: Vec<u8>,
         /// The file the stored bytes are mapped from, when a releasing walk handed the chunk
-        /// out ([`Chunk::release_as_read`]): each block's pages go once its events are read.
-        release: Option<Release<'a>>,
+        /// out ([`Chunk::release_as_read`]): each block's pages go once it is done with.
+        release: Option<release::Release<'a>>,
     },
-}
-
-/// The unit a mapping's pages are released in (the smallest page size; a larger one only
-/// leaves more resident).
-const PAGE: u64 = 4096;
-
-/// What one page fault on a mapped file may map at most: a page table's span (a large folio is
-/// mapped whole, but only within it).
-const FAULT_SPAN: u64 = 2 << 20;
-
-/// Where a chunk's stored payload sits in the file it was mapped from.
-#[derive(Debug, Clone, Copy)]
-struct Release<'a> {
-    file: &'a RankFile,
-    stored_at: u64,
 }
 
 #[derive(Debug)]
@@ -289,34 +249,6 @@ impl Body<'_> {
                 decompress_into(&stored[b.stored.clone()], b.raw_len as u64, buf).is_ok()
             }
         }
-    }
-
-    /// Drops mapped pages that no longer need to be resident (see [`Chunk::release_as_read`])
-    /// once block `block` is done with: a compressed block when it is loaded (decompressed),
-    /// one stored as is (read from the map) when it is read (`read`). A fault maps more than
-    /// the page it reads: the pages around it (fault-around, 64 KiB) or the whole large folio
-    /// holding it, before and after the block, anywhere in the 2 MiB the fault's page table
-    /// covers. So that whole span goes; left mapped, those pages would stay resident until
-    /// their own blocks were read, and be mapped again by each fault.
-    fn release(&self, block: usize, read: bool) {
-        let Body::Blocks {
-            blocks,
-            release: Some(r),
-            ..
-        } = self
-        else {
-            return;
-        };
-        let b = &blocks[block];
-        if (b.stored.len() == b.raw_len) != read {
-            return;
-        }
-        let (start, end) = (
-            r.stored_at + b.stored.start as u64,
-            r.stored_at + b.stored.end as u64,
-        );
-        r.file
-            .release(start / FAULT_SPAN * FAULT_SPAN..end.div_ceil(FAULT_SPAN) * FAULT_SPAN);
     }
 
     /// Block `block`'s payload, once loaded into `buf`.
@@ -425,30 +357,6 @@ impl<'a> Chunk<'a> {
             chunk: self,
             stepper: Stepper::new(),
         }
-    }
-
-    /// For a chunk read from `file` by a walk that releases what it has read
-    /// ([`crate::ChunkWalk::releasing`]): the stored payload's pages leave the resident set now
-    /// (checking the chunk read them all, and block 0 is kept decompressed), with those around
-    /// it that reading mapped (see `Body::release`), and again as each block is read. A block read later faults its pages back in from the
-    /// file. Without this, every lane of a wide trace kept its whole current chunk resident
-    /// (about 0.9 GiB at 10^9 events over 4 096 ranks).
-    pub(crate) fn release_as_read(&mut self, file: &'a RankFile) {
-        let Body::Blocks {
-            stored, release, ..
-        } = &mut self.body
-        else {
-            return;
-        };
-        let base = file.data.bytes().as_ptr() as usize;
-        let at = stored.as_ptr() as usize;
-        if at < base || at + stored.len() > base + file.data.bytes().len() {
-            return; // not this file's bytes: nothing to release through it
-        }
-        let stored_at = (at - base) as u64;
-        let end = stored_at + stored.len() as u64;
-        file.release(stored_at / FAULT_SPAN * FAULT_SPAN..end.div_ceil(FAULT_SPAN) * FAULT_SPAN);
-        *release = Some(Release { file, stored_at });
     }
 
     /// The chunk's events, owning the chunk.
