@@ -145,6 +145,20 @@ fn main() -> ExitCode {
         Cmd::Dump { dir, rank } => dump::dump(&dir, rank).map(|()| ExitCode::SUCCESS),
         Cmd::Generate(a) => generate_cmd::run(&a).map(|()| ExitCode::SUCCESS),
     };
+    // A block that decoded when its chunk was checked and not when its events were read means
+    // the file changed underneath: whatever the command made of the trace misses its events.
+    let lost = format::blocks_lost();
+    if lost > 0 {
+        if let Err(e) = &result {
+            eprintln!("evenflush: {e:#}");
+        }
+        eprintln!(
+            "evenflush: {lost} block(s) of the trace decoded when first checked and failed when \
+             read again: a file changed while it was read, and their events are missing from \
+             what was made of it"
+        );
+        return ExitCode::from(EXIT_BAD_TRACE);
+    }
     match result {
         Ok(code) => code,
         Err(e) => {

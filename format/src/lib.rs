@@ -28,7 +28,8 @@ pub use model::*;
 pub use parts::{DirListing, GroupFile, RankPart, list_dir};
 pub use raw::RawBuf;
 pub use reader::{
-    Chunk, ChunkReader, MiscEvents, RankFile, RankFileEntry, Reached, chunks_decoded, open_dir,
+    Chunk, ChunkReader, MiscEvents, RankFile, RankFileEntry, Reached, blocks_lost, chunks_decoded,
+    frames_decompressed, open_dir,
 };
 pub use walk::{ChunkWalk, WalkIssue};
 pub use writer::{RankFileWriter, rank_file_name};

@@ -31,6 +31,15 @@ pub fn chunks_decoded() -> u64 {
     CHUNKS_DECODED.load(Ordering::Relaxed)
 }
 
+/// Zstd frames (a block, or a whole chunk of version 8 and older) this process decompressed:
+/// what reading a chunk again without checking it again saves is counted in these.
+static FRAMES_DECOMPRESSED: AtomicU64 = AtomicU64::new(0);
+
+/// How many zstd frames this process decompressed so far.
+pub fn frames_decompressed() -> u64 {
+    FRAMES_DECOMPRESSED.load(Ordering::Relaxed)
+}
+
 /// A chunk as [`ChunkReader::next_wanted`] reached it.
 #[derive(Debug)]
 pub enum Reached<'a> {
@@ -41,6 +50,10 @@ pub enum Reached<'a> {
 }
 
 mod release;
+mod verified;
+
+pub use verified::blocks_lost;
+use verified::{ChunkIdentity, FileIdentity};
 
 enum Data {
     Map(memmap2::Mmap),
@@ -68,6 +81,9 @@ pub struct RankFile {
     header_len: usize,
     /// For a group member: where its chunks are in the group file.
     segments: Option<Vec<Range<u64>>>,
+    /// The file mapped, for a file mapped for itself: a chunk read again from it is not checked
+    /// block by block again (see [`verified`]).
+    identity: Option<FileIdentity>,
 }
 
 impl std::fmt::Debug for RankFile {
@@ -88,7 +104,8 @@ impl RankFile {
             source,
         };
         let file = std::fs::File::open(&path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let metadata = file.metadata().map_err(io)?;
+        let len = metadata.len();
         let data = if len == 0 {
             Data::Owned(Vec::new())
         } else {
@@ -97,7 +114,9 @@ impl RankFile {
             // is the documented hazard of reading files that are being deleted.
             Data::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
         };
-        Self::from_data(path, data)
+        let mut rank_file = Self::from_data(path, data)?;
+        rank_file.identity = Some(FileIdentity::of(&metadata));
+        Ok(rank_file)
     }
 
     /// Reads a file held in memory; `name` is used in error messages.
@@ -113,6 +132,7 @@ impl RankFile {
             header,
             header_len,
             segments: None,
+            identity: None,
         })
     }
 
@@ -128,6 +148,7 @@ impl RankFile {
             header: member.header.clone(),
             header_len: 0,
             segments: Some(member.segments.clone()),
+            identity: None,
         }
     }
 
@@ -153,11 +174,14 @@ impl RankFile {
         let bytes = self.data.bytes();
         match &self.segments {
             Some(segments) => ChunkReader::over_segments(bytes, segments, &self.path),
-            None => ChunkReader::new(
-                &bytes[self.header_len..],
-                self.header_len as u64,
-                &self.path,
-            ),
+            None => ChunkReader {
+                identity: self.identity,
+                ..ChunkReader::new(
+                    &bytes[self.header_len..],
+                    self.header_len as u64,
+                    &self.path,
+                )
+            },
         }
     }
 
@@ -194,8 +218,11 @@ enum Body<'a> {
         stored: &'a [u8],
         blocks: Vec<BlockEntry>,
         /// Block 0 decompressed when it was checked, kept for its events (read next, nearly
-        /// always) rather than decompressed again; empty if block 0 is stored as is.
+        /// always) rather than decompressed again; empty if block 0 is stored as is or was not
+        /// checked now.
         first: Vec<u8>,
+        /// The chunk's version, which a block's columns are split by.
+        version: u16,
         /// The file the stored bytes are mapped from, when a releasing walk handed the chunk
         /// out ([`Chunk::release_as_read`]): each block's pages go once it is done with.
         release: Option<release::Release<'a>>,
@@ -207,7 +234,10 @@ struct BlockEntry {
     /// Where its stored bytes are in the stored payload; stored as is when as long as `raw_len`.
     stored: Range<usize>,
     raw_len: usize,
-    columns: Columns,
+    events: u64,
+    /// Split when the chunk was read and the block checked; `None` for a block whose bytes
+    /// this process checked on an earlier read (see [`verified`]): split when loaded.
+    columns: Option<Columns>,
 }
 
 impl Body<'_> {
@@ -218,16 +248,29 @@ impl Body<'_> {
         }
     }
 
-    fn columns(&self, block: usize) -> &Columns {
+    /// Block `block`'s columns, if split when the chunk was read.
+    fn columns(&self, block: usize) -> Option<&Columns> {
         match self {
-            Body::Whole { columns, .. } => columns,
-            Body::Blocks { blocks, .. } => &blocks[block].columns,
+            Body::Whole { columns, .. } => Some(columns),
+            Body::Blocks { blocks, .. } => blocks[block].columns.as_ref(),
         }
     }
 
+    /// Splits a loaded block whose columns were not split when its chunk was read.
+    fn split(&self, block: usize, buf: &[u8]) -> Option<Columns> {
+        let Body::Blocks {
+            blocks, version, ..
+        } = self
+        else {
+            return None;
+        };
+        split_columns(self.payload(block, buf), blocks[block].events, *version).ok()
+    }
+
     /// Makes block `block`'s payload readable through [`Body::payload`]: a compressed block is
-    /// decompressed into `buf`. False if it cannot be (only for a payload that passed every
-    /// check when read and fails now, which it cannot: decoding is deterministic).
+    /// decompressed into `buf`. False if it cannot be: only for bytes that passed every check
+    /// (when this chunk was read, or an earlier read of the same bytes) and fail now, which
+    /// decoding, being deterministic, does only if the file changed (see [`verified`]).
     fn load(&self, block: usize, buf: &mut Vec<u8>) -> bool {
         match self {
             Body::Whole { .. } => true,
@@ -276,6 +319,8 @@ struct Stepper<C> {
     buf: Vec<u8>,
     /// `buf` holds block 0 already.
     preloaded: bool,
+    /// The columns of the block being read, when its chunk's read did not split them.
+    split: Option<Columns>,
     cursor: Option<C>,
 }
 
@@ -286,6 +331,7 @@ impl<C: Cursor> Stepper<C> {
             loaded: false,
             buf: Vec::new(),
             preloaded: false,
+            split: None,
             cursor: None,
         }
     }
@@ -294,7 +340,10 @@ impl<C: Cursor> Stepper<C> {
     fn next(&mut self, body: &Body<'_>) -> Option<Event> {
         loop {
             if self.loaded {
-                let columns = body.columns(self.block);
+                let columns = match body.columns(self.block) {
+                    Some(columns) => columns,
+                    None => self.split.as_ref()?,
+                };
                 let payload = body.payload(self.block, &self.buf);
                 if let Some(e) = self.cursor.as_mut()?.next_event(payload, columns) {
                     return Some(e);
@@ -308,16 +357,32 @@ impl<C: Cursor> Stepper<C> {
                 self.buf = Vec::new();
                 return None;
             }
-            let columns = body.columns(self.block);
-            if !C::wants(columns) {
+            if body.columns(self.block).is_some_and(|c| !C::wants(c)) {
                 self.block += 1;
                 continue;
             }
             let preloaded = self.block == 0 && std::mem::take(&mut self.preloaded);
             if !preloaded && !body.load(self.block, &mut self.buf) {
+                verified::block_lost();
                 return None;
             }
+            self.split = None;
+            let columns = match body.columns(self.block) {
+                Some(columns) => columns,
+                None => {
+                    let Some(split) = body.split(self.block, &self.buf) else {
+                        verified::block_lost();
+                        return None;
+                    };
+                    &*self.split.insert(split)
+                }
+            };
             body.release(self.block, false);
+            if !C::wants(columns) {
+                body.release(self.block, true);
+                self.block += 1;
+                continue;
+            }
             match &mut self.cursor {
                 Some(c) => c.restart(columns),
                 None => self.cursor = Some(C::start(columns)),
@@ -431,6 +496,8 @@ pub struct ChunkReader<'a> {
     done: bool,
     tail: Option<Truncation>,
     skipped: Vec<Truncation>,
+    /// The file read, if known: its chunks checked whole once are not checked again.
+    identity: Option<FileIdentity>,
 }
 
 impl<'a> ChunkReader<'a> {
@@ -446,6 +513,7 @@ impl<'a> ChunkReader<'a> {
             done: false,
             tail: None,
             skipped: Vec::new(),
+            identity: None,
         }
     }
 
@@ -463,6 +531,7 @@ impl<'a> ChunkReader<'a> {
             done: false,
             tail: None,
             skipped: Vec::new(),
+            identity: None,
         };
         reader.next_segment();
         reader
@@ -697,13 +766,26 @@ impl<'a> ChunkReader<'a> {
             reason,
         };
         let body = if h.version >= CHUNK_BLOCKS_VERSION {
-            match read_blocks(stored_payload, &h) {
-                Ok((blocks, first)) => Body::Blocks {
-                    stored: stored_payload,
-                    blocks,
-                    first,
-                    release: None,
-                },
+            let identity = self.identity.map(|file| ChunkIdentity {
+                file,
+                offset,
+                header_crc: stored,
+                payload_crc: h.payload_crc,
+            });
+            let checked_before = identity.as_ref().is_some_and(verified::was_checked);
+            match read_blocks(stored_payload, &h, !checked_before) {
+                Ok((blocks, first)) => {
+                    if let Some(identity) = identity.filter(|_| !checked_before) {
+                        verified::remember_checked(identity);
+                    }
+                    Body::Blocks {
+                        stored: stored_payload,
+                        blocks,
+                        first,
+                        version: h.version,
+                        release: None,
+                    }
+                }
                 Err(reason) => return self.fail(bad_payload(reason)),
             }
         } else {
@@ -738,7 +820,11 @@ impl<'a> ChunkReader<'a> {
 /// against the header's lengths and event count, then every block, decompressed one at a time
 /// into one buffer and checked as a columns v1 payload. Nothing but the directory and each
 /// block's column offsets is kept: the events are decoded again, block by block, when read.
-fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<(Vec<BlockEntry>, Vec<u8>), String> {
+fn read_blocks(
+    stored: &[u8],
+    h: &ChunkHeader,
+    check_blocks: bool,
+) -> Result<(Vec<BlockEntry>, Vec<u8>), String> {
     let mut pos = 0;
     let count = get_u64(stored, &mut pos).ok_or("bad block directory")?;
     if count > h.events {
@@ -786,6 +872,15 @@ fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<(Vec<BlockEntry>, Vec<u
     for (k, &(e, r, s)) in directory.iter().enumerate() {
         let range = pos..pos + s as usize;
         pos = range.end;
+        if !check_blocks {
+            blocks.push(BlockEntry {
+                stored: range,
+                raw_len: r as usize,
+                events: e,
+                columns: None,
+            });
+            continue;
+        }
         let bytes = &stored[range.clone()];
         let payload = if r == s {
             bytes
@@ -799,7 +894,8 @@ fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<(Vec<BlockEntry>, Vec<u
         blocks.push(BlockEntry {
             stored: range,
             raw_len: r as usize,
-            columns,
+            events: e,
+            columns: Some(columns),
         });
     }
     Ok((blocks, first))
@@ -807,6 +903,7 @@ fn read_blocks(stored: &[u8], h: &ChunkHeader) -> Result<(Vec<BlockEntry>, Vec<u
 
 /// Decompresses one zstd frame of `raw_len` bytes into `out` (replacing what it held).
 fn decompress_into(stored: &[u8], raw_len: u64, out: &mut Vec<u8>) -> Result<(), String> {
+    FRAMES_DECOMPRESSED.fetch_add(1, Ordering::Relaxed);
     if raw_len <= PREALLOCATE_LIMIT {
         return decompress_reusing_context(stored, raw_len as usize, out);
     }
@@ -1011,5 +1108,53 @@ mod tests {
             .collect();
         assert!(!want.is_empty());
         assert_eq!(misc, want);
+    }
+
+    #[test]
+    fn a_block_trusted_from_an_earlier_check_that_fails_is_counted_lost() {
+        // Bytes that a check would refuse, read as if an earlier read had checked them (a file
+        // changed under the reader with its checksums intact): the events stop at the bad block
+        // and the loss is counted, for the command to fail on.
+        let events = halo_events(60);
+        let mut raw = RawBuf::new();
+        events.iter().for_each(|e| raw.push_event(e));
+        let chunk = ChunkEncoder::uncompressed()
+            .with_block_events(100)
+            .encode(0, 0, 0, &raw);
+        let header: &[u8; CHUNK_HEADER_LEN] = chunk.bytes[..CHUNK_HEADER_LEN].try_into().unwrap();
+        let h = ChunkHeader::from_bytes(header);
+        let mut stored = chunk.bytes[CHUNK_HEADER_LEN..].to_vec();
+        let (blocks, _) = read_blocks(&stored, &h, true).unwrap();
+        assert!(blocks.len() >= 3);
+        // The first kind of block 1: after its column count and 18 column lengths.
+        let mut kinds = blocks[1].stored.start + 1;
+        for _ in 0..18 {
+            while stored[kinds] & 0x80 != 0 {
+                kinds += 1;
+            }
+            kinds += 1;
+        }
+        stored[kinds] = 0xEE;
+        assert!(
+            read_blocks(&stored, &h, true).is_err(),
+            "a check refuses it"
+        );
+        let (blocks, first) = read_blocks(&stored, &h, false).unwrap();
+        let version = h.version;
+        let chunk = Chunk {
+            offset: 0,
+            header: h,
+            body: Body::Blocks {
+                stored: &stored,
+                blocks,
+                first,
+                version,
+                release: None,
+            },
+        };
+        let lost = blocks_lost();
+        let read: Vec<Event> = chunk.events().collect();
+        assert_eq!(read, events[..100]);
+        assert_eq!(blocks_lost(), lost + 1);
     }
 }
