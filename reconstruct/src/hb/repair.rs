@@ -66,7 +66,8 @@ impl Shared<'_> {
                 return false;
             }
         }
-        let Some(Event::Call(call)) = lane.held.first().cloned() else {
+        // The call alone (`Copy`), not a clone of the event.
+        let Some(&Event::Call(call)) = lane.held.first() else {
             return true;
         };
         let raw_end = call.end;

@@ -39,10 +39,12 @@ pub(super) struct InterSide {
 impl Shared<'_> {
     /// The communicator point-to-point calls on `comm` use: for an intercommunicator, the pair
     /// (`None` while the other side is not known).
-    pub(super) fn p2p_comm(&self, lane_rank: usize, comm: CommId) -> Option<Comm> {
+    /// Borrowed: a clone would count a reference on the group, a write to a line of each rank's
+    /// own that is cold whenever thousands of ranks are matched in turn.
+    pub(super) fn p2p_comm(&self, lane_rank: usize, comm: CommId) -> Option<&Comm> {
         match self.ranks[lane_rank].intercomms.get(&comm) {
-            Some(side) => side.paired.clone(),
-            None => self.comm(lane_rank, comm).cloned(),
+            Some(side) => side.paired.as_ref(),
+            None => self.comm(lane_rank, comm),
         }
     }
 

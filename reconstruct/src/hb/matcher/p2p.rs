@@ -32,7 +32,9 @@ pub(in crate::hb) struct SendRec {
 pub(super) struct Slot {
     request: u64,
     global: u32,
-    members: Arc<[u32]>,
+    /// The communicator's members, to resolve a wildcard's source by; `None` for a receive
+    /// whose key is known when posted.
+    members: Option<Arc<[u32]>>,
     /// `None` for `ANY_SOURCE` / `ANY_TAG`.
     source: Option<u32>,
     tag: Option<i32>,
@@ -48,6 +50,32 @@ impl Slot {
             && self.global == key.0
             && self.source.is_none_or(|s| s == key.1)
             && self.tag.is_none_or(|t| t == key.3)
+    }
+}
+
+/// A receive being posted: on which communicator, from which source and with which tag, and
+/// the members only where a wildcard leaves the source to be resolved at completion (every
+/// rank's group is its own, cold line when thousands are matched in turn; a clone writes it).
+struct Posted {
+    global: u32,
+    source: Option<u32>,
+    tag: Option<i32>,
+    members: Option<Arc<[u32]>>,
+}
+
+impl Posted {
+    /// On `comm`, from `peer` (communicator rank, or a wildcard), with `tag`.
+    fn on(comm: &Comm, peer: Option<i32>, tag: i32) -> Self {
+        let source = peer
+            .filter(|&p| p >= 0)
+            .and_then(|p| comm.members.get(p as usize).copied());
+        let tag = (tag >= 0).then_some(tag);
+        Posted {
+            global: comm.global,
+            source,
+            tag,
+            members: (source.is_none() || tag.is_none()).then(|| Arc::clone(&comm.members)),
+        }
     }
 }
 
@@ -95,29 +123,22 @@ impl Shared<'_> {
         self.sends.insert((key, seq), rec);
     }
 
-    /// Posts a nonblocking receive on `comm` from `peer` (communicator rank, or a wildcard) with
-    /// `tag`, completed later by the completion that names `request`.
-    fn post_receive<I>(
-        &mut self,
-        lane: &Lane<I>,
-        index: u64,
-        comm: Comm,
-        peer: Option<i32>,
-        tag: i32,
-        request: u64,
-    ) {
-        let source = peer
-            .filter(|&p| p >= 0)
-            .and_then(|p| comm.members.get(p as usize).copied());
-        let tag = (tag >= 0).then_some(tag);
+    /// Posts a nonblocking receive, completed later by the completion that names `request`.
+    fn post_receive<I>(&mut self, lane: &Lane<I>, index: u64, posted: Posted, request: u64) {
+        let Posted {
+            global,
+            source,
+            tag,
+            members,
+        } = posted;
         let key = match (source, tag) {
-            (Some(s), Some(t)) => Some((comm.global, s, lane.id.rank, t)),
+            (Some(s), Some(t)) => Some((global, s, lane.id.rank, t)),
             _ => None,
         };
         let slot = Slot {
             request,
-            global: comm.global,
-            members: comm.members,
+            global,
+            members,
             source,
             tag,
             key,
@@ -154,7 +175,7 @@ impl Shared<'_> {
 
     fn probe_of<I>(&self, lane: &Lane<I>, c: &MpiCall) -> Option<Probe> {
         let comm = self.p2p_comm(lane.rank_idx, c.comm)?;
-        Some(Probe::of(c, comm))
+        Some(Probe::of(c, comm.clone()))
     }
 
     /// A point-to-point call (see [`Shared::process`]): records a send, posts a receive, or
@@ -176,9 +197,11 @@ impl Shared<'_> {
             Class::Irecv => {
                 if c.peer != PROC_NULL
                     && c.request != NO_REQUEST
-                    && let Some(comm) = self.p2p_comm(lane.rank_idx, c.comm)
+                    && let Some(posted) = self
+                        .p2p_comm(lane.rank_idx, c.comm)
+                        .map(|comm| Posted::on(comm, Some(c.peer), c.tag))
                 {
-                    self.post_receive(lane, index, comm, Some(c.peer), c.tag, c.request);
+                    self.post_receive(lane, index, posted, c.request);
                 }
                 Action::Emit
             }
@@ -194,21 +217,16 @@ impl Shared<'_> {
                     if p.send {
                         self.record_send(lane, index, removed, &started);
                     } else if started.peer != PROC_NULL
-                        && let Some(comm) = self.p2p_comm(lane.rank_idx, started.comm)
+                        && let Some(posted) = self
+                            .p2p_comm(lane.rank_idx, started.comm)
+                            .map(|comm| Posted::on(comm, Some(started.peer), started.tag))
                     {
                         // A receive started again while its previous start is still open would
                         // be erroneous MPI; a stale slot of one never completed is replaced.
                         self.ranks[lane.rank_idx]
                             .posts
                             .retain(|s| s.request != c.request);
-                        self.post_receive(
-                            lane,
-                            index,
-                            comm,
-                            Some(started.peer),
-                            started.tag,
-                            c.request,
-                        );
+                        self.post_receive(lane, index, posted, c.request);
                     }
                 }
                 Action::Emit
@@ -230,14 +248,12 @@ impl Shared<'_> {
                     && c.peer != PROC_NULL
                     && let Some(p) = probe
                 {
-                    self.post_receive(
-                        lane,
-                        index,
-                        p.comm,
+                    let posted = Posted::on(
+                        &p.comm,
                         Some(p.source.unwrap_or(ANY_SOURCE)),
                         p.tag.unwrap_or(ANY_TAG),
-                        c.request,
                     );
+                    self.post_receive(lane, index, posted, c.request);
                 }
                 Action::Emit
             }
@@ -286,7 +302,7 @@ impl Shared<'_> {
                 (_, true) if call.peer >= 0 && call.tag >= 0 => (call.peer, call.tag),
                 _ => (ANY_SOURCE, ANY_TAG),
             };
-            (self.p2p_comm(lane.rank_idx, call.comm), peer, tag)
+            (self.p2p_comm(lane.rank_idx, call.comm).cloned(), peer, tag)
         };
         if peer >= 0
             && tag >= 0
@@ -340,7 +356,7 @@ impl Shared<'_> {
                 let slot = &self.ranks[rank_idx].posts[pos];
                 let resolved = usize::try_from(c.source)
                     .ok()
-                    .and_then(|s| slot.members.get(s).copied())
+                    .and_then(|s| slot.members.as_ref()?.get(s).copied())
                     .filter(|_| c.tag >= 0)
                     .map(|src| (slot.global, src, lane.id.rank, c.tag));
                 self.ranks[rank_idx].posts[pos].key = resolved;
