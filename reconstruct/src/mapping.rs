@@ -4,7 +4,7 @@
 
 use format::{Event, Marker};
 
-use trace::clock::{MapCursor, TimeMap};
+use trace::clock::{MapCursor, TimeMap, round};
 
 /// Where a lane's `MPI_Init` end or `MPI_Finalize` start lies, in each clock a span is quoted in.
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,7 +92,7 @@ impl<'a> LaneMapper<'a> {
     fn after_end(&mut self, raw_end: u64, end: f64, removed_dp: f64, cost_ticks: u32) {
         if self.remove_dp_prime || self.remove_dp {
             let g = self.map.global_ns(raw_end, &mut self.cur);
-            self.removed = (g - end + removed_dp).max(0.0).round() as u64;
+            self.removed = round((g - end + removed_dp).max(0.0)) as u64;
         }
         self.pending_ns += f64::from(cost_ticks) * self.map.ns_per_tick();
         self.last_end = end;
@@ -117,7 +117,7 @@ impl<'a> LaneMapper<'a> {
                 c.cost = if self.remove_dp {
                     0
                 } else {
-                    (f64::from(c.cost) * npt).round() as u32
+                    round(f64::from(c.cost) * npt) as u32
                 };
                 return;
             }
@@ -137,12 +137,12 @@ impl<'a> LaneMapper<'a> {
                 // As for a call, at the run's end: the replay needs the recorder's cost spent
                 // after the last poll (up to the call that ends the loop).
                 self.after_end(raw_end, end, dp, p.cost);
-                p.busy = (p.busy as f64 * npt).round() as u64;
-                p.inner_cost = (p.inner_cost as f64 * npt).round() as u64;
+                p.busy = round(p.busy as f64 * npt) as u64;
+                p.inner_cost = round(p.inner_cost as f64 * npt) as u64;
                 p.cost = if self.remove_dp {
                     0
                 } else {
-                    (f64::from(p.cost) * npt).round() as u32
+                    round(f64::from(p.cost) * npt) as u32
                 };
                 return;
             }
