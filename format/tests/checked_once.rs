@@ -68,7 +68,7 @@ fn a_chunk_read_again_decompresses_each_block_once_and_a_changed_file_is_checked
     let (again, once) = read_file(&path);
     assert_eq!(again.unwrap(), events);
     assert_eq!(
-        (checked + 1) / 2,
+        checked.div_ceil(2),
         once,
         "read again: {once} frames decompressed, against {checked} on the first read"
     );
