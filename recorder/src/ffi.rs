@@ -109,14 +109,14 @@ pub extern "C" fn evf_rust_init(
         Ok(c) => c,
         Err(e) => {
             if world_rank == 0 {
-                eprintln!("evenflush: {e}; recording is disabled");
+                say!("evenflush: {e}; recording is disabled");
             }
             return 0;
         }
     };
     if let Err(e) = crate::front::filter::configure(&config.include, &config.exclude) {
         if world_rank == 0 {
-            eprintln!("evenflush: {e}; recording is disabled");
+            say!("evenflush: {e}; recording is disabled");
         }
         return 0;
     }
@@ -146,7 +146,7 @@ pub extern "C" fn evf_rust_init(
     }
     for dir in &dirs {
         if let Err(e) = std::fs::create_dir_all(dir) {
-            eprintln!(
+            say!(
                 "evenflush: rank {rank}: cannot create {}: {e}",
                 dir.display()
             );
@@ -240,7 +240,7 @@ pub extern "C" fn evf_rust_callsites() -> c_int {
 pub extern "C" fn evf_rust_refuse(mine: u64, lowest: u64, highest: u64) {
     let rank = session().map_or(0, |s| s.rank);
     if rank == 0 || mine != highest {
-        eprintln!(
+        say!(
             "evenflush: rank {rank}: the ranks were started with different evenflush settings \
              (or some rank is not recording: settings fingerprints range from {lowest:#018x} to \
              {highest:#018x}, this rank has {mine:#018x}); nothing is recorded. Set the same \
@@ -260,8 +260,8 @@ pub extern "C" fn evf_rust_refuse(mine: u64, lowest: u64, highest: u64) {
 pub extern "C" fn evf_rust_init_done() {
     if std::env::var_os("EVENFLUSH_CHECK_LINK").is_some() {
         match transport::self_check() {
-            Ok(report) => eprintln!("evenflush: transport ok: {report}"),
-            Err(e) => eprintln!("evenflush: transport check failed: {e}"),
+            Ok(report) => say!("evenflush: transport ok: {report}"),
+            Err(e) => say!("evenflush: transport check failed: {e}"),
         }
     }
     protocol::on_init_done();
@@ -535,7 +535,7 @@ fn user_api_usable() -> bool {
     if !WARNED_USER_BEFORE_INIT.swap(true, Ordering::Relaxed)
         && std::env::var_os("EVENFLUSH_VERBOSE").is_some()
     {
-        eprintln!("evenflush: user records outside MPI_Init..MPI_Finalize are not recorded");
+        say!("evenflush: user records outside MPI_Init..MPI_Finalize are not recorded");
     }
     false
 }

@@ -15,6 +15,23 @@
 //! time). Beside them: [`ffi`] (the C layer's entry points), [`mpi_link`] (the C layer's private
 //! MPI communicator), [`clock`] and [`alloc`] (the trace blocks' allocator).
 
+/// A line on standard error, written with one `write(2)`. Every rank of a job shares the
+/// launcher's standard error, and `eprintln!` (unbuffered: a write per formatted piece) let two
+/// ranks' lines interleave mid-line. It also never panics, where `eprintln!` does if standard
+/// error is closed: the recorder runs inside the program's MPI calls.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::say_line(format!($($arg)*))
+    };
+}
+
+/// See [`say!`].
+pub(crate) fn say_line(mut line: String) {
+    use std::io::Write;
+    line.push('\n');
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 pub mod alloc;
 pub mod back;
 pub mod clock;

@@ -81,7 +81,7 @@ pub fn after_buffer_growth() {
         } else {
             "in a mode without collective flushes"
         };
-        eprintln!(
+        say!(
             "evenflush: rank {rank}: recorder memory reached the limit ({raw_held} bytes held) {why}; \
              flushing locally (marked in the trace; raise EVENFLUSH_LIMIT to avoid it)"
         );

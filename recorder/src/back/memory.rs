@@ -334,7 +334,7 @@ pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64, a
             }
         });
     if let Err(e) = spawned {
-        eprintln!(
+        say!(
             "evenflush: cannot start the memory watcher thread: {e}; node memory figures stay as read at start-up"
         );
     }

@@ -165,7 +165,7 @@ fn warn_if_low(sample: &MemorySample, place: NodePlace) {
                 mib(fits.max(threshold::AUTO_MIN))
             )
         };
-        eprintln!(
+        say!(
             "evenflush: rank {rank}: WARNING: {:.0} MiB of memory left on this node{}, but its {} \
              rank(s) may each buffer up to {:.0} MiB before the next flush: the job may swap; \
              {advice}.",

@@ -139,7 +139,7 @@ pub fn on_init_done() {
             false
         }
         Err(e) => {
-            eprintln!(
+            say!(
                 "evenflush: rank {}: initial clock measurement failed: {e}; asking every rank to \
                  turn offloading off",
                 session.rank
@@ -316,7 +316,7 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
         Err(e) => {
             if p.failed {
                 // Even asking the others failed: the private communicator is unusable.
-                eprintln!(
+                say!(
                     "evenflush: rank {}: the protocol failed again ({e}); offloading is off on \
                      this rank, and other ranks may stop at their next decision",
                     rank()
@@ -325,7 +325,7 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
                 RUNNING.store(false, Ordering::Release);
                 return true;
             }
-            eprintln!(
+            say!(
                 "evenflush: rank {}: the suspension failed: {e}; asking every rank to turn \
                  offloading off",
                 rank()
@@ -339,7 +339,7 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
         && !std::mem::replace(&mut p.off_announced, true)
         && (rank() == 0 || p.failed)
     {
-        eprintln!(
+        say!(
             "evenflush: rank {}: offloading is off on every rank from here on (a rank's \
              protocol failed); the rest of the trace stays in memory until MPI_Finalize",
             rank()
@@ -370,7 +370,7 @@ pub fn after_buffer_growth() {
     match p.suspend(used) {
         Ok(Some(done)) => record_event(&Event::Suspension(done.record)),
         Ok(None) => {}
-        Err(e) => eprintln!(
+        Err(e) => say!(
             "evenflush: rank {}: the local flush failed: {e}",
             session.rank
         ),
@@ -398,7 +398,7 @@ pub fn on_finalize_start() {
 
 fn finish_protocol(p: &mut Protocol) {
     if let Err(e) = p.suspender.close(&mut p.transport) {
-        eprintln!(
+        say!(
             "evenflush: rank {}: completing the last decision failed: {e}",
             rank()
         );
@@ -410,7 +410,7 @@ fn finish_protocol(p: &mut Protocol) {
         SampleKind::Finalize,
     ) {
         Ok(sync) => record_event(&Event::Clock(sync.own)),
-        Err(e) => eprintln!(
+        Err(e) => say!(
             "evenflush: rank {}: final clock measurement failed: {e}",
             rank()
         ),

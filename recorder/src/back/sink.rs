@@ -238,7 +238,7 @@ impl Sink {
             if let Some(why) = unavailable {
                 // Loud on stderr for the user, and recorded in the trace so a reader (and the
                 // tests) can tell which writer really wrote each rank's files.
-                eprintln!(
+                say!(
                     "evenflush: rank {rank}: writer {} unavailable ({why}); using posix",
                     writer_id(self.kind).name()
                 );
@@ -340,7 +340,7 @@ impl Sink {
                 reason,
                 out_of_space,
             } => {
-                eprintln!(
+                say!(
                     "evenflush: rank {}: writing the group file failed ({reason}); every rank \
                      writes files of its own from here on",
                     self.plan.header.rank
@@ -515,7 +515,7 @@ impl Sink {
                 self.stats.events_lost += lost;
                 self.pending_lost += lost;
                 let rank = self.plan.header.rank;
-                eprintln!(
+                say!(
                     "evenflush: rank {rank}: {}: syncing failed twice ({source}); up to {lost} events \
                      written since the last successful sync may be lost; recording continues",
                     path.display()
@@ -555,7 +555,7 @@ impl Sink {
     /// bytes of the marker usually fit where it was).
     fn stop(&mut self, why: String, lost: u64) {
         let rank = self.plan.header.rank;
-        eprintln!(
+        say!(
             "evenflush: rank {rank}: RECORDING STOPPED: {why}. {lost} events lost; the application \
              keeps running, later events are counted but not kept."
         );
@@ -587,7 +587,7 @@ impl Sink {
                     result
                 });
             if let Err(e) = written {
-                eprintln!(
+                say!(
                     "evenflush: rank {rank}: could not mark the stop in {}: {e}; the trace ends with its last complete chunk",
                     path.display()
                 );

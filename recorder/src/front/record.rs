@@ -194,7 +194,7 @@ pub fn lost(events: u64) {
     }
     LOST_WARNING.call_once(|| {
         let rank = session().map_or(0, |s| s.rank);
-        eprintln!("evenflush: rank {rank}: out of memory in the recorder; some completions are lost (marked in the trace)");
+        say!("evenflush: rank {rank}: out of memory in the recorder; some completions are lost (marked in the trace)");
     });
     record_event(&Event::Marker(Marker::Lost {
         time: clock::now(),

@@ -44,7 +44,7 @@ fn write_profile(taken: &mut [Taken]) {
         .unwrap_or_else(|| "evenflush-trace".into());
     let path = dir.join(format::profile::profile_file_name(s.rank));
     if let Err(e) = std::fs::write(&path, merged.to_json()) {
-        eprintln!(
+        say!(
             "evenflush: rank {}: cannot write {}: {e}",
             s.rank,
             path.display()
@@ -88,7 +88,7 @@ pub fn finish_bounded(abnormal: i32) {
         Ok(_) => {
             if done_rx.recv_timeout(limit).is_err() {
                 let rank = session().map_or(0, |s| s.rank);
-                eprintln!(
+                say!(
                     "evenflush: rank {rank}: the trace was not written within {limit:?} \
                      (--abort-flush-limit); its end may be missing"
                 );
@@ -129,12 +129,12 @@ pub fn finish(abnormal: Option<i32>) {
     let rank = session().map_or(0, |s| s.rank);
     if busy.streams == [u32::MAX] {
         // A crashed thread holds the buffer registry: no buffer can be reached or counted.
-        eprintln!(
+        say!(
             "evenflush: rank {rank}: the recorder's buffers could not be reached after the signal; \
              the events they held are lost (how many is unknown)"
         );
     } else if !busy.streams.is_empty() {
-        eprintln!(
+        say!(
             "evenflush: rank {rank}: {} thread buffer(s) were in use when the signal arrived; up to {} events are lost",
             busy.streams.len(),
             busy.events
@@ -172,14 +172,14 @@ pub fn finish(abnormal: Option<i32>) {
     sink::close();
     let t1 = clock::now();
     if stats.events_lost > 0 {
-        eprintln!(
+        say!(
             "evenflush: rank {rank}: {} events could not be written",
             stats.events_lost
         );
     }
     if std::env::var_os("EVENFLUSH_VERBOSE").is_some() {
         let tps = session().map_or(1e9, |s| s.clock.ticks_per_sec);
-        eprintln!(
+        say!(
             "evenflush: rank {rank}: {events} events in memory, {used} bytes used ({:.1} B/event), {held} bytes held; \
              wrote {} bytes ({} raw) in {:.1} ms to {}; request table {}",
             used as f64 / events.max(1) as f64,

@@ -354,9 +354,7 @@ pub fn install(wait_limit: Duration) {
         unsafe { libc::atexit(at_exit) };
         let (Some((wake_r, wake_w)), Some((done_r, done_w))) = (make_pipe(false), make_pipe(true))
         else {
-            eprintln!(
-                "evenflush: cannot create the signal pipe; a signal will end the trace unwritten"
-            );
+            say!("evenflush: cannot create the signal pipe; a signal will end the trace unwritten");
             return;
         };
         WAKE_READ.store(wake_r, Ordering::Release);
@@ -387,9 +385,7 @@ pub fn install(wait_limit: Duration) {
                 HELPER.store(handle.as_pthread_t(), Ordering::Release);
             }
             Err(e) => {
-                eprintln!(
-                    "evenflush: cannot start the signal thread ({e}); signals are not handled"
-                );
+                say!("evenflush: cannot start the signal thread ({e}); signals are not handled");
                 return;
             }
         }

@@ -97,7 +97,7 @@ pub fn start(limit: Duration, abort: bool) {
         }
     });
     if let Err(e) = spawned {
-        eprintln!("evenflush: rank {rank}: cannot start the watchdog thread: {e}");
+        say!("evenflush: rank {rank}: cannot start the watchdog thread: {e}");
     }
 }
 
