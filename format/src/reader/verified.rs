@@ -46,7 +46,8 @@ pub(super) struct ChunkIdentity {
 }
 
 /// Chunks whose blocks this process checked whole. Bounded: past this many (a trace of about
-/// 7 × 10^10 events in chunks of 2^16; some 50 MiB), further chunks are checked on every read.
+/// 7 × 10^10 events in chunks of 2^16; the set then takes about 100 MiB, 48-byte entries in a
+/// table of 2^21), further chunks are checked on every read.
 const REMEMBERED: usize = 1 << 20;
 
 static CHECKED: Mutex<Option<HashSet<ChunkIdentity>>> = Mutex::new(None);
