@@ -462,12 +462,16 @@ impl TimeMap {
     }
 }
 
-/// Equal to `x.floor()` (a zero's sign aside), without the library call that `f64::floor` is on a target without
-/// SSE4.1 (the default x86-64 one): mapping times calls it for every time of every event.
+/// From 2^52 on, every f64 is an integer.
+const ALL_INTEGERS_FROM: f64 = 4_503_599_627_370_496.0;
+
+/// Equal to `x.floor()` (a zero's sign aside), without the library call that `f64::floor` is on
+/// a target without SSE4.1 (the default x86-64 one): mapping calls it for every time of every
+/// event.
 #[inline]
 pub fn floor(x: f64) -> f64 {
-    // Beyond 2^52 every f64 is an integer already (and NaN and the infinities stay as they are).
-    if x.abs() >= 4_503_599_627_370_496.0 || x.is_nan() {
+    // Large values are integers already; NaN and the infinities stay as they are.
+    if x.abs() >= ALL_INTEGERS_FROM || x.is_nan() {
         return x;
     }
     let truncated = x as i64 as f64;
@@ -482,7 +486,7 @@ pub fn floor(x: f64) -> f64 {
 /// (see [`floor`]).
 #[inline]
 pub fn round(x: f64) -> f64 {
-    if x.abs() >= 4_503_599_627_370_496.0 || x.is_nan() {
+    if x.abs() >= ALL_INTEGERS_FROM || x.is_nan() {
         return x;
     }
     let truncated = x as i64 as f64;

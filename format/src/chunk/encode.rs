@@ -969,18 +969,15 @@ impl EventBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synthetic::{HaloConfig, generate};
+    use crate::synthetic::{self, HaloConfig};
 
     fn halo_events(iterations: u64) -> Vec<Event> {
-        let cfg = HaloConfig {
+        synthetic::events(&HaloConfig {
             world_size: 4,
             rank: 1,
             iterations,
             ..HaloConfig::default()
-        };
-        let mut out = Vec::new();
-        generate(&cfg, |e| out.push(e.clone()));
-        out
+        })
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{release, verified};
+use super::{RankFile, verified};
 use crate::chunk::decode::{Columns, Cursor, split_columns};
 use crate::framing::{CODEC_NONE, ChunkHeader};
 use crate::model::Event;
@@ -45,7 +45,7 @@ pub(super) enum Body<'a> {
         version: u16,
         /// The file the stored bytes are mapped from, when a releasing walk handed the chunk
         /// out ([`super::Chunk::release_as_read`]): each block's pages go once it is done with.
-        release: Option<release::Release<'a>>,
+        release: Option<Release<'a>>,
     },
 }
 
@@ -131,6 +131,37 @@ impl Body<'_> {
     }
 }
 
+/// Where a chunk's stored payload sits in the file it was mapped from, for a chunk whose blocks'
+/// pages go once each is done with ([`super::Chunk::release_as_read`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Release<'a> {
+    pub(super) file: &'a RankFile,
+    pub(super) stored_at: u64,
+}
+
+impl Body<'_> {
+    /// Drops block `block`'s mapped pages (see [`super::Chunk::release_as_read`]) once it is done
+    /// with: a compressed block when it is loaded (decompressed), one stored as is (read from
+    /// the map) when it is read (`read`).
+    fn release(&self, block: usize, read: bool) {
+        let Body::Blocks {
+            blocks,
+            release: Some(r),
+            ..
+        } = self
+        else {
+            return;
+        };
+        let b = &blocks[block];
+        if (b.stored.len() == b.raw_len) != read {
+            return;
+        }
+        r.file.release_fault_span(
+            r.stored_at + b.stored.start as u64..r.stored_at + b.stored.end as u64,
+        );
+    }
+}
+
 /// Where a walk over a chunk's events stands: the block being read (decompressed into `buf`
 /// unless stored as is) and the cursor in it. Only that block's bytes are held.
 pub(super) struct Stepper<C> {
@@ -213,9 +244,11 @@ impl<C: Cursor> Stepper<C> {
 }
 
 /// Reads and checks a version 9 stored payload (FORMAT.md "Payload: blocks"): the directory
-/// against the header's lengths and event count, then every block, decompressed one at a time
-/// into one buffer and checked as a columns v1 payload. Nothing but the directory and each
-/// block's column offsets is kept: the events are decoded again, block by block, when read.
+/// against the header's lengths and event count, then (with `check_blocks`) every block,
+/// decompressed one at a time into one buffer and checked as a columns v1 payload. Nothing but
+/// the directory and each block's column offsets is kept: the events are decoded again, block by
+/// block, when read. Without `check_blocks` (bytes this process checked on an earlier read, see
+/// [`super::verified`]) only the directory is read and checked.
 pub(super) fn read_blocks(
     stored: &[u8],
     h: &ChunkHeader,

@@ -241,7 +241,9 @@ impl<'a> Chunk<'a> {
     }
 }
 
-/// Events of a borrowed chunk. The chunk was fully validated when read, so this cannot fail.
+/// Events of a borrowed chunk. The chunk was validated when read (or the same bytes on an
+/// earlier read), so this ends early only if its file changed since, and then counts the block
+/// lost ([`blocks_lost`]).
 pub struct ChunkEvents<'c, 'a> {
     chunk: &'c Chunk<'a>,
     stepper: Stepper<ColumnCursor>,
@@ -714,18 +716,15 @@ mod tests {
     use crate::framing::{FileHeader, encode_file_header};
     use crate::model::ClockCalibration;
     use crate::raw::RawBuf;
-    use crate::synthetic::{HaloConfig, generate};
+    use crate::synthetic::{self, HaloConfig};
 
     fn halo_events(iterations: u64) -> Vec<Event> {
-        let cfg = HaloConfig {
+        synthetic::events(&HaloConfig {
             world_size: 4,
             rank: 1,
             iterations,
             ..HaloConfig::default()
-        };
-        let mut out = Vec::new();
-        generate(&cfg, |e| out.push(e.clone()));
-        out
+        })
     }
 
     #[test]

@@ -5,7 +5,8 @@
 
 use std::ops::Range;
 
-use super::{Body, Chunk, Data, RankFile};
+use super::blocks::{Body, Release};
+use super::{Chunk, Data, RankFile};
 
 /// The unit a mapping's pages are released in (the smallest page size; a larger one only
 /// leaves more resident).
@@ -14,13 +15,6 @@ const PAGE: u64 = 4096;
 /// What one page fault on a mapped file may map at most: a page table's span (a large folio is
 /// mapped whole, but only within it).
 const FAULT_SPAN: u64 = 2 << 20;
-
-/// Where a chunk's stored payload sits in the file it was mapped from.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Release<'a> {
-    file: &'a RankFile,
-    stored_at: u64,
-}
 
 impl RankFile {
     /// Tells the kernel that the bytes in `range` are not needed for now: a mapped file's pages
@@ -54,32 +48,9 @@ impl RankFile {
     /// 64 KiB, or the whole large folio holding it), anywhere in the 2 MiB its page table
     /// covers. Left mapped, those pages would stay resident until their own bytes were read,
     /// and be mapped again by the next fault.
-    fn release_fault_span(&self, range: Range<u64>) {
+    pub(super) fn release_fault_span(&self, range: Range<u64>) {
         self.release(
             range.start / FAULT_SPAN * FAULT_SPAN..range.end.div_ceil(FAULT_SPAN) * FAULT_SPAN,
-        );
-    }
-}
-
-impl Body<'_> {
-    /// Drops block `block`'s mapped pages (see [`Chunk::release_as_read`]) once it is done
-    /// with: a compressed block when it is loaded (decompressed), one stored as is (read from
-    /// the map) when it is read (`read`).
-    pub(super) fn release(&self, block: usize, read: bool) {
-        let Body::Blocks {
-            blocks,
-            release: Some(r),
-            ..
-        } = self
-        else {
-            return;
-        };
-        let b = &blocks[block];
-        if (b.stored.len() == b.raw_len) != read {
-            return;
-        }
-        r.file.release_fault_span(
-            r.stored_at + b.stored.start as u64..r.stored_at + b.stored.end as u64,
         );
     }
 }
