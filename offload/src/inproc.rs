@@ -90,6 +90,9 @@ pub struct InProcRank {
     from: Vec<Receiver<Message>>,
     unmatched: Vec<VecDeque<Message>>,
     last_wake_true_ns: u64,
+    /// True instant the last `wait_until` aimed at: what the protocol chose, before the OS's
+    /// wake-up latency (milliseconds on a loaded 2-core machine) is added.
+    last_wait_target_true_ns: u64,
     /// Rank 0's own word of the outstanding decision (the others' are in flight to it).
     decision_word: Option<u64>,
 }
@@ -163,6 +166,7 @@ pub fn world(config: &InProcConfig) -> Vec<InProcRank> {
             from,
             unmatched: (0..size).map(|_| VecDeque::new()).collect(),
             last_wake_true_ns: 0,
+            last_wait_target_true_ns: 0,
             decision_word: None,
         })
         .collect()
@@ -188,6 +192,11 @@ impl InProcRank {
     /// True instant at which the last [`Transport::wait_until`] returned.
     pub fn last_wake_true_ns(&self) -> u64 {
         self.last_wake_true_ns
+    }
+
+    /// True instant the last [`Transport::wait_until`] aimed at (it returns at or after it).
+    pub fn last_wait_target_true_ns(&self) -> u64 {
+        self.last_wait_target_true_ns
     }
 
     pub fn write_signal(&self) -> WriteSignal {
@@ -350,7 +359,8 @@ impl Transport for InProcRank {
     }
 
     fn wait_until(&mut self, deadline: u64) {
-        self.wait_true(self.true_at(deadline));
+        self.last_wait_target_true_ns = self.true_at(deadline);
+        self.wait_true(self.last_wait_target_true_ns);
         // Rounding in the local→true conversion can leave us a few ns short of the local deadline.
         sleep_then_spin(deadline, || self.now());
         self.last_wake_true_ns = self.shared.true_now();
