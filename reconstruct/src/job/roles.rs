@@ -45,6 +45,20 @@ pub(crate) fn create_outputs(
     .collect()
 }
 
+/// The process that reads rank `rank_idx`'s metadata: the one that will step the rank in the pass
+/// `opts` asks for. Split passes own equal blocks, and a process then re-reads only chunks it has
+/// already checked once (`format::reader::verified`); the central matcher's pass gives process 0 a
+/// smaller block. Whether a pass splits also depends on the metadata (a trace no split handles
+/// runs centrally): such a trace is only read with the split's blocks, which is still correct.
+fn scan_owner_of(opts: &Options, rank_idx: usize, ranks: usize, processes: usize) -> usize {
+    let repair = opts.repair();
+    if !repair.enabled || repair.replay {
+        job::split::split_owner_of(rank_idx, ranks, processes)
+    } else {
+        job::owner_of(rank_idx, ranks, processes)
+    }
+}
+
 /// Process 0's side of the metadata exchange: every rank's metadata in trace order, and the
 /// `ALL_METAS` message that carries it. An owner's failure is reported by its number.
 pub(crate) fn gather_metas(
@@ -71,7 +85,7 @@ pub(crate) fn gather_metas(
                     .map_err(|e| RebuildError::Job(format!("process {p}: {e}")))?;
                 for (idx, meta, kept) in decoded {
                     match slots.get_mut(idx) {
-                        Some(slot) if job::owner_of(idx, ranks, job.size()) == p => {
+                        Some(slot) if scan_owner_of(opts, idx, ranks, job.size()) == p => {
                             *slot = Some((meta, kept));
                         }
                         _ => {
@@ -130,7 +144,7 @@ fn scan_own(
 ) -> Result<Vec<(usize, RankMeta, job::KeptEvents)>, String> {
     let ranks = trace.ranks.len();
     let own: Vec<usize> = (0..ranks)
-        .filter(|&i| job::owner_of(i, ranks, job.size()) == job.rank())
+        .filter(|&i| scan_owner_of(opts, i, ranks, job.size()) == job.rank())
         .collect();
     pipeline::map_indexed(own.len(), pipeline::threads(opts.threads), |k| {
         let mut kept = Vec::new();
