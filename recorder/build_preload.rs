@@ -47,6 +47,30 @@ fn mpi_flags(cc: &str) -> Result<Flags, String> {
     Ok(flags)
 }
 
+/// Makes cargo run this script again when the MPI appears, changes or goes. Without it, a library
+/// built before the MPI was installed stayed inert until a clean build, with no word at the next
+/// `cargo build`. Watched: the compiler wrapper where it is found, else each directory it could
+/// appear in (a directory's entries change when a file is added to it); `mpi.h` is watched once
+/// the wrapper names its include directories.
+fn watch_the_mpi(cc: &str) {
+    let candidates: Vec<PathBuf> = if cc.contains('/') {
+        vec![PathBuf::from(cc)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|path| std::env::split_paths(&path).map(|d| d.join(cc)).collect())
+            .unwrap_or_default()
+    };
+    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
+        println!("cargo:rerun-if-changed={}", found.display());
+        return;
+    }
+    for dir in candidates.iter().filter_map(|p| p.parent()) {
+        if dir.is_dir() {
+            println!("cargo:rerun-if-changed={}", dir.display());
+        }
+    }
+}
+
 fn out_dir_path() -> PathBuf {
     PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"))
 }
@@ -106,6 +130,7 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed={cc_var}");
     let cc = std::env::var(cc_var).unwrap_or_else(|_| default_cc.to_string());
+    watch_the_mpi(&cc);
 
     let flags = match mpi_flags(&cc) {
         Ok(f) => f,
@@ -116,6 +141,13 @@ fn main() {
             return;
         }
     };
+
+    for dir in &flags.includes {
+        let header = dir.join("mpi.h");
+        if header.is_file() {
+            println!("cargo:rerun-if-changed={}", header.display());
+        }
+    }
 
     let tsv = std::fs::read_to_string(recorder_dir.join("mpi_functions.tsv"))
         .expect("read mpi_functions.tsv");
