@@ -50,8 +50,9 @@ fn mpi_flags(cc: &str) -> Result<Flags, String> {
 /// Makes cargo run this script again when the MPI appears, changes or goes. Without it, a library
 /// built before the MPI was installed stayed inert until a clean build, with no word at the next
 /// `cargo build`. Watched: the compiler wrapper where it is found, else each directory it could
-/// appear in (a directory's entries change when a file is added to it); `mpi.h` is watched once
-/// the wrapper names its include directories.
+/// appear in. Not the missing file itself: a package installs it with the package's old date,
+/// which cargo takes for unchanged, while the directory's date moves. `mpi.h` is watched once the
+/// wrapper names its include directories.
 fn watch_the_mpi(cc: &str) {
     let candidates: Vec<PathBuf> = if cc.contains('/') {
         vec![PathBuf::from(cc)]

@@ -12,6 +12,11 @@ fn main() {
     let header = std::path::Path::new(&include).join("otf2/otf2.h");
     println!("cargo::rerun-if-changed={}", header.display());
     if !header.exists() {
+        // A header installed later keeps its package's old date, which cargo would take for
+        // unchanged: watch the nearest directory that exists, whose date the install moves.
+        if let Some(dir) = header.ancestors().skip(1).find(|d| d.is_dir()) {
+            println!("cargo::rerun-if-changed={}", dir.display());
+        }
         println!(
             "cargo::warning=OTF2 headers not found at {}: `evenflush export --format otf2` will be unavailable",
             header.display()
