@@ -179,7 +179,7 @@ fn map_and_match(world: u32, events: u64) -> (u64, f64) {
         for e in &v {
             match e {
                 Event::Clock(s) => meta.samples.push(*s),
-                Event::Suspension(s) => meta.suspensions.push(s.clone()),
+                Event::Suspension(s) => meta.suspensions.push(s.as_ref().clone()),
                 Event::FunctionDef { id, name } => {
                     meta.functions.insert(*id, name.clone());
                 }

@@ -60,14 +60,14 @@ fn rank_events(rank: u32, with_memory: bool) -> Vec<Event> {
             id: BARRIER,
             name: "MPI_Barrier".into(),
         },
-        Event::RankInfo(RankInfo {
+        Event::RankInfo(Box::new(RankInfo {
             rank,
             world_size: 2,
             pid: 100 + rank,
             host: "nodeA".into(),
             mpi_library: "test MPI".into(),
             run_id: "memory-views".into(),
-        }),
+        })),
         Event::Marker(Marker::InitDone { time: 1_000_000 }),
     ];
     let memory: Vec<Event> = if rank == 0 {

@@ -82,13 +82,13 @@ pub fn rank_events_with(
                 let z = 400_000 + u64::from(rank) * 10;
                 let start = c.end + 2 * c.cost as u64;
                 sink(
-                    &Event::Suspension(Suspension {
+                    &Event::Suspension(Box::new(Suspension {
                         seq,
                         start,
                         z_ns: z / 2,
                         end: start + z,
                         ..Default::default()
-                    }),
+                    })),
                     None,
                 );
                 sink(

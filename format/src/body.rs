@@ -494,7 +494,7 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
             let z_ns = c.u64().ok_or(short)?;
             let end = c.u64().ok_or(short)?;
             let flushed = c.bool().ok_or("bad suspension flag")?;
-            Event::Suspension(Suspension {
+            Event::Suspension(Box::new(Suspension {
                 seq,
                 start,
                 z_ns,
@@ -508,7 +508,7 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
                 m_ns: c.f64().ok_or(short)?,
                 d_ns: c.f64().ok_or(short)?,
                 offset_ns: c.f64().ok_or(short)?,
-            })
+            }))
         }
         KIND_COMM_DEF | KIND_REMOTE_GROUP | KIND_EPOCH_GROUP => {
             let id = c.u32().ok_or(short)?;
@@ -712,14 +712,14 @@ pub(crate) fn decode_misc_body(kind: u8, body: &[u8]) -> Result<Event, &'static 
             let run_id = std::str::from_utf8(c.rest())
                 .map_err(|_| "run id is not UTF-8")?
                 .to_owned();
-            Event::RankInfo(RankInfo {
+            Event::RankInfo(Box::new(RankInfo {
                 rank,
                 world_size,
                 pid,
                 host,
                 mpi_library,
                 run_id,
-            })
+            }))
         }
         KIND_WRITER => {
             let requested = writer_id(c.u8().ok_or(short)?).ok_or("unknown writer")?;

@@ -150,13 +150,13 @@ pub fn every_kind() -> Vec<Event> {
             name: 3,
             begin: true,
         }),
-        Event::Suspension(Suspension {
+        Event::Suspension(Box::new(Suspension {
             seq: 1,
             start: 5,
             end: 9,
             z_ns: 4,
             ..Suspension::default()
-        }),
+        })),
         Event::CommDef {
             id: 5,
             members: vec![0, 2, 4],
@@ -175,14 +175,14 @@ pub fn every_kind() -> Vec<Event> {
             id: 9,
             name: "MPI_Send".into(),
         },
-        Event::RankInfo(RankInfo {
+        Event::RankInfo(Box::new(RankInfo {
             rank: 1,
             world_size: 4,
             pid: 77,
             host: "node1".into(),
             mpi_library: "MPICH Version: 4.0.2".into(),
             run_id: "run".into(),
-        }),
+        })),
         Event::Writer(WriterUsed {
             requested: WriterId::Uring,
             used: WriterId::Posix,

@@ -465,7 +465,9 @@ pub enum Event {
     Completion(Completion),
     User(UserRecord),
     Region(Region),
-    Suspension(Suspension),
+    /// Boxed, as is `RankInfo`: both are rare and larger than a call, and every event is moved
+    /// several times on its way through reconstruct (an `Event` is sized by its largest variant).
+    Suspension(Box<Suspension>),
     /// A communicator's members, as world ranks, in communicator rank order.
     CommDef {
         id: CommId,
@@ -482,7 +484,7 @@ pub enum Event {
     },
     Marker(Marker),
     /// Who this rank is and where it ran; written once per rank, at `MPI_Init`.
-    RankInfo(RankInfo),
+    RankInfo(Box<RankInfo>),
     /// Which writer backend writes this rank's trace from here on, and why (fallbacks included).
     Writer(WriterUsed),
     /// The remote group of intercommunicator `id` (whose `CommDef` lists its local group), as

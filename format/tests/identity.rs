@@ -42,7 +42,7 @@ fn raw_body(event: &Event) -> (u8, Vec<u8>) {
 #[test]
 fn rank_info_body_is_the_documented_layout() {
     let info = rank_info();
-    let (kind, body) = raw_body(&Event::RankInfo(info.clone()));
+    let (kind, body) = raw_body(&Event::RankInfo(Box::new(info.clone())));
     assert_eq!(kind, 12);
     // Built by hand from FORMAT.md: rank, world_size, pid (u32 each), host and library with u16
     // lengths, run id to the end.
@@ -85,14 +85,14 @@ fn identity_records_round_trip_through_buffer_and_file() {
             id: 0,
             name: "MPI_Init".into(),
         },
-        Event::RankInfo(rank_info()),
+        Event::RankInfo(Box::new(rank_info())),
         // Empty strings and a host name outside ASCII are legal.
-        Event::RankInfo(RankInfo {
+        Event::RankInfo(Box::new(RankInfo {
             host: "nœud-ß".into(),
             mpi_library: String::new(),
             run_id: String::new(),
             ..rank_info()
-        }),
+        })),
         Event::Writer(fallback()),
         Event::Writer(WriterUsed {
             requested: WriterId::MpiIo,
@@ -132,7 +132,7 @@ fn an_overlong_host_name_is_cut_at_a_character_boundary() {
         host: long.clone(),
         ..rank_info()
     };
-    let back: Vec<Event> = raw_of(&[Event::RankInfo(info)]).iter().collect();
+    let back: Vec<Event> = raw_of(&[Event::RankInfo(Box::new(info))]).iter().collect();
     let Event::RankInfo(back) = &back[0] else {
         panic!("{back:?}")
     };
@@ -292,7 +292,7 @@ fn version_1_chunks_are_still_read() {
 
 #[test]
 fn a_version_1_chunk_may_not_hold_the_new_kinds() {
-    let events = vec![Event::RankInfo(rank_info())];
+    let events = vec![Event::RankInfo(Box::new(rank_info()))];
     let (mut bytes, _) = write_file(std::slice::from_ref(&events), Some(1));
     relabel(&mut bytes, first_chunk_offset(), 1);
     let file = RankFile::from_bytes(bytes, "v1-new-kind.evf").unwrap();

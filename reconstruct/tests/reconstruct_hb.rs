@@ -24,14 +24,14 @@ fn failed_equalisation() -> Vec<RankTrace> {
     r0.extend([
         Event::Marker(Marker::InitDone { time: 0 }),
         Event::Call(barrier(100, 200)),
-        Event::Suspension(Suspension {
+        Event::Suspension(Box::new(Suspension {
             seq: 0,
             start: 200,
             z_ns: 1_000,
             end: 1_700,
             overshoot_ns: 500,
             ..Default::default()
-        }),
+        })),
         Event::Call(call(RECV, 1_795, 1_798, 1, 5)),
         Event::Completion(Completion {
             request: NO_REQUEST,
@@ -47,13 +47,13 @@ fn failed_equalisation() -> Vec<RankTrace> {
     r1.extend([
         Event::Marker(Marker::InitDone { time: 0 }),
         Event::Call(barrier(100, 200)),
-        Event::Suspension(Suspension {
+        Event::Suspension(Box::new(Suspension {
             seq: 0,
             start: 200,
             z_ns: 1_000,
             end: 1_200,
             ..Default::default()
-        }),
+        })),
         Event::Call(call(SEND, 1_300, 1_310, 0, 5)),
         Event::Call(barrier(1_620, 2_000)),
         Event::Marker(Marker::FinalizeStart { time: 2_100 }),
@@ -488,12 +488,12 @@ fn a_correction_is_given_back_at_the_next_wait() {
 
 fn on_host(rank: u32, host: &str, offset: f64, rtt: f64, mut events: Vec<Event>) -> RankTrace {
     let mut head = vec![
-        Event::RankInfo(format::RankInfo {
+        Event::RankInfo(Box::new(format::RankInfo {
             rank,
             world_size: 2,
             host: host.into(),
             ..Default::default()
-        }),
+        })),
         Event::Clock(ClockSample {
             local: 10,
             offset_ns: offset,
@@ -591,14 +591,14 @@ fn intercomm_program(fault: InterFault) -> Vec<RankTrace> {
                 (vec![2, 3], vec![0, 1])
             };
             if let InterFault::IbarrierRelayed(library) = fault {
-                e.push(Event::RankInfo(format::RankInfo {
+                e.push(Event::RankInfo(Box::new(format::RankInfo {
                     rank: r,
                     world_size: 4,
                     pid: 100 + r,
                     host: "node".into(),
                     mpi_library: library.into(),
                     run_id: String::new(),
-                }));
+                })));
             }
             e.push(Event::Marker(Marker::InitDone { time: 0 }));
             e.push(Event::CommDef {

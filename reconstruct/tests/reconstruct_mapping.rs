@@ -197,13 +197,13 @@ fn only_the_stream_a_suspension_paused_loses_it() {
     main.extend([
         Event::Marker(Marker::InitDone { time: 0 }),
         Event::Call(barrier(100, 200)),
-        Event::Suspension(Suspension {
+        Event::Suspension(Box::new(Suspension {
             seq: 0,
             start: 200,
             z_ns: 1_000,
             end: 1_200,
             ..Default::default()
-        }),
+        })),
         Event::Call(barrier(1_300, 1_400)),
         Event::Marker(Marker::FinalizeStart { time: 1_500 }),
     ]);
@@ -217,13 +217,13 @@ fn only_the_stream_a_suspension_paused_loses_it() {
         .chain([
             Event::Marker(Marker::InitDone { time: 0 }),
             Event::Call(barrier(100, 200)),
-            Event::Suspension(Suspension {
+            Event::Suspension(Box::new(Suspension {
                 seq: 0,
                 start: 200,
                 z_ns: 1_000,
                 end: 1_200,
                 ..Default::default()
-            }),
+            })),
             Event::Call(barrier(1_300, 1_400)),
             Event::Marker(Marker::FinalizeStart { time: 1_500 }),
         ])

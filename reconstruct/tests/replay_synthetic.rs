@@ -329,14 +329,14 @@ fn write(dir: &std::path::Path, runs: &[Run]) {
                 });
             }
             // One host: the ranks read one clock.
-            events.push(Event::RankInfo(format::RankInfo {
+            events.push(Event::RankInfo(Box::new(format::RankInfo {
                 rank: r as u32,
                 world_size: runs.len() as u32,
                 pid: 100 + r as u32,
                 host: "node".into(),
                 mpi_library: "synthetic".into(),
                 run_id: "replay".into(),
-            }));
+            })));
             events.push(Event::Marker(Marker::InitDone { time: INIT_NS }));
             if uses_window && runs.len() >= 2 && r < 2 {
                 events.push(Event::CommDef {

@@ -181,14 +181,14 @@ pub extern "C" fn evf_rust_init(
         .unwrap_or_else(|e| e.into_inner())
         .clone()
         .unwrap_or_default();
-    record_event(&Event::RankInfo(format::RankInfo {
+    record_event(&Event::RankInfo(Box::new(format::RankInfo {
         rank,
         world_size: size,
         pid: std::process::id(),
         host,
         mpi_library,
         run_id: std::env::var("EVENFLUSH_RUN_ID").unwrap_or_default(),
-    }));
+    })));
     signals::install(
         session::session().map_or(Duration::from_secs(10), |s| s.config.abort_flush_limit),
     );

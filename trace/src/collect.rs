@@ -224,7 +224,7 @@ fn rank_info(file: &RankFile) -> Option<format::RankInfo> {
         let Ok(chunk) = chunk else { return None };
         for e in chunk.misc_events() {
             if let Event::RankInfo(info) = e {
-                return Some(info);
+                return Some(*info);
             }
         }
     }
@@ -362,14 +362,14 @@ mod tests {
         };
         let mut buf = RawBuf::new();
         if let Some(run_id) = run {
-            buf.push_event(&Event::RankInfo(format::RankInfo {
+            buf.push_event(&Event::RankInfo(Box::new(format::RankInfo {
                 rank,
                 world_size: world,
                 pid: 100 + rank,
                 host: host.into(),
                 mpi_library: "test MPI".into(),
                 run_id: run_id.into(),
-            }));
+            })));
         }
         buf.push_event(&Event::Marker(format::Marker::InitDone { time: 5 }));
         let chunk = ChunkEncoder::new(1).encode(rank, 0, u64::from(part), &buf);

@@ -94,7 +94,7 @@ impl RankMeta {
         match event {
             Event::Clock(s) => self.samples.push(*s),
             Event::Suspension(s) => {
-                self.suspensions.push(s.clone());
+                self.suspensions.push(s.as_ref().clone());
                 self.suspension_streams.push(stream);
             }
             Event::Marker(Marker::InitDone { time }) => {

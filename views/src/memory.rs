@@ -606,10 +606,10 @@ mod tests {
         let ranks: Vec<RankMemory> = (0..20u64)
             .map(|i| {
                 let mut m = RankMemory::default();
-                m.see(&Event::RankInfo(format::RankInfo {
+                m.see(&Event::RankInfo(Box::new(format::RankInfo {
                     host: format!("node{}", i / 10),
                     ..Default::default()
-                }));
+                })));
                 // Both ranks 0 and 1 of a node read the node's counter: 10 pages each.
                 let swap = if i % 10 < 2 { 1000 } else { UNKNOWN_BYTES };
                 m.see(&sample(100 + i, 10, 5000 - i, swap));

@@ -60,7 +60,7 @@ fn write_rank(dir: &Path, rank: u32, world_size: u32, sends: u64) {
     }
     for seq in 0..2u64 {
         let end = (seq + 1) * 10_000_000 + u64::from(rank) * 1_000;
-        buf.push_event(&Event::Suspension(Suspension {
+        buf.push_event(&Event::Suspension(Box::new(Suspension {
             seq,
             start: end - 500_000,
             z_ns: 500_000,
@@ -68,7 +68,7 @@ fn write_rank(dir: &Path, rank: u32, world_size: u32, sends: u64) {
             flushed: seq == 1,
             overshoot_ns: 2_000,
             ..Default::default()
-        }));
+        })));
     }
     buf.push_event(&Event::Marker(Marker::FinalizeStart {
         time: 1_000 + 1_000_000_000 + u64::from(rank) * 1_000_000,

@@ -63,7 +63,7 @@ fn write_pair(dir: &Path) {
             ev.push(Event::Call(barrier(t + 4_000, t + 5_000)));
             t += 10_000;
             if round == 2 {
-                ev.push(Event::Suspension(Suspension {
+                ev.push(Event::Suspension(Box::new(Suspension {
                     seq: 0,
                     start: t - 4_000,
                     end: t + 20_000,
@@ -73,7 +73,7 @@ fn write_pair(dir: &Path) {
                     bytes_stored: 1_000,
                     write_ns: 10_000,
                     ..Default::default()
-                }));
+                })));
                 t += 30_000;
             }
         }

@@ -56,13 +56,13 @@ fn write(dir: &std::path::Path, pause: bool) {
                         let pause = 2_000_000;
                         let end = c.end;
                         out.push(e);
-                        out.push(Event::Suspension(Suspension {
+                        out.push(Event::Suspension(Box::new(Suspension {
                             seq: 0,
                             start: end + 10,
                             end: end + 10 + pause,
                             z_ns: pause / 2,
                             ..Default::default()
-                        }));
+                        })));
                         shift += pause + 20;
                         continue;
                     }

@@ -192,7 +192,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
             .prop_map(|(time, name, payload)| Event::User(UserRecord { time, name, payload })),
         1 => (any::<u64>(), any::<u32>(), any::<bool>())
             .prop_map(|(time, name, begin)| Event::Region(Region { time, name, begin })),
-        1 => arb_suspension().prop_map(Event::Suspension),
+        1 => arb_suspension().prop_map(|s| Event::Suspension(Box::new(s))),
         1 => (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..40))
             .prop_map(|(id, members)| Event::CommDef { id, members }),
         1 => (any::<u64>(), finite(), finite(), 0u8..3).prop_map(|(local, offset_ns, rtt_ns, w)| {
@@ -202,7 +202,7 @@ pub fn arb_event() -> impl Strategy<Value = Event> {
         1 => (any::<u32>(), ".{0,40}").prop_map(|(id, text)| Event::StringDef { id, text }),
         1 => (any::<u16>(), "[A-Za-z_]{0,30}").prop_map(|(id, name)| Event::FunctionDef { id, name }),
         1 => arb_marker().prop_map(Event::Marker),
-        1 => arb_rank_info().prop_map(Event::RankInfo),
+        1 => arb_rank_info().prop_map(|i| Event::RankInfo(Box::new(i))),
         1 => arb_writer_used().prop_map(Event::Writer),
         1 => arb_memory_sample().prop_map(Event::Memory),
         1 => (any::<u64>(), any::<u64>(), 0usize..4, any::<u64>(), any::<u32>()).prop_map(

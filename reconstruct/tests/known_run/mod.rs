@@ -118,7 +118,7 @@ pub fn ring_program(world: u32, iterations: u64, seed: u64) -> Program {
                 let dur = z + (u64::from(r) * 37 + i as u64) % 200;
                 // The suspension starts after the barrier and the recorder's cost for it.
                 let start = ti + 5_100 + extra;
-                events.push(Event::Suspension(Suspension {
+                events.push(Event::Suspension(Box::new(Suspension {
                     seq: (i / 3) as u64,
                     start: ticks(start),
                     z_ns: z,
@@ -127,7 +127,7 @@ pub fn ring_program(world: u32, iterations: u64, seed: u64) -> Program {
                     overshoot_ns: dur - z,
                     offset_ns: offset as f64,
                     ..Default::default()
-                }));
+                })));
                 events.push(sample(start + dur / 2, SampleKind::Suspension));
                 extra += dur;
                 suspended += dur;

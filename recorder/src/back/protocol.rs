@@ -307,7 +307,7 @@ fn after_blocking_collective_locked(comm: CommId, func: FunctionId) -> bool {
     }
     match result {
         Ok(Some(done)) => {
-            record_event(&Event::Suspension(done.record));
+            record_event(&Event::Suspension(Box::new(done.record)));
             if let Some(sample) = done.clock_sample {
                 record_event(&Event::Clock(sample));
             }
@@ -368,7 +368,7 @@ pub fn after_buffer_growth() {
     };
     let Some(p) = guard.as_mut() else { return };
     match p.suspend(used) {
-        Ok(Some(done)) => record_event(&Event::Suspension(done.record)),
+        Ok(Some(done)) => record_event(&Event::Suspension(Box::new(done.record))),
         Ok(None) => {}
         Err(e) => say!(
             "evenflush: rank {}: the local flush failed: {e}",
