@@ -586,7 +586,13 @@ fn reconstruct_across_nodes(mpi: Mpi) {
     let dir = shared_dir_run(mpi);
     let _guard = mpi_lock();
     let work = scratch(&format!("multinode-reconstruct-{}", mpi.name()));
-    for hb in [false, true] {
+    // The default (subtract, split), the repair (process 0 matches for all), the replay (split).
+    let variants: [(&str, &[&str]); 3] = [
+        ("subtract", &[]),
+        ("hb", &["--hb"]),
+        ("replay", &["--model", "replay"]),
+    ];
+    for (variant, extra) in variants {
         let mut args: Vec<String> = [
             "reconstruct",
             "--remove",
@@ -598,11 +604,9 @@ fn reconstruct_across_nodes(mpi: Mpi) {
         .map(String::from)
         .to_vec();
         args.push(dir.display().to_string());
-        if hb {
-            args.push("--hb".into());
-        }
-        let one_out = work.join(format!("one-{hb}"));
-        let what = format!("one-process reconstruct ({}, hb {hb})", mpi.name());
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let one_out = work.join(format!("one-{variant}"));
+        let what = format!("one-process reconstruct ({}, {variant})", mpi.name());
         let one = run_with_timeout(
             Command::new(evenflush_bin())
                 .args(&args)
@@ -616,10 +620,10 @@ fn reconstruct_across_nodes(mpi: Mpi) {
         *argv.last_mut().unwrap() = "3".into();
         argv.push(evenflush_bin().display().to_string());
         argv.extend(args.iter().cloned());
-        let job_out = work.join(format!("job-{hb}"));
+        let job_out = work.join(format!("job-{variant}"));
         argv.extend(["--out".to_string(), job_out.display().to_string()]);
         let what = format!(
-            "reconstruct on 3 processes of 2 nodes ({}, hb {hb})",
+            "reconstruct on 3 processes of 2 nodes ({}, {variant})",
             mpi.name()
         );
         let mut cmd = Command::new(&argv[0]);

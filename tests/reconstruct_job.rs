@@ -1,6 +1,6 @@
 //! `mpirun -np N evenflush reconstruct`: the reconstruction as an MPI job, under each MPI's own
-//! launcher, writes the same bytes and prints the same summary as one process, with and without
-//! the repair; and a trace that cannot be read fails the job with an error, never a hang.
+//! launcher, writes the same bytes and prints the same summary as one process, with each model
+//! and with the repair; and a trace that cannot be read fails the job with an error, never a hang.
 
 #[macro_use]
 mod common;
@@ -51,9 +51,15 @@ fn job_writes_what_one_process_writes(mpi: Mpi) {
             &trace,
             &["--threshold", "64KiB"],
         );
-        for hb in [false, true] {
-            let extra: &[&str] = if hb { &["--hb"] } else { &[] };
-            let one = dir.join(format!("{program}-one-{hb}"));
+        // The default (subtract, split with no central matcher), the repair (process 0 matches
+        // for all), and the replay (split: each process replays its own ranks).
+        let variants: [(&str, &[&str]); 3] = [
+            ("subtract", &[]),
+            ("hb", &["--hb"]),
+            ("replay", &["--model", "replay"]),
+        ];
+        for (variant, extra) in variants {
+            let one = dir.join(format!("{program}-one-{variant}"));
             let single = check(
                 reconstruct(mpi, None, &trace, &one, extra),
                 "one-process reconstruct",
@@ -65,8 +71,8 @@ fn job_writes_what_one_process_writes(mpi: Mpi) {
             );
             // 3 processes for 5 (4) ranks: uneven blocks; 7: some processes own nothing.
             for processes in [3u32, 7] {
-                let job_out = dir.join(format!("{program}-job{processes}-{hb}"));
-                let what = format!("{program} on {processes} processes, hb {hb}");
+                let job_out = dir.join(format!("{program}-job{processes}-{variant}"));
+                let what = format!("{program} on {processes} processes, {variant}");
                 let job = check(
                     reconstruct(mpi, Some(processes), &trace, &job_out, extra),
                     &what,
