@@ -51,8 +51,7 @@ pub(crate) fn create_outputs(
 /// smaller block. Whether a pass splits also depends on the metadata (a trace no split handles
 /// runs centrally): such a trace is only read with the split's blocks, which is still correct.
 fn scan_owner_of(opts: &Options, rank_idx: usize, ranks: usize, processes: usize) -> usize {
-    let repair = opts.repair();
-    if !repair.enabled || repair.replay {
+    if job::split::repair_can_split(opts.repair()) {
         job::split::split_owner_of(rank_idx, ranks, processes)
     } else {
         job::owner_of(rank_idx, ranks, processes)

@@ -25,9 +25,15 @@ use trace::definitions::RankMeta;
 /// Whether a job's pass runs split: nothing repaired or the replay (whose waits need only the
 /// partners' replayed times, which the proxies carry), and nothing the split cannot follow.
 pub(crate) fn splits(metas: &[RankMeta], repair: Repair, job: Option<&dyn Transport>) -> bool {
-    (!repair.enabled || repair.replay)
+    repair_can_split(repair)
         && job.is_some_and(|j| j.size() > 1)
         && HbContext::unsplittable(metas).is_none()
+}
+
+/// Whether a pass with this repair can split at all (the trace decides the rest): nothing
+/// repaired, or the replay. `--hb` with subtract repairs in one matcher.
+pub(crate) fn repair_can_split(repair: Repair) -> bool {
+    !repair.enabled || repair.replay
 }
 
 /// The process that owns a rank in a split pass: contiguous blocks of equal size (every
