@@ -148,10 +148,31 @@ fn ranks_64(mpi: Mpi) {
     many_ranks(mpi, 64, iterations(mpi, 40, 16), 3, "rank");
 }
 
+fn ranks_128(mpi: Mpi) {
+    many_ranks(mpi, 128, 12, 1, "rank");
+}
+
+/// 256 ranks: the launchers' own start-up dominates here (Open MPI untraced: 65 s for a 1 s
+/// program; MPICH's ranks spin while they start), so the pair took 500 of CI's 1 700 test seconds
+/// on this 2-core machine against 40 s for 128 ranks. Kept, and run on demand:
+/// `cargo test --release --test scale -- --ignored`.
 fn ranks_256(mpi: Mpi) {
     // MPICH's time here is its 256 spinning ranks' start-up and the protocol's messages, not
     // the iterations (6 instead of 12 saved nothing): both MPIs run the same program.
     many_ranks(mpi, 256, 12, 1, "rank");
+}
+
+mod at_256 {
+    #[test]
+    #[ignore = "about 4 minutes per MPI on 2 cores: run with --ignored"]
+    fn openmpi() {
+        super::ranks_256(super::Mpi::OpenMpi)
+    }
+    #[test]
+    #[ignore = "about 4 minutes per MPI on 2 cores: run with --ignored"]
+    fn mpich() {
+        super::ranks_256(super::Mpi::Mpich)
+    }
 }
 
 /// 64 ranks writing one file together at each flush. (256 ranks pass too, in about 3 minutes
@@ -237,7 +258,7 @@ fn different_settings_are_refused(mpi: Mpi) {
 
 for_both_mpis!(
     ranks_64,
-    ranks_256,
+    ranks_128,
     ranks_64_one_file,
     barrier_from_a_worker_thread,
     different_settings_are_refused
