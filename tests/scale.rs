@@ -1,4 +1,4 @@
-//! The protocol at scale on one machine, on both MPIs: 64 and 256 oversubscribed ranks (nothing
+//! The protocol at scale on one machine, on both MPIs: 64 and 128 oversubscribed ranks, 256 on demand (nothing
 //! lost, no hang, and reconstruct, report and export work on the result), a world barrier made
 //! from a worker thread under `MPI_THREAD_MULTIPLE`, and ranks started with different settings.
 //!
