@@ -18,6 +18,17 @@ pub use skip::{ALLOW_SKIP_VAR, SKIPPED_PREFIX, skip_allowed, skip_or_fail};
 /// (Not every test file that includes this module uses it.)
 #[allow(unused_macros)]
 macro_rules! for_both_mpis {
+    // Tests too long for CI, run on demand (`--ignored`): `module::{openmpi,mpich}::test`.
+    (ignored $module:ident, $reason:literal: $($test:ident),*) => {
+        mod $module {
+            mod openmpi {
+                $( #[test] #[ignore = $reason] fn $test() { super::super::$test(super::super::Mpi::OpenMpi) } )*
+            }
+            mod mpich {
+                $( #[test] #[ignore = $reason] fn $test() { super::super::$test(super::super::Mpi::Mpich) } )*
+            }
+        }
+    };
     ($($test:ident),*) => {
         mod openmpi {
             $( #[test] fn $test() { super::$test(super::Mpi::OpenMpi) } )*
