@@ -102,6 +102,11 @@ pub struct ThreadBuf {
     /// The thread's last call was not recorded (filter or `MPI_Pcontrol(0)`), so neither are its
     /// completions. Only the owning thread reads or writes it.
     pub skipping: AtomicBool,
+    /// Storing a call or one of its completions took a new block: the back end hears of it
+    /// before this thread's next record instead of at once, because what it does (a memory
+    /// sample, a local flush) writes records, and none may come between a call and its
+    /// completions (FORMAT.md). Only the owning thread reads or writes it.
+    pub growth_pending: AtomicBool,
     /// This thread's reserved request ids. Only the owning thread uses it.
     pub request_ids: crate::front::requests::IdBlock,
     local: UnsafeCell<Local>,
@@ -201,6 +206,7 @@ fn register() -> &'static ThreadBuf {
         used: AtomicU64::new(0),
         events: AtomicU64::new(0),
         skipping: AtomicBool::new(false),
+        growth_pending: AtomicBool::new(false),
         request_ids: Default::default(),
         local: UnsafeCell::new(Local {
             buf: RawBuf::with_block_size(BLOCK_SIZE),

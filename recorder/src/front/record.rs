@@ -1,6 +1,7 @@
 //! The hot path: storing one event into this thread's buffer, with the cheap checks it needs
 //! (filter, request bookkeeping). When storing allocated a new block, it hands over to the back
-//! end through the crate's one growth hook ([`crate::buffer_grew`]).
+//! end through the crate's one growth hook ([`crate::buffer_grew`]), once the call and its
+//! completions are all stored.
 
 use std::sync::Once;
 use std::sync::atomic::Ordering;
@@ -73,6 +74,9 @@ const PCONTROL: format::FunctionId = crate::functions::const_id_of("MPI_Pcontrol
 /// [`SAMPLE_EVERY`] (and each function's first calls) is sampled.
 #[inline]
 pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) -> bool {
+    if tb.growth_pending.load(Ordering::Relaxed) {
+        report_pending_growth(tb);
+    }
     let request = if rec.req_op == REQ_NONE {
         NO_REQUEST
     } else {
@@ -117,7 +121,7 @@ pub fn record_call_on(tb: &buffers::ThreadBuf, rec: &CallRecord) -> bool {
         (sampled, false)
     });
     if grew > 0 {
-        crate::buffer_grew();
+        tb.growth_pending.store(true, Ordering::Relaxed);
     }
     sampled
 }
@@ -182,9 +186,18 @@ fn record_call_slow(tb: &buffers::ThreadBuf, rec: &CallRecord, mut call: MpiCall
         sampled
     });
     if grew > 0 {
-        crate::buffer_grew();
+        tb.growth_pending.store(true, Ordering::Relaxed);
     }
     sampled
+}
+
+/// Hands a growth that happened inside the thread's last call and its completions to the back
+/// end, now that the group is whole ([`buffers::ThreadBuf::growth_pending`]).
+#[cold]
+#[inline(never)]
+fn report_pending_growth(tb: &buffers::ThreadBuf) {
+    tb.growth_pending.store(false, Ordering::Relaxed);
+    crate::buffer_grew();
 }
 
 /// Records that up to `events` events could not be recorded (warned once on stderr).
@@ -265,13 +278,16 @@ pub fn record_completion_on(
         None => l.buf.push_completion(&completion),
     });
     if grew > 0 {
-        crate::buffer_grew();
+        tb.growth_pending.store(true, Ordering::Relaxed);
     }
 }
 
 /// Stores any other event (definitions, markers, user records).
 pub fn record_event(event: &Event) {
     let tb = buffers::mine();
+    if tb.growth_pending.load(Ordering::Relaxed) {
+        report_pending_growth(tb);
+    }
     let ((), grew) = buffers::with_buf(tb, |l| match l.profile() {
         Some(p) => p.add_event(tb.stream, event),
         None => l.buf.push_event(event),
