@@ -85,7 +85,13 @@ fn nothing_comes_between_a_call_and_its_completions() {
     let _ = std::fs::remove_dir_all(&dir);
     let worker = streams
         .values()
-        .find(|events| events.iter().filter(|e| matches!(e, Event::Call(_))).count() > 1000)
+        .find(|events| {
+            events
+                .iter()
+                .filter(|e| matches!(e, Event::Call(_)))
+                .count()
+                > 1000
+        })
         .expect("the worker thread's stream");
     let samples = worker
         .iter()
