@@ -431,6 +431,36 @@ fn a_rank_that_stopped_is_absent_not_waited_for() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// Two threads of rank 0 receive from rank 1 on one key at once (MPICH's
+/// `threads/pt2pt/multisend`). MPI does not order such receives: the one that started second
+/// ended first, so it took the first message. Paired in start order, it would have taken a send
+/// that started after it ended, a violation in times from one clock.
+#[test]
+fn concurrent_receives_of_two_threads_are_paired_in_the_order_they_ended() {
+    let dir = temp_dir("threads-recv");
+    let mut first_to_start = function_defs();
+    first_to_start.extend([Event::Call(call(RECV, 100, 1_000, 1, 5)), recv_status(1, 5)]);
+    let second_to_start = vec![Event::Call(call(RECV, 200, 500, 1, 5)), recv_status(1, 5)];
+    let mut r1 = function_defs();
+    r1.extend([
+        Event::Call(call(SEND, 300, 310, 0, 5)),
+        Event::Call(call(SEND, 700, 710, 0, 5)),
+    ]);
+    let r0 = RankTrace {
+        rank: 0,
+        ticks_per_sec: 1e9,
+        streams: vec![(0, first_to_start), (1, second_to_start)],
+    };
+    write_trace(&dir, 2, &[r0, one_stream(1, r1)], 4);
+    let (matches, report) = matches::matched_messages(&Trace::open(&dir).unwrap()).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+    assert_eq!(report.messages, 2, "{report:?}");
+    assert_eq!(report.recorded_message_violations, 0, "{report:?}");
+    let mut pairs: Vec<(u64, u64)> = matches.iter().map(|m| (m.send_start, m.recv_end)).collect();
+    pairs.sort_unstable();
+    assert_eq!(pairs, [(300, 500), (700, 1_000)], "{matches:?}");
+}
+
 /// Rank 0's receive ends 50 ns before its send started (say, a failed equalisation); the repair
 /// moves it, and with it rank 0's next events. Rank 0 then reaches a barrier long before rank 1:
 /// it waited there anyway, so the correction is given back in that wait (the exit follows rank

@@ -388,6 +388,8 @@ fn a_damaged_trace_reads_the_same_in_a_job_as_in_one_process() {
             "{name}"
         );
     }
+    std::fs::remove_dir_all(job).unwrap();
+    std::fs::remove_dir_all(single).unwrap();
 }
 
 #[test]
