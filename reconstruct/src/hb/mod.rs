@@ -856,19 +856,7 @@ impl Shared<'_> {
                 // In the times as recorded: the mapping removes each thread's own recorder cost,
                 // so two threads' mapped times are not in the order they ran.
                 let recorded_start = c.start.saturating_add(removed);
-                // But a blocking receive takes its place at its end. MPI leaves the order of two
-                // threads' concurrent receives undefined; numbered by end, the k-th receive of a
-                // key to end gets the k-th send to start, and k+1 sends had started when it
-                // ended (one per receive ended by then), so no message is paired against time.
-                // Numbered by start, a receive that started first but ended last was paired
-                // with a send that started after the other receive had ended.
-                let place = if !self.siblings[li].is_empty()
-                    && self.class(lane.rank_idx, c.func) == Class::Recv
-                {
-                    c.end.saturating_add(removed)
-                } else {
-                    recorded_start
-                };
+                let place = self.place_among_siblings(li, lane.rank_idx, c, removed);
                 let gated = unpaired
                     || !gate_off
                         && self.siblings[li]

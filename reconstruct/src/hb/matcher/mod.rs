@@ -151,6 +151,24 @@ pub(super) struct RankState {
 }
 
 impl Shared<'_> {
+    /// Where a call of lane `li` stands among its rank's other threads' calls, as recorded: its
+    /// start, but a blocking receive's end. MPI leaves the order of two threads' concurrent
+    /// receives undefined; numbered by end, the k-th receive of a key to end gets the k-th send
+    /// to start, and k+1 sends had started when it ended (one per receive ended by then), so no
+    /// message is paired against time. Numbered by start, a receive that started first but ended
+    /// last was paired with a send that started after the other receive had ended.
+    pub(super) fn place_among_siblings(
+        &self,
+        li: usize,
+        lane_rank: usize,
+        call: &format::MpiCall,
+        removed: u64,
+    ) -> u64 {
+        let at_end =
+            !self.siblings[li].is_empty() && self.class(lane_rank, call.func) == Class::Recv;
+        if at_end { call.end } else { call.start }.saturating_add(removed)
+    }
+
     pub(super) fn class(&self, lane_rank: usize, func: FunctionId) -> Class {
         self.ctx
             .ranks
