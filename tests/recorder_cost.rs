@@ -1,7 +1,8 @@
 //! Regression guard of the recorder's cost per call, under Open MPI and MPICH: the cheap-calls
 //! program of `benches/recorder_cost/` runs untraced and traced on one rank, and each call kind's
 //! added cost per call must stay within [`LIMIT`] times its recorded baseline; and the cost the
-//! recorder stores must match the cost measured from outside ([`DRIFT_POOLED`], [`DRIFT`]).
+//! recorder stores must match the cost measured from outside ([`DRIFT_CHEAP`], [`DRIFT_POOLED`],
+//! [`DRIFT`]).
 //!
 //! A 2-core machine shared with builds is far too noisy for absolute nanoseconds, so every figure
 //! is a ratio of two costs measured in the same runs, where the machine's speed cancels: each
@@ -27,15 +28,29 @@ use common::{Mpi, mpi_lock, output_with_timeout, scratch};
 const LIMIT: f64 = 1.7;
 /// The cost the recorder stores per call (`MpiCall::cost`, what reconstruction removes as DP) must
 /// be the cost it adds as measured from outside (fastest round traced minus untraced, same runs).
-/// Over all kinds together (the sums of both, per run, median over the runs) within
-/// [`DRIFT_POOLED`] either way: a recorder that stores 1.5x (or 2/3) of what it costs fails.
-/// Each kind on its own within [`DRIFT`]: looser, because the sub-communicator `Allreduce` is
-/// stored 1.06-1.44x of its measured cost on the development VM (the wrapper's work overlaps with
-/// the tail of the MPI call, which the sampled window counts and the program does not pay;
-/// paper-notes/recorder.md), but a kind that the sampler gets badly wrong still fails (the sampler
-/// that always sampled the same call of a 4-call loop stored 1.8-2.0x the `Isend`/`Irecv`/`Wait`
-/// cost; charging 1.5x the estimates put the `Allreduce` kind at 1.9-2.0).
-const DRIFT_POOLED: f64 = 1.25;
+/// Two pooled checks (the sums of both per run, median over the runs), and one per kind:
+/// - the cheap kinds, `Comm_rank` and the barrier on `MPI_COMM_SELF`, within [`DRIFT_CHEAP`]
+///   either way. Their MPI call is a few instructions, so the sampled window holds the recorder's
+///   work and little else, and the ratio moves little between VMs (1.06-1.14 on the development
+///   VM, both MPIs; 1.16 on the CI VM, Open MPI). With every estimate charged 1.5x on purpose it
+///   was 1.65 (Open MPI) and 1.69 (MPICH) on the development VM, and fails;
+/// - all kinds together within [`DRIFT_POOLED`]. Looser, because the window of a call with real
+///   MPI work (`Isend`/`Irecv`/`Wait`, `Waitall`, the sub-communicator `Allreduce`) also holds
+///   some of that work's tail, by an amount that depends on the host: pooled 0.93-1.12 on the
+///   development VM, 1.28-1.37 in every run on the CI VM of 2026-11-27 (whose stored figures
+///   matched the development VM's within 5 %; its outside costs of those kinds were 20-30 %
+///   lower). The sampler that always sampled the same call of a 4-call loop stored 1.8-2.0x,
+///   and the 1.5x estimates above gave 1.51-1.58;
+/// - each kind on its own within [`DRIFT`]: looser again, because the sub-communicator
+///   `Allreduce` is stored 1.06-1.44x of its measured cost on the development VM (the wrapper's
+///   work overlaps with the tail of the MPI call, which the sampled window counts and the program
+///   does not pay; paper-notes/recorder.md), but a kind that the sampler gets badly wrong still
+///   fails (charging 1.5x the estimates put the `Allreduce` kind at 1.9-2.0).
+const DRIFT_POOLED: f64 = 1.5;
+/// See [`DRIFT_POOLED`].
+const DRIFT_CHEAP: f64 = 1.3;
+/// The kinds [`DRIFT_CHEAP`] pools.
+const CHEAP_KINDS: [&str; 2] = ["rank", "barrier"];
 /// See [`DRIFT_POOLED`].
 const DRIFT: f64 = 1.6;
 /// The call kinds of the cheap-calls program.
@@ -274,6 +289,7 @@ fn recorder_cost(mpi: Mpi) {
     let mut ratios: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut drift: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let mut pooled = Vec::new();
+    let mut pooled_cheap = Vec::new();
     let mut runs = Vec::new();
     for _ in 0..RUNS {
         let bare = run(mpi, &exe, None).per_call;
@@ -307,6 +323,7 @@ fn recorder_cost(mpi: Mpi) {
     };
     for (_, traced, stored) in &runs {
         let (mut stored_sum, mut added_sum) = (0.0, 0.0);
+        let (mut stored_cheap, mut added_cheap) = (0.0, 0.0);
         for kind in KINDS {
             // A floor of 1 ns, as above, for a cost lost in noise.
             let added = (traced[kind] - fastest_bare(kind)).max(1.0);
@@ -318,8 +335,13 @@ fn recorder_cost(mpi: Mpi) {
             drift.entry(kind).or_default().push(stored[kind] / added);
             stored_sum += stored[kind];
             added_sum += added;
+            if CHEAP_KINDS.contains(&kind) {
+                stored_cheap += stored[kind];
+                added_cheap += added;
+            }
         }
         pooled.push(stored_sum / added_sum);
+        pooled_cheap.push(stored_cheap / added_cheap);
     }
     let mut failures = Vec::new();
     for (kind, base) in baseline(mpi) {
@@ -333,15 +355,20 @@ fn recorder_cost(mpi: Mpi) {
             failures.push(format!("{kind}: {got:.2} > {LIMIT} x {base}"));
         }
     }
-    let got = median(pooled.clone());
-    eprintln!(
-        "{} all kinds: stored cost / measured added cost, median {got:.2} (runs {pooled:?})",
-        mpi.name()
-    );
-    if !(1.0 / DRIFT_POOLED..=DRIFT_POOLED).contains(&got) {
-        failures.push(format!(
-            "all kinds: the stored cost is {got:.2} x the measured added cost (allowed 1/{DRIFT_POOLED} .. {DRIFT_POOLED})"
-        ));
+    for (what, runs, bound) in [
+        ("all kinds", &pooled, DRIFT_POOLED),
+        ("the cheap kinds", &pooled_cheap, DRIFT_CHEAP),
+    ] {
+        let got = median(runs.clone());
+        eprintln!(
+            "{} {what}: stored cost / measured added cost, median {got:.2} (runs {runs:?})",
+            mpi.name()
+        );
+        if !(1.0 / bound..=bound).contains(&got) {
+            failures.push(format!(
+                "{what}: the stored cost is {got:.2} x the measured added cost (allowed 1/{bound} .. {bound})"
+            ));
+        }
     }
     for kind in KINDS {
         let got = median(drift[kind].clone());
