@@ -1,8 +1,10 @@
 //! The plain `extern "C"` functions the generated C layer calls. No MPI types cross this line:
 //! handles arrive as integers, communicators as recorder ids.
 //!
-//! Nothing here may unwind into C: the preload libraries are built with `panic = "abort"`, and the
-//! code avoids panicking paths (poisoned locks are recovered, writes report errors instead).
+//! Nothing here may unwind into C: a panic that reaches an `extern "C"` function aborts the process
+//! (the language's rule), the recorder's own threads abort on a panic too
+//! ([`crate::lifecycle::threads`]), and the code avoids panicking paths (poisoned locks are
+//! recovered, writes report errors instead).
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};

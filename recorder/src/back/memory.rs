@@ -302,37 +302,35 @@ pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64, a
         WATCH_PLAIN
     };
     let swap = place.reads_node() || share.is_some();
-    let spawned = std::thread::Builder::new()
-        .name("evenflush-memory".into())
-        .spawn(move || {
-            block_signals();
-            while crate::lifecycle::session::active() {
-                std::thread::sleep(period);
-                match &share {
-                    Some(share) => {
-                        let round = share.round(|| {
-                            NODE_READS.fetch_add(1, Ordering::Relaxed);
-                            watcher.node(swap)
-                        });
-                        if round.elected {
-                            NODE_ELECTED.store(true, Ordering::Relaxed);
-                        }
-                        publish(&round.node);
-                    }
-                    None if reads_node => {
+    let spawned = crate::lifecycle::threads::spawn("evenflush-memory", move || {
+        block_signals();
+        while crate::lifecycle::session::active() {
+            std::thread::sleep(period);
+            match &share {
+                Some(share) => {
+                    let round = share.round(|| {
                         NODE_READS.fetch_add(1, Ordering::Relaxed);
-                        publish(&watcher.node(swap));
+                        watcher.node(swap)
+                    });
+                    if round.elected {
+                        NODE_ELECTED.store(true, Ordering::Relaxed);
                     }
-                    None => {}
+                    publish(&round.node);
                 }
-                if crate::lifecycle::session::active() {
-                    after_round();
+                None if reads_node => {
+                    NODE_READS.fetch_add(1, Ordering::Relaxed);
+                    publish(&watcher.node(swap));
                 }
+                None => {}
             }
-            if let Some(share) = &share {
-                share.unlink();
+            if crate::lifecycle::session::active() {
+                after_round();
             }
-        });
+        }
+        if let Some(share) = &share {
+            share.unlink();
+        }
+    });
     if let Err(e) = spawned {
         say!(
             "evenflush: cannot start the memory watcher thread: {e}; node memory figures stay as read at start-up"

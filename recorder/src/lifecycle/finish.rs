@@ -78,12 +78,10 @@ pub fn finish_bounded(abnormal: i32) {
         s.config.abort_flush_limit
     });
     let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("evenflush-abort".into())
-        .spawn(move || {
-            finish(Some(abnormal));
-            let _ = done_tx.send(());
-        });
+    let spawned = crate::lifecycle::threads::spawn("evenflush-abort", move || {
+        finish(Some(abnormal));
+        let _ = done_tx.send(());
+    });
     match spawned {
         Ok(_) => {
             if done_rx.recv_timeout(limit).is_err() {

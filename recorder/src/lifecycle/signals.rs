@@ -373,9 +373,7 @@ pub fn install(wait_limit: Duration) {
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut saved);
             saved
         };
-        let started = std::thread::Builder::new()
-            .name("evenflush-signals".into())
-            .spawn(helper_loop);
+        let started = crate::lifecycle::threads::spawn("evenflush-signals", helper_loop);
         // SAFETY: puts back this thread's own mask, saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &saved_mask, std::ptr::null_mut()) };
         match started {

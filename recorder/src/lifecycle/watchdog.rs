@@ -76,7 +76,7 @@ pub fn start(limit: Duration, abort: bool) {
     let rank = session.rank;
     link.set_watching(true);
     let period = (limit / 4).clamp(Duration::from_millis(10), Duration::from_millis(500));
-    let spawned = std::thread::Builder::new().name("evenflush-watchdog".into()).spawn(move || {
+    let spawned = crate::lifecycle::threads::spawn("evenflush-watchdog", move || {
         loop {
             std::thread::sleep(period);
             if !active() {
