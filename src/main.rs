@@ -111,6 +111,18 @@ enum Cmd {
 
 mod run_args;
 
+/// A panic ends the process, as it did when the workspace built with `panic = "abort"` (it unwinds
+/// now, for the tests; Cargo.toml). Reconstruction's worker threads wait on each other's lanes, and
+/// a split job's processes on each other: a worker that unwound alone would leave the rest
+/// waiting, where a crash at least ends the job and says why (the default hook prints first).
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
+}
+
 fn main() -> ExitCode {
     // A reader that stops early (`evenflush dump t | head`) closes the pipe: end quietly, as
     // other command-line tools do, instead of panicking inside print!.
@@ -118,6 +130,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    abort_on_panic();
     let cli = match run_args::parse_cli() {
         Ok(cli) => cli,
         Err(e) => {
