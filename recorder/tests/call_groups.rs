@@ -5,6 +5,8 @@
 //! of unknown source and a send the check called unmatched. Its own process: the recorder's state
 //! is process-wide.
 
+mod common;
+
 use format::{Event, MemoryWhen, RankFile};
 use recorder::back::memory::NODE_ELECTED;
 use recorder::ffi;
@@ -55,19 +57,7 @@ fn record_groups(groups: u64) {
 
 #[test]
 fn nothing_comes_between_a_call_and_its_completions() {
-    let dir = std::env::temp_dir().join(format!("evenflush-call-groups-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    // SAFETY (edition 2024 requires `unsafe` for set_var): the only test in this process, and
-    // nothing reads the variables concurrently.
-    unsafe {
-        std::env::set_var("EVENFLUSH_OUT", &dir);
-        std::env::set_var("EVENFLUSH_MODE", "off");
-    }
-    assert!(ffi::evf_rust_pre_init() == 0 || cfg!(target_arch = "x86_64"));
-    assert_eq!(ffi::evf_rust_init(0, 2, 0), 1);
-    let members = [0i32, 1];
-    // SAFETY: valid pointer/length pair.
-    unsafe { ffi::evf_rec_commdef(0, members.as_ptr(), 2) };
+    let dir = common::start_session("call-groups", 0, 2);
     ffi::evf_rust_init_done();
     // A thread of its own: its first record, a call, always takes the stream's first block.
     const GROUPS: u64 = 60_000;

@@ -1,6 +1,8 @@
 //! Whole-session test without MPI (its own process, since the recorder's state is process-wide):
 //! drives the hooks the way the C layer does, then reads the rank file back with the format crate.
 
+mod common;
+
 use std::collections::HashMap;
 
 use format::{Event, Marker, RankFile};
@@ -31,19 +33,7 @@ fn call(func: &str, _order: u64, comm: u32, peer: i32, tag: i32, bytes: u64) -> 
 
 #[test]
 fn a_session_through_the_hooks_reads_back_exactly() {
-    let dir = std::env::temp_dir().join(format!("evenflush-recorder-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    // SAFETY (edition 2024 requires `unsafe` for set_var): this is the only test touching these
-    // variables, and nothing reads them concurrently.
-    unsafe {
-        std::env::set_var("EVENFLUSH_OUT", &dir);
-        std::env::set_var("EVENFLUSH_MODE", "off");
-    }
-    assert!(ffi::evf_rust_pre_init() == 0 || cfg!(target_arch = "x86_64"));
-    assert_eq!(ffi::evf_rust_init(3, 4, 0), 1);
-    let members = [0i32, 1, 2, 3];
-    // SAFETY: valid pointer/length pair.
-    unsafe { ffi::evf_rec_commdef(0, members.as_ptr(), 4) };
+    let dir = common::start_session("recorder-test", 3, 4);
     assert!(recorder::comm_spans_world(0));
     let before_init_done = recorder::clock::now();
     ffi::evf_rust_init_done();
