@@ -388,6 +388,41 @@ fn recv_status(source: i32, tag: i32) -> Event {
     })
 }
 
+/// A blocking wildcard receive whose status is missing (a trace cut or damaged between the call
+/// and its completion) names no message: it is counted unmatched, not dropped from every count,
+/// and it does not take the message the next receive names.
+#[test]
+fn a_blocking_receive_without_its_status_is_unmatched() {
+    let dir = temp_dir("no-status");
+    let mut r0 = function_defs();
+    let mut r1 = function_defs();
+    r0.extend([
+        Event::Call(call(
+            RECV,
+            1_000,
+            1_400,
+            format::ANY_SOURCE,
+            format::ANY_TAG,
+        )),
+        Event::Call(call(RECV, 2_000, 2_400, 1, 5)),
+        recv_status(1, 5),
+    ]);
+    r1.push(Event::Call(call(SEND, 2_100, 2_110, 0, 5)));
+    write_trace(&dir, 2, &[one_stream(0, r0), one_stream(1, r1)], 4);
+    let (matches, report) = matches::matched_messages(&Trace::open(&dir).unwrap()).unwrap();
+    assert_eq!(report.messages, 1, "{report:?}");
+    assert_eq!(report.unmatched_sends, 0, "{report:?}");
+    assert_eq!(report.unmatched_receives, 1, "{report:?}");
+    assert_eq!(matches.len(), 1);
+    assert_eq!(
+        matches[0].recv_end - matches[0].send_start,
+        300,
+        "{:?}",
+        matches[0]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Rank 2 stopped recording before it sent what rank 1 waits for. Rank 1 must go on without it
 /// (rank 2 has nothing left), not hold everybody until somebody is forced forward: forcing rank
 /// 0's receive first would number it before rank 1's send exists and mispair the channel 1 → 0

@@ -323,12 +323,13 @@ impl Shared<'_> {
                 seq,
                 post: here,
             });
-        } else if blocking_status.is_some_and(|s| s.source != PROC_NULL)
+        } else if blocking_status.is_none_or(|s| s.source != PROC_NULL)
             && !(class != Class::SendRecv && call.peer == PROC_NULL)
         {
             // A receive from MPI_PROC_NULL (a Recv naming it, an Mrecv of
             // MPI_MESSAGE_NO_PROC, a Sendrecv whose status says so) takes no message;
-            // any other went unmatched.
+            // any other went unmatched, also one whose status is missing (a trace cut
+            // between the call and its completion, or damaged): its message is not known.
             self.report.unmatched_receives += 1;
         }
     }
