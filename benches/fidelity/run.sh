@@ -47,7 +47,7 @@ for w in "${workloads[@]}"; do
   lammps)
     if [ "$mpi" != openmpi ]; then echo "lammps: Debian builds it with Open MPI only; skipped"; continue; fi
     command -v lmp >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lammps >/dev/null
-    sed 's/^run[[:space:]].*/run 1500/' /usr/share/lammps/examples/melt/in.melt > "$out/in.melt"
+    sed 's/^run[[:space:]].*/run 1500/' workloads/melt.lammps > "$out/in.melt"
     cmd=(lmp -log none -screen none -in "$out/in.melt"); extra=(--threshold 8KiB --decision-interval 0) ;;
   hpcc | hpcc-nopoll)
     if [ "$mpi" != openmpi ]; then echo "hpcc: Debian builds it with Open MPI only; skipped"; continue; fi
