@@ -4,7 +4,7 @@
 # and the untraced noise floor) on every workload of the matrix.
 #   benches/fidelity/run.sh [openmpi|mpich] [reps] [workload ...]
 # Workloads: iterative-off (the in-memory reference, --mode off: only DP to remove) iterative-64m
-# iterative-8m iterative-1m halo polling lammps hpcc (default: all). Each writes
+# iterative-8m iterative-1m halo polling polling-overlap lammps hpcc (default: all). Each writes
 # target/fidelity/<mpi>-<workload>.json (validate --json) and .png; the last lines print the table.
 # LAMMPS is Debian's `lammps` package, hpcc Debian's HPC Challenge benchmark `hpcc` (HPL, PTRANS,
 # RandomAccess, FFT, ... at N = 1200 on a 1 x 2 grid; 40 M MPI calls, mostly MPI_Test/Testany
@@ -17,7 +17,7 @@ mpi=${1:-openmpi}
 reps=${2:-5}
 shift $(( $# > 2 ? 2 : $# )) || true
 workloads=("$@")
-[ ${#workloads[@]} -gt 0 ] || workloads=(iterative-off iterative-64m iterative-8m iterative-1m halo polling lammps hpcc)
+[ ${#workloads[@]} -gt 0 ] || workloads=(iterative-off iterative-64m iterative-8m iterative-1m halo polling polling-overlap lammps hpcc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cargo build --release --workspace --quiet
 ef=$PWD/target/release/evenflush
@@ -44,6 +44,8 @@ for w in "${workloads[@]}"; do
   halo) cmd=("$apps/halo" --iterations 200000 --cells 4096); extra=(--threshold 256KiB) ;;
   # Polling loops (MPI_Test, MPI_Iprobe, MPI_Testsome) against a late sender, ~1.2 s.
   polling) cmd=("$apps/polling" --rounds 2000 --spin 200); extra=(--threshold 1MiB) ;;
+  # Loops that compute and poll, ended by the program, not a partner (tests/validate.rs), ~0.3 s.
+  polling-overlap) cmd=("$apps/polling" --rounds 10 --spin 0 --overlap 200000 --overlap-work 60) ;;
   lammps)
     if [ "$mpi" != openmpi ]; then echo "lammps: Debian builds it with Open MPI only; skipped"; continue; fi
     command -v lmp >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lammps >/dev/null

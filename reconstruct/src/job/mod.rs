@@ -581,6 +581,7 @@ fn put_mark(w: &mut Wire, m: &Option<Mark>) {
             w.u64(m.global.to_bits());
             w.u64(m.collapsed.to_bits());
             w.u64(m.dp_ns.to_bits());
+            w.u64(m.polls_dp_ns.to_bits());
             w.u64(m.mapped);
             w.u64(m.shift_ns.to_bits());
         }
@@ -595,6 +596,7 @@ fn get_mark(c: &mut Cursor<'_>) -> Result<Option<Mark>, String> {
         global: f64::from_bits(c.u64()?),
         collapsed: f64::from_bits(c.u64()?),
         dp_ns: f64::from_bits(c.u64()?),
+        polls_dp_ns: f64::from_bits(c.u64()?),
         mapped: c.u64()?,
         shift_ns: f64::from_bits(c.u64()?),
     }))
@@ -803,6 +805,7 @@ mod tests {
             global: 0.1 + 0.2,
             collapsed: f64::MIN_POSITIVE,
             dp_ns: 1e300,
+            polls_dp_ns: -1e-300,
             mapped: u64::MAX,
             shift_ns: -0.0,
         };
