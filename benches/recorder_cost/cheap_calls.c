@@ -7,6 +7,9 @@
  *   isend    MPI_Irecv + MPI_Isend to self, MPI_Wait on each       (4)
  *   waitall  13 MPI_Irecv + 13 MPI_Isend to self, one MPI_Waitall  (27: 26 requests)
  *   subcomm  MPI_Allreduce of one int on a communicator from MPI_Comm_split (1)
+ *   poll     MPI_Test of a receive from self that nothing matches until the end (1): every
+ *            call is a poll that finds nothing, which the recorder folds into one run (not
+ *            in "all", whose kinds tests/recorder_cost.rs checks)
  * `calls` is the number of MPI calls per kind (rounded down to whole iterations).
  * Prints "<calls> <ns per call>" for one kind; for all, "<kind> <calls> <ns per call> <round>" per
  * kind, the kinds taking turns in 10 rounds and each reporting its fastest round and that round's
@@ -66,6 +69,17 @@ static long run(const char *kind, long calls, MPI_Comm sub, double *ns)
             MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_SUM, sub);
             sink += out;
         }
+    } else if (strcmp(kind, "poll") == 0) {
+        int flag = 0;
+        MPI_Request late;
+        MPI_Irecv(rbuf, 1, MPI_INT, 0, 99, MPI_COMM_SELF, &late);
+        for (; made < calls; made++) {
+            MPI_Test(&late, &flag, MPI_STATUS_IGNORE);
+            sink += flag;
+        }
+        MPI_Isend(sbuf, 1, MPI_INT, 0, 99, MPI_COMM_SELF, &reqs[0]);
+        MPI_Wait(&late, MPI_STATUS_IGNORE);
+        MPI_Wait(&reqs[0], MPI_STATUS_IGNORE);
     } else {
         fprintf(stderr, "unknown kind %s\n", kind);
         MPI_Abort(MPI_COMM_WORLD, 2);

@@ -2,7 +2,9 @@
 //! `rank <r> call <MPI_Name> <count> <bytes>`, `rank <r> completions <n> <bytes>`,
 //! `rank <r> marker <Kind> <n>`, `rank <r> commdefs <n>`, `rank <r> user <n>`, `rank <r> streams <n>`,
 //! `rank <r> mean_cost_ns <x>`, `rank <r> call_cost_ns <x>` (the mean over calls charged less
-//! than 100 µs: without the first call after `MPI_Init`, which carries the recorder's start-up).
+//! than 100 µs: without the first call after `MPI_Init`, which carries the recorder's start-up),
+//! `rank <r> polls <n> poll_cost_ns <x>` (folded polls that found nothing, and the cost stored per
+//! poll: the cost between the polls and after the last one, over the polls).
 //!
 //! Usage: cargo run -p recorder --example evf_count -- <trace dir>
 
@@ -44,6 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
         let mut streams = std::collections::BTreeSet::new();
         let mut small = (0u64, 0u64);
+        let (mut polls, mut poll_cost) = (0u64, 0u64);
         for chunk in file.chunks() {
             let chunk = chunk?;
             streams.insert(chunk.stream());
@@ -71,6 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         completions += 1;
                         completion_bytes += c.bytes;
                     }
+                    Event::Polls(p) => {
+                        polls += p.count;
+                        poll_cost += p.inner_cost + u64::from(p.cost);
+                    }
                     Event::Marker(m) => *markers.entry(marker_name(&m)).or_default() += 1,
                     Event::CommDef { .. } => commdefs += 1,
                     Event::User(_) | Event::Region(_) => user += 1,
@@ -92,6 +99,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!(
                 "rank {rank} mean_cost_ns {:.1}",
                 cost as f64 / ncost as f64 / tps * 1e9
+            );
+        }
+        if polls > 0 {
+            println!(
+                "rank {rank} polls {polls} poll_cost_ns {:.1}",
+                poll_cost as f64 / polls as f64 / tps * 1e9
             );
         }
         if small.1 > 0 {
