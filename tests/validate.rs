@@ -134,10 +134,11 @@ fn validate_once(mpi: Mpi) -> Result<(), String> {
 /// hpcc's RandomAccess pattern): the recorder's cost between the polls lengthened it (+40 to
 /// +52 % here), and a reconstruction that kept that cost, as every one did before 2026-11-28,
 /// came back that much slow. Both models must land within max(15 %, 2 x noise) of the untraced
-/// time. Looser than the guard above: the recorder stores a poll's cost about 15 % above what it
-/// adds as measured from outside on the development VM (more on others, `recorder_cost.rs`), and
-/// with 2 M polls per rank that moves the result a few per cent below the untraced time
-/// (measured: subtract -2.4 to +1.5 %, replay -3.5 to -5.6 %; paper-notes/fidelity.md).
+/// time. Looser than the guard above: each rank learns its own stored cost per poll, 10-15 %
+/// above what a poll adds on one rank of a measured trace (MPICH: ~1.5x in
+/// `benches/recorder_cost`), and with 2 M polls per rank the replay inherits the larger excess
+/// through the waits it recomputes (measured: subtract -2.4 to +1.5 %, replay -3.5 to -5.6 %;
+/// paper-notes/fidelity.md).
 fn validates_a_loop_that_polls_while_it_computes(mpi: Mpi) {
     let _guard = mpi_lock();
     let work = scratch(&format!("validate-overlap-{}", mpi.name()));

@@ -131,9 +131,9 @@ impl<'a> LaneMapper<'a> {
             Event::Completion(_) => return,
             Event::Polls(p) => {
                 // The recorder's cost between the polls (`inner_cost`) is removed from the run,
-                // from the time it spent outside MPI, where that cost was spent. A loop that
-                // sets its own pace ended that much later: hpcc's `Testany` loops drive their
-                // own transfers inside MPI, and keeping the cost left hpcc ~+30 % slow
+                // from the time it spent outside MPI, where that cost was spent. A loop the
+                // program leaves on its own, after its work between the polls, ended that much
+                // later: hpcc's `Testany` loops, which keeping the cost left ~+30 % slow
                 // (paper-notes/fidelity.md). A loop that waited for a late partner does not end
                 // earlier in the replay, which ends its wait when the partner's message is there;
                 // rank by rank (`subtract`) such a loop can end before it.

@@ -314,9 +314,10 @@ fn a_cost_larger_than_the_time_to_the_next_call_is_removed_from_the_gaps_that_fo
 
 #[test]
 fn the_recorder_cost_between_polls_is_removed_from_the_time_outside_mpi() {
-    // hpcc's `Testany` loops drive their own transfers: the recorder's cost between the polls
-    // made each loop longer, and reconstruction that kept it left hpcc ~30 % slow. The cost
-    // between the polls comes out of the run, never more than the run spent outside MPI.
+    // hpcc's `Testany` loops end when the program's own work is done: the recorder's cost
+    // between the polls made each loop longer, and reconstruction that kept it left hpcc ~30 %
+    // slow. The cost between the polls comes out of the run, never more than the run spent
+    // outside MPI.
     const TEST: format::FunctionId = 8;
     let dir = temp_dir("inner-cost");
     let out = dir.with_extension("out");
@@ -370,12 +371,8 @@ fn the_recorder_cost_between_polls_is_removed_from_the_time_outside_mpi() {
     write_trace(&dir, 2, &ranks, 3);
     let s = rebuild(&dir, &out, Remove::Both, false);
     let events = read_lane(&out, 0, 0);
-    let runs: Vec<(u64, u64, u64, u32)> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Polls(p) => Some((p.start, p.end, p.inner_cost, p.cost)),
-            _ => None,
-        })
+    let runs: Vec<(u64, u64, u64, u32)> = poll_runs(&events)
+        .map(|p| (p.start, p.end, p.inner_cost, p.cost))
         .collect();
     // Each run starts where it did, less what came before it, and ends earlier by the cost
     // between its polls; the last poll's 30 comes out of the gap after the run.
@@ -394,14 +391,17 @@ fn the_recorder_cost_between_polls_is_removed_from_the_time_outside_mpi() {
         (dp - 1_660e-9).abs() < 1e-15,
         "DP {dp} s kept, want 1 660 ns"
     );
-    let inner: Vec<u64> = read_lane(&out, 0, 0)
-        .iter()
-        .filter_map(|e| match e {
-            Event::Polls(p) => Some(p.inner_cost),
-            _ => None,
-        })
+    let inner: Vec<u64> = poll_runs(&read_lane(&out, 0, 0))
+        .map(|p| p.inner_cost)
         .collect();
     assert_eq!(inner, vec![1_200, 2_000]);
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(out).unwrap();
+}
+
+fn poll_runs(events: &[Event]) -> impl Iterator<Item = format::PollRun> + '_ {
+    events.iter().filter_map(|e| match e {
+        Event::Polls(p) => Some(*p),
+        _ => None,
+    })
 }
