@@ -67,6 +67,17 @@ impl Mpi {
         v.extend(["-np".to_string(), ranks.to_string()]);
         v
     }
+
+    /// [`Self::launch`] with each rank bound to its own core, as a batch system places them:
+    /// Open MPI binds up to 2 ranks to cores by default, MPICH's launcher binds nothing unless
+    /// asked.
+    pub fn launch_bound(self, ranks: u32) -> Vec<String> {
+        let mut v = self.launch(ranks);
+        if self == Mpi::Mpich {
+            v.splice(1..1, ["-bind-to".to_string(), "core".to_string()]);
+        }
+        v
+    }
 }
 
 pub fn repo_root() -> PathBuf {
