@@ -144,7 +144,7 @@ fn validate_once(mpi: Mpi) -> Result<(), String> {
 /// +52 % here), and a reconstruction that kept that cost, as every one did before 2026-11-28,
 /// came back that much slow. Both models must land within max(15 %, 2 x noise) of the untraced
 /// time. Looser than the guard above: each rank learns its own stored cost per poll, 10-15 %
-/// above what a poll adds on one rank of a measured trace (MPICH: ~1.5x in
+/// above what a poll adds on one rank of a measured trace (0-11 % over 3 M polls in
 /// `benches/recorder_cost`), and with 2 M polls per rank the replay inherits the larger excess
 /// through the waits it recomputes (measured: subtract -2.4 to +1.5 %, replay -3.5 to -5.6 %;
 /// paper-notes/fidelity.md).
