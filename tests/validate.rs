@@ -74,6 +74,8 @@ fn validate_once(mpi: Mpi) -> Result<(), String> {
     let v = validate_json(mpi, cmd);
     let pairs = v["pairs"].as_array().unwrap();
     assert_eq!(pairs.len(), REPS);
+    // The probe read every rank's affinity: bound, one CPU each.
+    assert_eq!(v["cpus_per_rank"].as_u64(), Some(1), "{v}");
     // The untraced span comes from the clock probe, not from the trace: it covers at least the
     // program's fixed work (60 iterations of 1.8 M units, ~2.2 ns each here: ~0.24 s).
     for p in pairs {
@@ -160,6 +162,16 @@ fn validates_a_loop_that_polls_while_it_computes(mpi: Mpi) {
         .args(["--rounds", "10", "--spin", "0"])
         .args(["--overlap", "200000", "--overlap-work", "60"]);
     let v = validate_json(mpi, cmd);
+    // Launched unbound: MPICH's launcher binds nothing, so the probe sees every CPU (and
+    // `validate` says so); Open MPI binds 2 ranks to cores by default.
+    let cpus = v["cpus_per_rank"].as_u64().unwrap();
+    match mpi {
+        Mpi::Mpich if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) => {
+            assert!(cpus > 1, "{v}")
+        }
+        Mpi::OpenMpi => assert_eq!(cpus, 1, "{v}"),
+        _ => {}
+    }
     let noise = v["untraced_spread"].as_f64().unwrap();
     let bound = f64::max(0.15, 2.0 * noise);
     let error = |key: &str| v[key]["error"].as_f64().unwrap();

@@ -46,6 +46,9 @@ pub struct Pair {
     pub dp_prime_s: f64,
     pub dp_s: f64,
     pub flushes: u64,
+    /// The most CPUs a rank of the untraced run was allowed to run on (its affinity, read by the
+    /// probe; 0 if unknown): 1 when the launcher bound every rank to a core.
+    pub cpus_per_rank: u32,
     /// Why this run's T(G) may not be reliable (oversubscribed hosts, DP beyond what recording
     /// costs).
     pub unreliable: Vec<String>,
@@ -81,6 +84,8 @@ pub struct Validation {
     pub dp_prime_median_s: f64,
     pub dp_median_s: f64,
     pub flushes_median: u64,
+    /// The most CPUs any rank could run on, over the untraced runs (see `Pair::cpus_per_rank`).
+    pub cpus_per_rank: u32,
     /// Why T(G) may not be reliable, over every traced run (see `Pair::unreliable`).
     pub unreliable: Vec<String>,
     pub pairs: Vec<Pair>,
@@ -205,7 +210,7 @@ fn untraced_once(
     mpi: MpiImpl,
     probe: &Path,
     rep: usize,
-) -> Result<f64> {
+) -> Result<(f64, u32)> {
     let span_file = req.work.join(format!("untraced-{rep}.span"));
     let _ = std::fs::remove_file(&span_file);
     let mut env = BTreeMap::new();
@@ -223,9 +228,18 @@ fn untraced_once(
             span_file.display()
         )
     })?;
-    text.trim()
+    let mut lines = text.lines();
+    let span = lines
+        .next()
+        .unwrap_or("")
+        .trim()
         .parse()
-        .with_context(|| format!("bad span {text:?}"))
+        .with_context(|| format!("bad span {text:?}"))?;
+    let cpus = lines
+        .find_map(|l| l.strip_prefix("cpus "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    Ok((span, cpus))
 }
 
 fn traced_once(req: &Request, mpi: MpiImpl, rep: usize) -> Result<Pair> {
@@ -286,6 +300,7 @@ fn traced_once(req: &Request, mpi: MpiImpl, rep: usize) -> Result<Pair> {
         dp_prime_s: summary.dp_prime_s,
         dp_s: summary.dp_s,
         flushes,
+        cpus_per_rank: 0,
     })
 }
 
@@ -304,9 +319,10 @@ pub fn validate(req: &Request, launcher: &dyn Launcher) -> Result<Validation> {
     let mut pairs = Vec::new();
     for rep in 0..req.reps {
         bar.update(rep as u64, req.reps as u64);
-        let untraced_s = untraced_once(req, launcher, mpi, &probe, rep)?;
+        let (untraced_s, cpus_per_rank) = untraced_once(req, launcher, mpi, &probe, rep)?;
         let mut pair = traced_once(req, mpi, rep)?;
         pair.untraced_s = untraced_s;
+        pair.cpus_per_rank = cpus_per_rank;
         pairs.push(pair);
     }
     bar.update(req.reps as u64, req.reps as u64);
@@ -336,6 +352,7 @@ pub fn validate(req: &Request, launcher: &dyn Launcher) -> Result<Validation> {
         dp_prime_median_s: median(&col(|p| p.dp_prime_s)),
         dp_median_s: median(&col(|p| p.dp_s)),
         flushes_median: flushes[flushes.len() / 2],
+        cpus_per_rank: pairs.iter().map(|p| p.cpus_per_rank).max().unwrap_or(0),
         unreliable: {
             let mut all: Vec<String> = pairs.iter().flat_map(|p| p.unreliable.clone()).collect();
             all.sort();
@@ -389,6 +406,20 @@ pub fn render(v: &Validation) -> String {
     );
     for w in &v.unreliable {
         let _ = writeln!(o, "UNRELIABLE: {w}");
+    }
+    if v.cpus_per_rank > 1 {
+        // Measured on the test guard's program (paper-notes/fidelity.md, "its ranks are now
+        // bound"): unbound MPICH ranks sleep through the pauses, and the work after them runs
+        // slower than any model sees.
+        let _ = writeln!(
+            o,
+            "NOTE: the ranks were not bound to one core each (a rank could run on up to {} \
+             CPUs). Unbound ranks sleep through the pauses and the work after a pause can run \
+             slower, which no model removes: with frequent flushes T(G) can come out a few per \
+             cent slow. Bind them as a batch job does (mpirun.mpich -bind-to core, mpirun \
+             --bind-to core, srun --cpu-bind=cores).",
+            v.cpus_per_rank
+        );
     }
     o
 }

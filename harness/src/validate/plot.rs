@@ -182,6 +182,7 @@ mod tests {
             dp_prime_s: 0.02,
             dp_s: 0.01,
             flushes: 4,
+            cpus_per_rank: 1,
             unreliable: Vec::new(),
         };
         let e = |m: f64| Error {
@@ -206,6 +207,7 @@ mod tests {
             dp_prime_median_s: 0.02,
             dp_median_s: 0.01,
             flushes_median: 4,
+            cpus_per_rank: 1,
             unreliable: Vec::new(),
             pairs: vec![pair(1.0, 1.03), pair(0.99, 1.04), pair(1.01, 1.03)],
         };

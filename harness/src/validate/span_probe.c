@@ -2,8 +2,12 @@
  * reconstruction reports for traced runs, "end of MPI_Init to start of MPI_Finalize, max over
  * ranks", so both sides of the comparison measure the same interval. Each rank reads
  * CLOCK_MONOTONIC at the two points; at MPI_Finalize rank 0 gets the maximum (one reduction, after
- * the interval has ended) and writes it, in seconds, to $EVENFLUSH_SPAN_FILE. */
+ * the interval has ended) and writes it, in seconds, to $EVENFLUSH_SPAN_FILE. A second line gives
+ * the most CPUs any rank was allowed to run on ("cpus N"): 1 when every rank was bound to a core
+ * as a batch system binds it, which is what the reconstruction's fidelity was measured with. */
+#define _GNU_SOURCE
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -37,11 +41,14 @@ int MPI_Finalize(void)
     int rank = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     PMPI_Reduce(&span, &longest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    cpu_set_t allowed;
+    int cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0, most = cpus;
+    PMPI_Reduce(&cpus, &most, 1, MPI_INT, MPI_MAX, 0, MPI_COMM_WORLD);
     const char *path = getenv("EVENFLUSH_SPAN_FILE");
     if (rank == 0 && path) {
         FILE *out = fopen(path, "w");
         if (out) {
-            fprintf(out, "%.9f\n", longest);
+            fprintf(out, "%.9f\ncpus %d\n", longest, most);
             fclose(out);
         }
     }
