@@ -20,14 +20,18 @@ use common::{
 /// The ranks are bound to their cores (`launch_bound`), as a batch system places them. Unbound,
 /// MPICH's ranks sleep through the pauses, which come out 4-6x longer, and the work after them
 /// ran slower in a way neither model sees: at one flush per 14 ms, the reconstruction came out
-/// a median +3.0 % slow, and 3 of 11 runs failed this guard (CI, 2026-11-28: +7.3 %, interval
-/// +1.2 to +8.7 %). Bound, 0 of 14 failed (median +0.8 %; paper-notes/fidelity.md). Bound pauses
-/// are short, so this guard catches a reconstruction that keeps the pauses (traced +11 % or more),
-/// not reliably one that keeps a fifth of each (+2.6 to +6.4 %, caught once in 3): the exact
-/// removal is checked by `trace`'s clock tests and `reconstruct_mapping`.
+/// a median +3.0 % slow (CI, 2026-11-28: +7.3 %, interval +1.2 to +8.7 %). Bound, the slowdown is
+/// smaller but still there: median +1 %, up to +6.0 % (Open MPI) and +3.5 % (MPICH, a CI
+/// rehearsal) on quiet runs; that is what [`MIN_BOUND`] leaves room for (paper-notes/fidelity.md).
+/// Bound pauses are short, so this guard catches a reconstruction that keeps the pauses (traced
+/// +11 % or more), not one that keeps a fifth of each (+2.6 to +6.4 %): the exact removal is
+/// checked by `trace`'s clock tests and `reconstruct_mapping`.
 const ITERATIONS: u32 = 60;
 const WORK_UNITS: u64 = 400_000;
 const REPS: usize = 5;
+/// The least error bound (the bound is this or twice the noise floor, whichever is larger): the
+/// unseen slowdown after each of the 28 writes, which no model removes, is up to +6 % here.
+const MIN_BOUND: f64 = 0.06;
 
 fn validates_a_real_program(mpi: Mpi) {
     let _guard = mpi_lock();
@@ -95,7 +99,7 @@ fn validate_once(mpi: Mpi) -> Result<(), String> {
             "repaired T(G) {causal} < {plain}: {p}"
         );
     }
-    // The fidelity guard: both models land within max(3 %, twice the noise floor measured in
+    // The fidelity guard: both models land within max(MIN_BOUND, twice the noise floor measured in
     // these very runs) of the untraced time, while the traced run itself is beyond that bound,
     // so a reconstruction that lost DP' (the pauses) fails. The noise floor is the untraced runs'
     // spread only; the reconstructed runs have their own, larger one (each traced run also
@@ -106,7 +110,7 @@ fn validate_once(mpi: Mpi) -> Result<(), String> {
     // more than that. The real figures, with more pairs, are in paper-notes/fidelity.md.
     let noise = v["untraced_spread"].as_f64().unwrap();
     assert!(noise >= 0.0);
-    let bound = f64::max(0.03, 2.0 * noise);
+    let bound = f64::max(MIN_BOUND, 2.0 * noise);
     let error = |key: &str| v[key]["error"].as_f64().unwrap();
     let interval_holds_zero = |key: &str| v[key]["within_noise"].as_bool().unwrap();
     if error("traced") <= bound {
@@ -121,9 +125,10 @@ fn validate_once(mpi: Mpi) -> Result<(), String> {
         let e = error(model).abs();
         assert!(
             e <= bound || (interval_holds_zero(model) && e <= 2.0 * bound),
-            "{model}: T(G) {:+.2} % off the untraced time, beyond max(3 %, 2 x noise {:.2} %) \
+            "{model}: T(G) {:+.2} % off the untraced time, beyond max({:.0} %, 2 x noise {:.2} %) \
              (or, with its 95 % interval holding 0, beyond twice that): {v}",
             100.0 * error(model),
+            100.0 * MIN_BOUND,
             100.0 * noise
         );
     }
