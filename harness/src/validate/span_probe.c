@@ -42,7 +42,8 @@ int MPI_Finalize(void)
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     PMPI_Reduce(&span, &longest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     cpu_set_t allowed;
-    int cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0, most = cpus;
+    int cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 0;
+    int most = cpus;
     PMPI_Reduce(&cpus, &most, 1, MPI_INT, MPI_MAX, 0, MPI_COMM_WORLD);
     const char *path = getenv("EVENFLUSH_SPAN_FILE");
     if (rank == 0 && path) {
