@@ -26,7 +26,7 @@ impl MpiImpl {
     /// Launcher flags placing one rank per core: Open MPI binds 2 ranks to cores by default but
     /// refuses more ranks than cores without `--oversubscribe`; MPICH's launcher binds nothing
     /// unless asked.
-    pub(crate) fn launcher_flags(self) -> &'static [&'static str] {
+    pub fn launcher_flags(self) -> &'static [&'static str] {
         match self {
             MpiImpl::Openmpi => &["--oversubscribe"],
             MpiImpl::Mpich => &["-bind-to", "core"],

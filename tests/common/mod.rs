@@ -58,25 +58,36 @@ impl Mpi {
             Mpi::Mpich => "mpirun.mpich",
         }
     }
-    /// `mpirun -np N` with what each launcher needs on a 2-core machine run as root.
-    pub fn launch(self, ranks: u32) -> Vec<String> {
-        let mut v = vec![self.mpirun().to_string()];
-        if self == Mpi::OpenMpi {
-            v.push("--oversubscribe".into());
+    /// The harness's name for this MPI, whose launcher flags the tests share.
+    fn harness(self) -> harness::mpi::MpiImpl {
+        match self {
+            Mpi::OpenMpi => harness::mpi::MpiImpl::Openmpi,
+            Mpi::Mpich => harness::mpi::MpiImpl::Mpich,
         }
-        v.extend(["-np".to_string(), ranks.to_string()]);
-        v
     }
 
-    /// [`Self::launch`] with each rank bound to its own core, as a batch system places them:
-    /// Open MPI binds up to 2 ranks to cores by default, MPICH's launcher binds nothing unless
-    /// asked.
+    /// `mpirun -np N` with what each launcher needs on a 2-core machine run as root; MPICH's
+    /// ranks are left unbound (as a user's plain `mpirun` leaves them).
+    pub fn launch(self, ranks: u32) -> Vec<String> {
+        let flags: &[&str] = match self {
+            Mpi::OpenMpi => self.harness().launcher_flags(),
+            Mpi::Mpich => &[],
+        };
+        self.launch_with(flags, ranks)
+    }
+
+    /// [`Self::launch`] with each rank bound to its own core, as a batch system places them, by
+    /// the flags the harness's own jobs use.
     pub fn launch_bound(self, ranks: u32) -> Vec<String> {
-        let mut v = self.launch(ranks);
-        if self == Mpi::Mpich {
-            v.splice(1..1, ["-bind-to".to_string(), "core".to_string()]);
-        }
-        v
+        self.launch_with(self.harness().launcher_flags(), ranks)
+    }
+
+    fn launch_with(self, flags: &[&str], ranks: u32) -> Vec<String> {
+        std::iter::once(self.mpirun())
+            .chain(flags.iter().copied())
+            .map(str::to_string)
+            .chain(["-np".to_string(), ranks.to_string()])
+            .collect()
     }
 }
 
