@@ -32,9 +32,10 @@ pub enum ModelArg {
     "Example:\n  evenflush reconstruct trace --out trace.reconstructed --remove both --hb --json\n\n",
     "As an MPI job (Open MPI or MPICH; every process must see the trace and the output directory):\n",
     "  mpirun -np 4 evenflush reconstruct trace --out trace.reconstructed --threads 1\n",
-    "Each process reads, maps and writes a block of the ranks (process 0 a smaller one); process 0 also matches ",
-    "communication (and with --hb writes every file) and prints the summary. The output is byte-identical to one ",
-    "process's.\n\n",
+    "Each process reads, maps, matches and writes an equal block of the ranks, with every model and with --hb, ",
+    "exchanging with the others only what their ranks' matching needs; process 0 prints the summary. A trace ",
+    "with multi-threaded ranks, RMA windows or intercommunicators is matched by process 0 for all (which then also ",
+    "writes every file with --hb or the replay). The output is byte-identical to one process's.\n\n",
     "Exit codes: 0 success; 1 error; 2 bad usage; 3 damaged or missing trace (unreadable rank file, missing rank, ",
     "wrong format version, empty directory). Damage that still leaves complete chunks is not fatal: the command ",
     "goes on and warns, naming the file and byte offset of what it skipped."

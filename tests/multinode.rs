@@ -589,7 +589,7 @@ fn reconstruct_across_nodes(mpi: Mpi) {
     let dir = shared_dir_run(mpi);
     let _guard = mpi_lock();
     let work = scratch(&format!("multinode-reconstruct-{}", mpi.name()));
-    // The default (subtract, split), the repair (process 0 matches for all), the replay (split).
+    // The default (subtract), the repair and the replay, each split with no central matcher.
     let variants: [(&str, &[&str]); 3] = [
         ("subtract", &[]),
         ("hb", &["--hb"]),

@@ -40,8 +40,14 @@ fn job_writes_what_one_process_writes(mpi: Mpi) {
     let _lock = mpi_lock();
     let dir = scratch(&format!("reconstruct-job-{}", mpi.name()));
     // Several suspensions (a small S) and a program whose messages take every matching path the
-    // bundled programs have (wildcards, persistent, probes, large counts), on 5 ranks.
-    for (program, ranks, args) in [("halo", 5u32, vec![]), ("matching", 4, vec![])] {
+    // bundled programs have (wildcards, persistent, probes, large counts), on 5 ranks; and a
+    // rank with two threads, which no split follows, so process 0 matches for every process
+    // (and with the repair writes every file).
+    for (program, ranks, args) in [
+        ("halo", 5u32, vec![]),
+        ("matching", 4, vec![]),
+        ("threads", 2, vec![]),
+    ] {
         let trace = dir.join(program);
         run_traced(
             mpi,
@@ -51,8 +57,8 @@ fn job_writes_what_one_process_writes(mpi: Mpi) {
             &trace,
             &["--threshold", "64KiB"],
         );
-        // The default (subtract, split with no central matcher), the repair (process 0 matches
-        // for all), and the replay (split: each process replays its own ranks).
+        // The default (subtract), the repair and the replay: each split with no central matcher
+        // (each process repairs or replays its own ranks), but on `threads`.
         let variants: [(&str, &[&str]); 3] = [
             ("subtract", &[]),
             ("hb", &["--hb"]),

@@ -84,7 +84,7 @@ pub fn reconstruct_in_job(
         j.send(p, job::TAG_ALL_METAS, &all)
             .map_err(|e| stop_others(RebuildError::Job(e)))?;
     }
-    let split = crate::job::split::splits(&metas, opts.repair(), Some(j));
+    let split = crate::job::split::splits(&metas, Some(j));
     let outputs = match create_outputs(trace, out, opts, 0, j.size(), split) {
         Ok(outputs) => outputs,
         Err(e) if split => {
@@ -131,9 +131,9 @@ fn reconstruct_rank_zero(
     let chunk_events = output_chunk_events(opts, ids.len());
     progress(0, total);
     let repair = opts.repair();
-    // A job whose pass needs no central matcher: every process matches its own ranks (and, with
-    // the replay, learns from them first).
-    let split = job.filter(|&j| crate::job::split::splits(metas, repair, Some(j)));
+    // A job whose trace can be split needs no central matcher: every process matches its own
+    // ranks (and, with the replay, learns from them first).
+    let split = job.filter(|&j| crate::job::split::splits(metas, Some(j)));
     // Otherwise the replay learns from the whole trace first (process 0 reads every rank for it:
     // the estimates are a few classes, but their instances are everywhere).
     let estimates = if repair.replay && split.is_none() {

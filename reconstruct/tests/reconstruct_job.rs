@@ -6,7 +6,7 @@ mod common;
 mod known_run;
 
 use common::*;
-use format::Event;
+use format::{Completion, Event, Marker, NO_REQUEST};
 use known_run::*;
 use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
 use trace::Trace;
@@ -201,6 +201,7 @@ fn split_jobs_write_what_one_process_writes(
     name: &str,
     program: &Program,
     model: Model,
+    hb: bool,
     process_counts: &[usize],
     mask: fn(&mut Summary),
 ) -> Summary {
@@ -210,6 +211,7 @@ fn split_jobs_write_what_one_process_writes(
     let opts = Options {
         remove: Remove::Both,
         model,
+        hb,
         chunk_events: 29,
         threads: 2,
         ..Options::default()
@@ -281,6 +283,7 @@ fn a_job_with_no_central_matcher_writes_what_one_process_writes() {
         "job-split",
         &program,
         Model::Subtract,
+        false,
         &[2, 3, 8],
         |_| {},
     );
@@ -301,6 +304,7 @@ fn a_replay_with_no_central_matcher_writes_what_one_process_writes() {
         "job-replay",
         &program,
         Model::Replay,
+        false,
         &[2, 3, 8],
         |_| {},
     );
@@ -308,6 +312,86 @@ fn a_replay_with_no_central_matcher_writes_what_one_process_writes() {
         expected.hb.before.messages > 1_000 && expected.hb.before.lanes_shifted > 0,
         "{:?}",
         expected.hb.before
+    );
+}
+
+/// A pipeline over `world` ranks: each iteration rank 0 sends, and every other rank receives
+/// from the one before it and forwards at once. Each receive ends 60 ns after its send began,
+/// under the repair's minimum latency (100 ns), so `--hb` delays every receive, and with it the
+/// forward, 40 ns more at each hop: a rank's repaired times depend on its sender's repair.
+fn pipeline_program(world: u32, iterations: u64) -> Program {
+    let measured = (0..world)
+        .map(|r| {
+            let mut events = function_defs();
+            events.push(Event::Marker(Marker::InitDone { time: 1_000 }));
+            for i in 0..iterations {
+                let t = 10_000 + i * 10_000;
+                let tag = i as i32;
+                let send_start = t + 70 * u64::from(r);
+                if r > 0 {
+                    let prev = (r - 1) as i32;
+                    events.push(Event::Call(call(RECV, t, send_start - 10, prev, tag)));
+                    events.push(Event::Completion(Completion {
+                        request: NO_REQUEST,
+                        source: prev,
+                        tag,
+                        bytes: 8,
+                        cancelled: false,
+                    }));
+                }
+                if r + 1 < world {
+                    let next = (r + 1) as i32;
+                    events.push(Event::Call(call(
+                        SEND,
+                        send_start,
+                        send_start + 50,
+                        next,
+                        tag,
+                    )));
+                }
+            }
+            events.push(Event::Marker(Marker::FinalizeStart {
+                time: 20_000 + iterations * 10_000,
+            }));
+            RankTrace {
+                rank: r,
+                ticks_per_sec: 1e9,
+                streams: vec![(0, events)],
+            }
+        })
+        .collect();
+    Program {
+        world,
+        measured,
+        original: Vec::new(),
+        cost_before: Vec::new(),
+        span: Vec::new(),
+        suspended: Vec::new(),
+        cost: Vec::new(),
+    }
+}
+
+#[test]
+fn a_repair_with_no_central_matcher_writes_what_one_process_writes() {
+    // `--hb` split: each process repairs its own ranks against proxies that carry the others'
+    // repaired times. In the pipeline, the hops that cross processes need the sender's delay
+    // (a proxy without it leaves the receiver 40 ns short per hop before it); the output, moved
+    // by the repair, and the summary must be one process's.
+    let program = pipeline_program(6, 300);
+    let expected = split_jobs_write_what_one_process_writes(
+        "job-repair",
+        &program,
+        Model::Subtract,
+        true,
+        &[2, 3, 8],
+        |_| {},
+    );
+    assert!(
+        expected.hb.before.messages == 5 * 300
+            && expected.hb.before.lanes_shifted == 5
+            && expected.hb.before.max_shift >= 5 * 40,
+        "{:?}",
+        expected.hb
     );
 }
 
@@ -332,6 +416,7 @@ fn a_job_with_no_central_matcher_forces_what_one_process_forces() {
         "job-force",
         &program,
         Model::Subtract,
+        false,
         &[2, 3, 8],
         |s| s.hb.before.waits_on_absent_ranks = 0,
     );

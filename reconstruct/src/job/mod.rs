@@ -1,7 +1,7 @@
 //! `mpirun -np N evenflush reconstruct`: the reconstruction split over the processes of an MPI
-//! job. When nothing is repaired and the trace allows it, no process matches for the others:
-//! every process matches its own ranks against proxy lanes of the others' ([`split`]). Otherwise,
-//! as follows. Each process owns a contiguous block of the trace's ranks ([`owner_of`]), reads their
+//! job. When the trace allows it (whatever the model and repair), no process matches for the
+//! others: every process matches its own ranks against proxy lanes of the others' ([`split`]).
+//! Otherwise (`HbContext::unsplittable`: threads, windows, intercommunicators), as follows. Each process owns a contiguous block of the trace's ranks ([`owner_of`]), reads their
 //! metadata, and does for them what a worker thread does in one process (decode every chunk once,
 //! map its times, encode and write the rank's output). Process 0 also runs the matcher and writes
 //! the summary; what matching needs of a rank it does not own (its communication calls, or every

@@ -45,17 +45,13 @@ pub(crate) fn create_outputs(
     .collect()
 }
 
-/// The process that reads rank `rank_idx`'s metadata: the one that will step the rank in the pass
-/// `opts` asks for. Split passes own equal blocks, and a process then re-reads only chunks it has
-/// already checked once (`format::reader::verified`); the central matcher's pass gives process 0 a
-/// smaller block. Whether a pass splits also depends on the metadata (a trace no split handles
-/// runs centrally): such a trace is only read with the split's blocks, which is still correct.
-fn scan_owner_of(opts: &Options, rank_idx: usize, ranks: usize, processes: usize) -> usize {
-    if job::split::repair_can_split(opts.repair()) {
-        job::split::split_owner_of(rank_idx, ranks, processes)
-    } else {
-        job::owner_of(rank_idx, ranks, processes)
-    }
+/// The process that reads rank `rank_idx`'s metadata: the one that will step the rank if the
+/// pass splits, as it does unless the metadata shows something the split cannot follow. Split
+/// passes own equal blocks, and a process then re-reads only chunks it has already checked once
+/// (`format::reader::verified`); a trace that runs centrally (whose process 0 steps a smaller
+/// block) is still read correctly with the split's blocks.
+fn scan_owner_of(rank_idx: usize, ranks: usize, processes: usize) -> usize {
+    job::split::split_owner_of(rank_idx, ranks, processes)
 }
 
 /// Process 0's side of the metadata exchange: every rank's metadata in trace order, and the
@@ -84,7 +80,7 @@ pub(crate) fn gather_metas(
                     .map_err(|e| RebuildError::Job(format!("process {p}: {e}")))?;
                 for (idx, meta, kept) in decoded {
                     match slots.get_mut(idx) {
-                        Some(slot) if scan_owner_of(opts, idx, ranks, job.size()) == p => {
+                        Some(slot) if scan_owner_of(idx, ranks, job.size()) == p => {
                             *slot = Some((meta, kept));
                         }
                         _ => {
@@ -143,7 +139,7 @@ fn scan_own(
 ) -> Result<Vec<(usize, RankMeta, job::KeptEvents)>, String> {
     let ranks = trace.ranks.len();
     let own: Vec<usize> = (0..ranks)
-        .filter(|&i| scan_owner_of(opts, i, ranks, job.size()) == job.rank())
+        .filter(|&i| scan_owner_of(i, ranks, job.size()) == job.rank())
         .collect();
     pipeline::map_indexed(own.len(), pipeline::threads(opts.threads), |k| {
         let mut kept = Vec::new();
@@ -211,7 +207,7 @@ pub(crate) fn serve_as_owner(
         }
     };
     let split = match &metas {
-        Ok(metas) => job::split::splits(metas, opts.repair(), Some(job)),
+        Ok(metas) => job::split::splits(metas, Some(job)),
         Err(_) => false,
     };
     let prepared = metas.map_err(RebuildError::Job).map(|metas| {

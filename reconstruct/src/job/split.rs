@@ -1,6 +1,6 @@
 //! The job's pass with no central matcher (`crate::pipeline::split`, `crate::hb::partition`),
-//! used when nothing is repaired and the trace can be split ([`HbContext::unsplittable`]). After
-//! the metadata exchange every process, 0 included:
+//! used whenever the trace can be split ([`HbContext::unsplittable`]), whatever the model and
+//! repair. After the metadata exchange every process, 0 included:
 //! 1. steps, writes and matches its own ranks against the proxies of the others', which arrive
 //!    in batches (`PROXIES`) while the pass runs, as its own steps make and send theirs
 //!    (`crate::pipeline::proxy_stream`: when every lane waits it tells process 0 (`STUCK`), which
@@ -12,7 +12,7 @@
 //! No message waits for one that may not come: every process sends `END` to everyone whatever
 //! happened to it, and takes every message until it has everyone's.
 
-use crate::hb::{self, Estimates, HbContext, Repair};
+use crate::hb::{self, Estimates, HbContext};
 use crate::job::{self, Mailbox, Transport};
 use crate::options::{Options, RebuildError};
 use crate::pipeline::split::{Owners, run_split, take_part_failed};
@@ -22,18 +22,11 @@ use std::path::Path;
 use trace::Trace;
 use trace::definitions::RankMeta;
 
-/// Whether a job's pass runs split: nothing repaired or the replay (whose waits need only the
-/// partners' replayed times, which the proxies carry), and nothing the split cannot follow.
-pub(crate) fn splits(metas: &[RankMeta], repair: Repair, job: Option<&dyn Transport>) -> bool {
-    repair_can_split(repair)
-        && job.is_some_and(|j| j.size() > 1)
-        && HbContext::unsplittable(metas).is_none()
-}
-
-/// Whether a pass with this repair can split at all (the trace decides the rest): nothing
-/// repaired, or the replay. `--hb` with subtract repairs in one matcher.
-pub(crate) fn repair_can_split(repair: Repair) -> bool {
-    !repair.enabled || repair.replay
+/// Whether a job's pass runs split: a job of several processes, and nothing in the trace the
+/// split cannot follow. Every model and repair splits: when the pass moves waits (`--hb`, the
+/// replay), the proxies carry the owner's moved times (`crate::pipeline::proxy_stream`).
+pub(crate) fn splits(metas: &[RankMeta], job: Option<&dyn Transport>) -> bool {
+    job.is_some_and(|j| j.size() > 1) && HbContext::unsplittable(metas).is_none()
 }
 
 /// The process that owns a rank in a split pass: contiguous blocks of equal size (every
