@@ -141,6 +141,9 @@ pub(crate) const TAG_END: u32 = 12;
 /// A split replay: what each process learned of the trace, to every other (they merge by a
 /// minimum, so every process replays with the tables one process would learn).
 pub(crate) const TAG_ESTIMATES: u32 = 13;
+/// A split pass that moved waits: the metadata of the sender's ranks of the written output, to
+/// every other process, for the check of the output (each reads only its own ranks' files).
+pub(crate) const TAG_OUTPUT_METAS: u32 = 14;
 
 pub(crate) fn encode_estimates(e: &crate::hb::Estimates) -> Vec<u8> {
     let mut w = Wire(Vec::new());

@@ -141,7 +141,17 @@ fn scan_own(
     let own: Vec<usize> = (0..ranks)
         .filter(|&i| scan_owner_of(i, ranks, job.size()) == job.rank())
         .collect();
-    pipeline::map_indexed(own.len(), pipeline::threads(opts.threads), |k| {
+    scan_ranks(trace, &own, opts.threads)
+}
+
+/// The metadata of the ranks `own` (rank indices) of `trace`, read on `threads` threads, each with
+/// the events it was built from.
+pub(crate) fn scan_ranks(
+    trace: &Trace,
+    own: &[usize],
+    threads: usize,
+) -> Result<Vec<(usize, RankMeta, job::KeptEvents)>, String> {
+    pipeline::map_indexed(own.len(), pipeline::threads(threads), |k| {
         let mut kept = Vec::new();
         trace::scan::scan_rank_keeping(&trace.ranks[own[k]], |stream, e| {
             kept.push((stream, e.clone()));
@@ -153,7 +163,9 @@ fn scan_own(
     .collect()
 }
 
-fn meta_records(scanned: &[(usize, RankMeta, job::KeptEvents)]) -> Vec<job::MetaRecord<'_>> {
+pub(crate) fn meta_records(
+    scanned: &[(usize, RankMeta, job::KeptEvents)],
+) -> Vec<job::MetaRecord<'_>> {
     scanned
         .iter()
         .map(|(rank_idx, meta, kept)| job::MetaRecord {

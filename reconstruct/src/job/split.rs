@@ -111,19 +111,17 @@ pub(crate) fn run_process(
     // The written output matched, split as well: each process its own ranks, as written. Every
     // process knows whether the pass failed (a failure is told to all), so all take part or none.
     if let (Ok(pass), Some(out), Ok(threads)) = (&mut mine, check, &threads) {
-        let checked = match Trace::open(out)
-            .map_err(RebuildError::from)
-            .and_then(|written| {
-                let metas = trace::scan::scan_with(&written, *threads)?;
-                Ok((written, metas))
-            }) {
+        let written = Trace::open(out).map_err(|e| failed(&RebuildError::from(e)));
+        let checked = match written_metas(written, &owners, *threads, &mail)? {
             Ok((written, metas)) => {
                 let cfg = PassConfig::as_recorded(&metas, *threads);
                 run_split(&written, cfg, &owners, &mail, &mut |_| {}).map_err(|e| failed(&e))
             }
-            Err(e) => {
-                take_part_failed(&mail, failed(&e));
-                Err(failed(&e))
+            // Taking part as failed, so that a process that did start the check (its reading
+            // of the others' metadata went well) hears of it rather than waits.
+            Err(reason) => {
+                take_part_failed(&mail, reason.clone());
+                Err(reason)
             }
         };
         match checked {
@@ -190,35 +188,61 @@ pub(crate) fn run_process(
     }
 }
 
+/// What one process sent in [`exchange_with_all`]: its bytes, or why it has none.
+type Sent = Result<Vec<u8>, String>;
+
+/// Sends `mine` (or why this process has nothing) to every other process under `tag`, and takes
+/// theirs: per other process, its bytes or its failure. In `size - 1` rounds, each sending to
+/// one process and taking from another, so that no two processes wait on each other's sends
+/// (large messages complete only when the receiver takes them).
+fn exchange_with_all(
+    mail: &Mailbox<'_>,
+    tag: u32,
+    mine: &Sent,
+) -> Result<Vec<(usize, Sent)>, RebuildError> {
+    let (me, size) = (mail.job.rank(), mail.job.size());
+    let (my_tag, my_bytes) = match mine {
+        Ok(bytes) => (tag, bytes),
+        Err(reason) => (job::TAG_FAILED, &reason.as_bytes().to_vec()),
+    };
+    let mut theirs = Vec::with_capacity(size.saturating_sub(1));
+    for round in 1..size {
+        let (to, from) = ((me + round) % size, (me + size - round) % size);
+        mail.job
+            .send_later(to, my_tag, my_bytes.clone())
+            .map_err(RebuildError::Job)?;
+        let (_, got, bytes) = mail.recv(|q, _| q == from).map_err(RebuildError::Job)?;
+        mail.job.complete_sends().map_err(RebuildError::Job)?;
+        theirs.push((
+            from,
+            match got {
+                t if t == tag => Ok(bytes),
+                job::TAG_FAILED => Err(String::from_utf8_lossy(&bytes).into_owned()),
+                other => Err(format!(
+                    "process {from} sent an unexpected message (tag {other})"
+                )),
+            },
+        ));
+    }
+    Ok(theirs)
+}
+
 /// Sends this process's learned tables (or why it has none) to every other process, takes
-/// theirs, and merges them: every process ends with the same tables, or the same failure. In
-/// `size - 1` rounds, each sending to one process and taking from another, so that no two
-/// processes wait on each other's sends (the tables outgrow MPI's eager sends with many ranks).
+/// theirs, and merges them: every process ends with the same tables, or the same failure (the
+/// tables outgrow MPI's eager sends with many ranks, hence [`exchange_with_all`]).
 fn exchange_estimates(
     learned: Result<Estimates, String>,
     mail: &Mailbox<'_>,
 ) -> Result<Result<Estimates, String>, RebuildError> {
-    let (me, size) = (mail.job.rank(), mail.job.size());
-    let mine = match &learned {
-        Ok(e) => (job::TAG_ESTIMATES, job::encode_estimates(e)),
-        Err(reason) => (job::TAG_FAILED, reason.as_bytes().to_vec()),
-    };
+    let mine = learned
+        .as_ref()
+        .map(job::encode_estimates)
+        .map_err(Clone::clone);
     let mut merged = learned;
-    for round in 1..size {
-        let (to, from) = ((me + round) % size, (me + size - round) % size);
-        mail.job
-            .send_later(to, mine.0, mine.1.clone())
-            .map_err(RebuildError::Job)?;
-        let (_, tag, bytes) = mail.recv(|q, _| q == from).map_err(RebuildError::Job)?;
-        mail.job.complete_sends().map_err(RebuildError::Job)?;
-        let theirs = match tag {
-            job::TAG_ESTIMATES => job::decode_estimates(&bytes)
-                .map_err(|e| format!("process {from}'s estimates: {e}")),
-            job::TAG_FAILED => Err(String::from_utf8_lossy(&bytes).into_owned()),
-            other => Err(format!(
-                "process {from} sent an unexpected message (tag {other})"
-            )),
-        };
+    for (from, bytes) in exchange_with_all(mail, job::TAG_ESTIMATES, &mine)? {
+        let theirs = bytes.and_then(|bytes| {
+            job::decode_estimates(&bytes).map_err(|e| format!("process {from}'s estimates: {e}"))
+        });
         merged = match (merged, theirs) {
             (Ok(mut mine), Ok(theirs)) => {
                 mine.merge(&theirs);
@@ -228,6 +252,63 @@ fn exchange_estimates(
         };
     }
     Ok(merged)
+}
+
+/// Every rank's metadata of the written output, each process reading only its own ranks' files
+/// and sending their metadata to every other. A process that could not open or read the output
+/// still takes part, so every process hears of it.
+fn written_metas(
+    written: Result<Trace, String>,
+    owners: &Owners<'_>,
+    threads: usize,
+    mail: &Mailbox<'_>,
+) -> Result<Result<(Trace, Vec<RankMeta>), String>, RebuildError> {
+    let scanned = written.as_ref().map_err(Clone::clone).and_then(|written| {
+        let own: Vec<usize> = (0..written.ranks.len())
+            .filter(|&i| owners.by_rank_idx.get(i) == Some(&owners.me))
+            .collect();
+        job::roles::scan_ranks(written, &own, threads)
+            .map_err(|e| format!("process {}: {e}", owners.me))
+    });
+    let mine = scanned
+        .as_ref()
+        .map(|s| job::encode_metas(&job::roles::meta_records(s)))
+        .map_err(Clone::clone);
+    let theirs = exchange_with_all(mail, job::TAG_OUTPUT_METAS, &mine)?;
+    let (written, scanned) = match (written, scanned) {
+        (Ok(written), Ok(scanned)) => (written, scanned),
+        (Err(reason), _) | (_, Err(reason)) => return Ok(Err(reason)),
+    };
+    let mut slots: Vec<Option<RankMeta>> = vec![None; written.ranks.len()];
+    for (idx, meta, _) in scanned {
+        slots[idx] = Some(meta);
+    }
+    for (from, bytes) in theirs {
+        let decoded = bytes.and_then(|bytes| {
+            job::decode_metas(&bytes).map_err(|e| format!("process {from}'s metadata: {e}"))
+        });
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        for (idx, meta, _) in decoded {
+            match slots.get_mut(idx) {
+                Some(slot) if owners.by_rank_idx.get(idx) == Some(&from) => *slot = Some(meta),
+                _ => {
+                    return Ok(Err(format!(
+                        "process {from} sent the metadata of rank index {idx}, which it does not own"
+                    )));
+                }
+            }
+        }
+    }
+    let Some(mut metas) = slots.into_iter().collect::<Option<Vec<RankMeta>>>() else {
+        return Ok(Err(
+            "no process sent the metadata of every written rank".into()
+        ));
+    };
+    trace::clock::align_clocks(&mut metas);
+    Ok(Ok((written, metas)))
 }
 
 /// The marks of the lanes of the ranks process `me` owns, by lane number.
