@@ -125,6 +125,19 @@ const OUTPUT_EVENTS_BUFFERED: usize = 1 << 20;
 /// would start to cost.
 const MIN_CHUNK_EVENTS: usize = 256;
 
+/// Encoded output held back over all ranks, at most, so that a rank's file is opened once for
+/// several chunks: each append opens and closes the file (open files stay few), and with
+/// thousands of ranks a chunk is [`MIN_CHUNK_EVENTS`] events, about 1 KiB.
+const OUTPUT_BYTES_HELD: usize = 32 << 20;
+/// ...and a rank's file is appended to once this many bytes wait at most.
+const MAX_BYTES_PER_WRITE: usize = 1 << 20;
+
+/// Encoded bytes a rank's output gathers before they are appended to its file (a rank's last
+/// chunks are appended whatever their size).
+pub(crate) fn output_bytes_per_write(ranks: usize) -> usize {
+    (OUTPUT_BYTES_HELD / ranks.max(1)).min(MAX_BYTES_PER_WRITE)
+}
+
 /// Every lane buffers one output chunk: with many lanes, smaller chunks keep that bounded.
 pub(crate) fn output_chunk_events(opts: &Options, lanes: usize) -> usize {
     opts.chunk_events

@@ -81,19 +81,55 @@ impl RankOutput {
         }
     }
 
-    /// Appends `chunks` in order.
+    /// Appends `chunks` in order, in one write (a system call costs more than copying a few
+    /// small chunks).
     pub fn append(&self, chunks: &[EncodedChunk]) -> Result<(), RebuildError> {
-        if chunks.is_empty() {
-            return Ok(());
-        }
+        let bytes = match chunks {
+            [] => return Ok(()),
+            [one] => std::borrow::Cow::Borrowed(&one.bytes[..]),
+            several => {
+                std::borrow::Cow::Owned(several.iter().flat_map(|c| &c.bytes).copied().collect())
+            }
+        };
         let err = |e| output_error(&self.path, e);
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.path)
             .map_err(err)?;
-        for chunk in chunks {
-            file.write_all(&chunk.bytes).map_err(err)?;
+        file.write_all(&bytes).map_err(err)
+    }
+}
+
+/// Encoded chunks of one rank's file not appended yet: a file is opened for each append (open
+/// files stay few), so small chunks are appended several at a time
+/// ([`crate::options::output_bytes_per_write`]). Chunks are appended in the order they came.
+#[derive(Default)]
+pub(crate) struct Held {
+    chunks: Vec<EncodedChunk>,
+    bytes: usize,
+}
+
+impl Held {
+    /// Holds `chunk`, and appends everything held once `bytes_per_write` bytes wait.
+    pub fn add(
+        &mut self,
+        target: &RankOutput,
+        chunk: EncodedChunk,
+        bytes_per_write: usize,
+    ) -> Result<(), RebuildError> {
+        self.bytes += chunk.bytes.len();
+        self.chunks.push(chunk);
+        if self.bytes >= bytes_per_write {
+            self.flush(target)?;
         }
+        Ok(())
+    }
+
+    /// Appends everything held.
+    pub fn flush(&mut self, target: &RankOutput) -> Result<(), RebuildError> {
+        target.append(&self.chunks)?;
+        self.chunks.clear();
+        self.bytes = 0;
         Ok(())
     }
 }
@@ -161,4 +197,42 @@ pub(crate) fn write_meta(trace: &Trace, out: &Path, opts: &Options) -> Result<()
     let path = out.join("meta.json");
     let text = serde_json::to_string_pretty(&meta).unwrap_or_else(|_| "{}".into());
     std::fs::write(&path, text).map_err(|source| RebuildError::Output { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_chunks_go_out_together_in_the_order_they_came() {
+        let dir = std::env::temp_dir().join(format!("evf-held-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = RankOutput {
+            rank: 0,
+            path: dir.join("rank-00000.evf"),
+        };
+        std::fs::write(&target.path, b"H").unwrap();
+        let chunk = |byte: u8, len: usize| EncodedChunk {
+            bytes: vec![byte; len],
+            raw_len: 0,
+            stored_len: 0,
+            events: 0,
+            first_ts: 0,
+            last_ts: 0,
+        };
+        let written = || std::fs::read(&target.path).unwrap();
+        let mut held = Held::default();
+        held.add(&target, chunk(b'a', 3), 8).unwrap();
+        held.add(&target, chunk(b'b', 4), 8).unwrap();
+        assert_eq!(written(), b"H", "7 bytes of 8 wait");
+        held.add(&target, chunk(b'c', 2), 8).unwrap();
+        assert_eq!(written(), b"Haaabbbbcc");
+        held.add(&target, chunk(b'd', 1), 8).unwrap();
+        assert_eq!(written(), b"Haaabbbbcc");
+        held.flush(&target).unwrap();
+        assert_eq!(written(), b"Haaabbbbccd");
+        held.flush(&target).unwrap();
+        assert_eq!(written(), b"Haaabbbbccd", "nothing held, nothing written");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

@@ -27,9 +27,9 @@ use crate::hb::Estimates;
 use crate::job::roles::{create_outputs, gather_metas, serve_as_owner};
 use crate::job::{self, Transport};
 use crate::matches::check_happened_before_with;
-use crate::options::output_chunk_events;
 pub use crate::options::{Model, Options, RebuildError, Remove};
-use crate::output::{LaneOut, RankOutput, prepare_out_dir, write_meta};
+use crate::options::{output_bytes_per_write, output_chunk_events};
+use crate::output::{Held, LaneOut, RankOutput, prepare_out_dir, write_meta};
 use crate::pipeline::{self, PassConfig, WorkerOutput};
 use crate::summary::summarize;
 pub use crate::summary::{
@@ -149,17 +149,15 @@ fn reconstruct_rank_zero(
         .map(|id| metas.iter().position(|m| m.rank == id.rank).unwrap_or(0))
         .collect();
     let mut encoder = ChunkEncoder::new(opts.zstd_level);
+    let mut held: Vec<Held> = outputs.iter().map(|_| Held::default()).collect();
+    let bytes_per_write = output_bytes_per_write(outputs.len());
     let mut write_error: Option<RebuildError> = None;
     let cfg = PassConfig {
         metas,
         remove: Some(opts.remove),
         repair,
         threads: opts.threads,
-        output: (!opts.moves_waits()).then_some(WorkerOutput {
-            ranks: outputs,
-            chunk_events,
-            zstd_level: opts.zstd_level,
-        }),
+        output: (!opts.moves_waits()).then(|| WorkerOutput::new(outputs, opts, ids.len())),
         job,
         estimates: estimates.as_ref(),
     };
@@ -167,11 +165,7 @@ fn reconstruct_rank_zero(
         // A split pass writes the own ranks in every model (the replay from its engine).
         let cfg = PassConfig {
             job: None,
-            output: Some(WorkerOutput {
-                ranks: outputs,
-                chunk_events,
-                zstd_level: opts.zstd_level,
-            }),
+            output: Some(WorkerOutput::new(outputs, opts, ids.len())),
             ..cfg
         };
         crate::job::split::run_process(trace, metas, Ok(cfg), opts, out, j, &mut |done| {
@@ -188,9 +182,9 @@ fn reconstruct_rank_zero(
                 }
                 let lane = &mut lanes[li];
                 if lane.push(e, chunk_events) {
-                    let target = &outputs[lane_rank[li]];
-                    let chunk = lane.take_chunk(&mut encoder, target.rank);
-                    if let Err(err) = target.append(&[chunk]) {
+                    let r = lane_rank[li];
+                    let chunk = lane.take_chunk(&mut encoder, outputs[r].rank);
+                    if let Err(err) = held[r].add(&outputs[r], chunk, bytes_per_write) {
                         write_error = Some(err);
                     }
                 }
@@ -203,10 +197,13 @@ fn reconstruct_rank_zero(
         }
         for (li, lane) in lanes.iter_mut().enumerate() {
             if !lane.is_empty() {
-                let target = &outputs[lane_rank[li]];
-                let chunk = lane.take_chunk(&mut encoder, target.rank);
-                target.append(&[chunk])?;
+                let r = lane_rank[li];
+                let chunk = lane.take_chunk(&mut encoder, outputs[r].rank);
+                held[r].add(&outputs[r], chunk, bytes_per_write)?;
             }
+        }
+        for (h, target) in held.iter_mut().zip(outputs) {
+            h.flush(target)?;
         }
         pass
     };

@@ -10,7 +10,7 @@ use trace::clock::align_clocks;
 use trace::definitions::RankMeta;
 
 use crate::job::{self, Transport};
-use crate::options::{Options, RebuildError, output_chunk_events};
+use crate::options::{Options, RebuildError};
 use crate::output::RankOutput;
 use crate::pipeline::{self, PassConfig, WorkerOutput};
 
@@ -236,11 +236,7 @@ pub(crate) fn serve_as_owner(
                     remove: Some(opts.remove),
                     repair: opts.repair(),
                     threads: opts.threads,
-                    output: Some(WorkerOutput {
-                        ranks: outputs,
-                        chunk_events: output_chunk_events(opts, ids.len()),
-                        zstd_level: opts.zstd_level,
-                    }),
+                    output: Some(WorkerOutput::new(outputs, opts, ids.len())),
                     job: None,
                     estimates: None,
                 }),
@@ -266,11 +262,7 @@ pub(crate) fn serve_as_owner(
             remove: Some(opts.remove),
             repair: opts.repair(),
             threads: opts.threads,
-            output: (!opts.moves_waits()).then_some(WorkerOutput {
-                ranks: &outputs,
-                chunk_events: output_chunk_events(opts, ids.len()),
-                zstd_level: opts.zstd_level,
-            }),
+            output: (!opts.moves_waits()).then(|| WorkerOutput::new(&outputs, opts, ids.len())),
             job: Some(job),
             // Owners only step their ranks; process 0's matcher replays.
             estimates: None,

@@ -32,7 +32,7 @@ use format::{ChunkEncoder, Event};
 use crate::hb::{self, HbContext, HbReport, MessageMatch, Repair};
 use crate::job::{self, Transport};
 use crate::mapping::LaneMarks;
-use crate::options::{RebuildError, Remove};
+use crate::options::{Options, RebuildError, Remove};
 use crate::output::RankOutput;
 use trace::Trace;
 use trace::clock::TimeMap;
@@ -62,7 +62,21 @@ pub(crate) struct WorkerOutput<'a> {
     /// One per rank of the trace, in its order.
     pub ranks: &'a [RankOutput],
     pub chunk_events: usize,
+    /// See [`crate::output::Held`].
+    pub bytes_per_write: usize,
     pub zstd_level: i32,
+}
+
+impl<'a> WorkerOutput<'a> {
+    /// The output of a pass over `lanes` lanes, as `opts` asks for it.
+    pub(crate) fn new(ranks: &'a [RankOutput], opts: &Options, lanes: usize) -> Self {
+        WorkerOutput {
+            ranks,
+            chunk_events: crate::options::output_chunk_events(opts, lanes),
+            bytes_per_write: crate::options::output_bytes_per_write(ranks.len()),
+            zstd_level: opts.zstd_level,
+        }
+    }
 }
 
 pub(crate) struct PassConfig<'a> {

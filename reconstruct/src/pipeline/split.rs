@@ -15,7 +15,7 @@ use crate::hb::{self, ProxyFilter};
 use crate::job::Mailbox;
 use crate::mapping::LaneMarks;
 use crate::options::RebuildError;
-use crate::output::LaneOut;
+use crate::output::{Held, LaneOut};
 use trace::Trace;
 
 /// Who owns what, by rank index (`owners`) and by world rank.
@@ -115,10 +115,11 @@ pub(crate) fn run_split(
             .iter()
             .map(|&lane| super::rank_slot(metas, ids[lane].rank))
             .collect(),
-        output,
         seen: vec![(None, None); own_lanes.len()],
         error: None,
         encoder: ChunkEncoder::new(zstd_level),
+        held: output.ranks.iter().map(|_| Held::default()).collect(),
+        output,
     });
     let (report, estimates) = std::thread::scope(|scope| {
         let workers: Vec<_> = (1..threads)
@@ -200,6 +201,8 @@ struct ReplayWriter<'o> {
     seen: Vec<(Option<u64>, Option<u64>)>,
     error: Option<RebuildError>,
     encoder: ChunkEncoder,
+    /// Per rank slot of `output.ranks`.
+    held: Vec<Held>,
 }
 
 impl ReplayWriter<'_> {
@@ -219,9 +222,10 @@ impl ReplayWriter<'_> {
             return;
         }
         if self.outs[k].push(e, self.output.chunk_events) {
-            let target = &self.output.ranks[self.targets[k]];
+            let r = self.targets[k];
+            let target = &self.output.ranks[r];
             let chunk = self.outs[k].take_chunk(&mut self.encoder, target.rank);
-            if let Err(err) = target.append(&[chunk]) {
+            if let Err(err) = self.held[r].add(target, chunk, self.output.bytes_per_write) {
                 self.error = Some(err);
             }
         }
@@ -233,10 +237,14 @@ impl ReplayWriter<'_> {
         }
         for (k, out) in self.outs.iter_mut().enumerate() {
             if !out.is_empty() {
-                let target = &self.output.ranks[self.targets[k]];
+                let r = self.targets[k];
+                let target = &self.output.ranks[r];
                 let chunk = out.take_chunk(&mut self.encoder, target.rank);
-                target.append(&[chunk])?;
+                self.held[r].add(target, chunk, self.output.bytes_per_write)?;
             }
+        }
+        for (h, target) in self.held.iter_mut().zip(self.output.ranks) {
+            h.flush(target)?;
         }
         Ok(())
     }

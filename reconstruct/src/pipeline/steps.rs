@@ -15,7 +15,7 @@ use crate::hb::{HbContext, ProxyFilter};
 use crate::job::LaneBatch;
 use crate::mapping::LaneMapper;
 use crate::options::{RebuildError, Remove};
-use crate::output::LaneOut;
+use crate::output::{Held, LaneOut};
 use trace::definitions::RankMeta;
 
 /// A worker's view of one lane.
@@ -50,6 +50,8 @@ pub(super) struct RankWork<'a> {
     rank_idx: usize,
     rank: u32,
     pub(super) lanes: Vec<LaneWork<'a>>,
+    /// Output chunks encoded and not yet appended.
+    held: Held,
 }
 
 pub(super) struct State {
@@ -205,7 +207,13 @@ impl<'a> Shared<'a> {
             produced.push((lane.global, batch, lane.done));
         }
         if let Some(out) = &self.output {
-            out.ranks[r].append(&chunks)?;
+            let target = &out.ranks[r];
+            for chunk in chunks {
+                work.held.add(target, chunk, out.bytes_per_write)?;
+            }
+            if work.lanes.iter().all(|l| l.done) {
+                work.held.flush(target)?;
+            }
         }
         // The state's lock is taken after the rank's, never while holding it.
         drop(guard);
@@ -447,6 +455,7 @@ impl Inputs {
                 rank_idx: i,
                 rank: m.rank,
                 lanes: Vec::new(),
+                held: Held::default(),
             })
             .collect();
         let mut lane_rank = Vec::with_capacity(ids.len());
