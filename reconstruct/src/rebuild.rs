@@ -28,7 +28,6 @@ use crate::job::roles::{create_outputs, gather_metas, serve_as_owner};
 use crate::job::{self, Transport};
 use crate::matches::check_happened_before_with;
 pub use crate::options::{Model, Options, RebuildError, Remove};
-use crate::options::{output_bytes_per_write, output_chunk_events};
 use crate::output::{Held, LaneOut, RankOutput, prepare_out_dir, write_meta};
 use crate::pipeline::{self, PassConfig, WorkerOutput};
 use crate::summary::summarize;
@@ -128,7 +127,7 @@ fn reconstruct_rank_zero(
 ) -> Result<Summary, RebuildError> {
     let ids = pipeline::lane_ids(metas);
     let total: u64 = metas.iter().map(|m| m.events).sum();
-    let chunk_events = output_chunk_events(opts, ids.len());
+    let output = WorkerOutput::new(outputs, opts, ids.len());
     progress(0, total);
     let repair = opts.repair();
     // A job whose trace can be split needs no central matcher: every process matches its own
@@ -150,14 +149,13 @@ fn reconstruct_rank_zero(
         .collect();
     let mut encoder = ChunkEncoder::new(opts.zstd_level);
     let mut held: Vec<Held> = outputs.iter().map(|_| Held::default()).collect();
-    let bytes_per_write = output_bytes_per_write(outputs.len());
     let mut write_error: Option<RebuildError> = None;
     let cfg = PassConfig {
         metas,
         remove: Some(opts.remove),
         repair,
         threads: opts.threads,
-        output: (!opts.moves_waits()).then(|| WorkerOutput::new(outputs, opts, ids.len())),
+        output: (!opts.moves_waits()).then_some(output),
         job,
         estimates: estimates.as_ref(),
     };
@@ -165,7 +163,7 @@ fn reconstruct_rank_zero(
         // A split pass writes the own ranks in every model (the replay from its engine).
         let cfg = PassConfig {
             job: None,
-            output: Some(WorkerOutput::new(outputs, opts, ids.len())),
+            output: Some(output),
             ..cfg
         };
         crate::job::split::run_process(trace, metas, Ok(cfg), opts, out, j, &mut |done| {
@@ -181,10 +179,10 @@ fn reconstruct_rank_zero(
                     return;
                 }
                 let lane = &mut lanes[li];
-                if lane.push(e, chunk_events) {
+                if lane.push(e, output.chunk_events) {
                     let r = lane_rank[li];
                     let chunk = lane.take_chunk(&mut encoder, outputs[r].rank);
-                    if let Err(err) = held[r].add(&outputs[r], chunk, bytes_per_write) {
+                    if let Err(err) = held[r].add(&outputs[r], chunk, output.bytes_per_write) {
                         write_error = Some(err);
                     }
                 }
@@ -199,7 +197,7 @@ fn reconstruct_rank_zero(
             if !lane.is_empty() {
                 let r = lane_rank[li];
                 let chunk = lane.take_chunk(&mut encoder, outputs[r].rank);
-                held[r].add(&outputs[r], chunk, bytes_per_write)?;
+                held[r].add(&outputs[r], chunk, output.bytes_per_write)?;
             }
         }
         for (h, target) in held.iter_mut().zip(outputs) {

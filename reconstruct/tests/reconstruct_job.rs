@@ -6,7 +6,7 @@ mod common;
 mod known_run;
 
 use common::*;
-use format::{Completion, Event, Marker, NO_REQUEST};
+use format::{Event, Marker};
 use known_run::*;
 use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
 use trace::Trace;
@@ -331,13 +331,7 @@ fn pipeline_program(world: u32, iterations: u64) -> Program {
                 if r > 0 {
                     let prev = (r - 1) as i32;
                     events.push(Event::Call(call(RECV, t, send_start - 10, prev, tag)));
-                    events.push(Event::Completion(Completion {
-                        request: NO_REQUEST,
-                        source: prev,
-                        tag,
-                        bytes: 8,
-                        cancelled: false,
-                    }));
+                    events.push(received(prev, tag));
                 }
                 if r + 1 < world {
                     let next = (r + 1) as i32;

@@ -1,7 +1,8 @@
 //! `mpirun -np N evenflush reconstruct`: the reconstruction split over the processes of an MPI
 //! job. When the trace allows it (whatever the model and repair), no process matches for the
 //! others: every process matches its own ranks against proxy lanes of the others' ([`split`]).
-//! Otherwise (`HbContext::unsplittable`: threads, windows, intercommunicators), as follows. Each process owns a contiguous block of the trace's ranks ([`owner_of`]), reads their
+//! Otherwise (`HbContext::unsplittable`: threads, windows, intercommunicators), as follows.
+//! Each process owns a contiguous block of the trace's ranks ([`owner_of`]), reads their
 //! metadata, and does for them what a worker thread does in one process (decode every chunk once,
 //! map its times, encode and write the rank's output). Process 0 also runs the matcher and writes
 //! the summary; what matching needs of a rank it does not own (its communication calls, or every
@@ -504,6 +505,36 @@ pub(crate) fn encode_metas(records: &[MetaRecord<'_>]) -> Vec<u8> {
 
 /// The events a rank's metadata was built from, each with its stream.
 pub(crate) type KeptEvents = Vec<(u32, Event)>;
+
+/// The metadata of the ranks `ranks` (indices into `trace.ranks`), read on `threads` threads,
+/// each with the events it was built from (what travels to the other processes).
+pub(crate) fn scan_ranks(
+    trace: &trace::Trace,
+    ranks: &[usize],
+    threads: usize,
+) -> Result<Vec<DecodedMeta>, trace::TraceError> {
+    trace::parallel::map_indexed(ranks.len(), trace::parallel::threads(threads), |k| {
+        let mut kept = Vec::new();
+        trace::scan::scan_rank_keeping(&trace.ranks[ranks[k]], |stream, e| {
+            kept.push((stream, e.clone()));
+        })
+        .map(|meta| (ranks[k], meta, kept))
+    })
+    .into_iter()
+    .collect()
+}
+
+/// What [`encode_metas`] takes of ranks' scanned metadata.
+pub(crate) fn meta_records(scanned: &[DecodedMeta]) -> Vec<MetaRecord<'_>> {
+    scanned
+        .iter()
+        .map(|(rank_idx, meta, kept)| MetaRecord {
+            rank_idx: *rank_idx,
+            meta,
+            kept,
+        })
+        .collect()
+}
 
 /// A rank's metadata as received: (rank index, metadata, the events it was built from, which
 /// process 0 passes on).

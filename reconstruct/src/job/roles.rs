@@ -141,39 +141,7 @@ fn scan_own(
     let own: Vec<usize> = (0..ranks)
         .filter(|&i| scan_owner_of(i, ranks, job.size()) == job.rank())
         .collect();
-    scan_ranks(trace, &own, opts.threads)
-}
-
-/// The metadata of the ranks `own` (rank indices) of `trace`, read on `threads` threads, each with
-/// the events it was built from.
-pub(crate) fn scan_ranks(
-    trace: &Trace,
-    own: &[usize],
-    threads: usize,
-) -> Result<Vec<(usize, RankMeta, job::KeptEvents)>, String> {
-    pipeline::map_indexed(own.len(), pipeline::threads(threads), |k| {
-        let mut kept = Vec::new();
-        trace::scan::scan_rank_keeping(&trace.ranks[own[k]], |stream, e| {
-            kept.push((stream, e.clone()));
-        })
-        .map(|meta| (own[k], meta, kept))
-        .map_err(|e| pipeline::remote::error_text(&e))
-    })
-    .into_iter()
-    .collect()
-}
-
-pub(crate) fn meta_records(
-    scanned: &[(usize, RankMeta, job::KeptEvents)],
-) -> Vec<job::MetaRecord<'_>> {
-    scanned
-        .iter()
-        .map(|(rank_idx, meta, kept)| job::MetaRecord {
-            rank_idx: *rank_idx,
-            meta,
-            kept,
-        })
-        .collect()
+    job::scan_ranks(trace, &own, opts.threads).map_err(|e| pipeline::remote::error_text(&e))
 }
 
 /// An owner's side: reads the metadata of its own ranks and sends it to process 0.
@@ -182,7 +150,7 @@ fn send_own_metas(trace: &Trace, opts: &Options, job: &dyn Transport) -> Result<
     job.send(
         0,
         job::TAG_METAS,
-        &job::encode_metas(&meta_records(&scanned)),
+        &job::encode_metas(&job::meta_records(&scanned)),
     )
 }
 

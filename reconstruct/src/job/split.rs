@@ -267,12 +267,17 @@ fn written_metas(
         let own: Vec<usize> = (0..written.ranks.len())
             .filter(|&i| owners.by_rank_idx.get(i) == Some(&owners.me))
             .collect();
-        job::roles::scan_ranks(written, &own, threads)
-            .map_err(|e| format!("process {}: {e}", owners.me))
+        job::scan_ranks(written, &own, threads).map_err(|e| {
+            format!(
+                "process {}: {}",
+                owners.me,
+                crate::pipeline::remote::error_text(&e)
+            )
+        })
     });
     let mine = scanned
         .as_ref()
-        .map(|s| job::encode_metas(&job::roles::meta_records(s)))
+        .map(|s| job::encode_metas(&job::meta_records(s)))
         .map_err(Clone::clone);
     let theirs = exchange_with_all(mail, job::TAG_OUTPUT_METAS, &mine)?;
     let (written, scanned) = match (written, scanned) {

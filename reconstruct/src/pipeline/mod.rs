@@ -58,6 +58,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The workers write the output themselves (only when nothing is repaired).
+#[derive(Clone, Copy)]
 pub(crate) struct WorkerOutput<'a> {
     /// One per rank of the trace, in its order.
     pub ranks: &'a [RankOutput],

@@ -17,6 +17,17 @@ pub const IRECV: FunctionId = 5;
 pub const WAIT: FunctionId = 6;
 pub const SSEND: FunctionId = 7;
 
+/// The completion a blocking receive of 8 bytes from `source` with `tag` records after its call.
+pub fn received(source: i32, tag: i32) -> Event {
+    Event::Completion(format::Completion {
+        request: NO_REQUEST,
+        source,
+        tag,
+        bytes: 8,
+        cancelled: false,
+    })
+}
+
 pub fn function_defs() -> Vec<Event> {
     [
         (SEND, "MPI_Send"),

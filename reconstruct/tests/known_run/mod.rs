@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use format::synthetic::Rng;
-use format::{ClockSample, Completion, Event, Marker, MpiCall, NO_REQUEST, SampleKind, Suspension};
+use format::{ClockSample, Event, Marker, MpiCall, SampleKind, Suspension};
 use reconstruct::rebuild::{self, Options, Remove, Summary};
 use trace::Trace;
 
@@ -98,13 +98,7 @@ pub fn ring_program(world: u32, iterations: u64, seed: u64) -> Program {
                 suspended,
                 &mut rng,
             );
-            events.push(Event::Completion(Completion {
-                request: NO_REQUEST,
-                source: prev,
-                tag,
-                bytes: 8,
-                cancelled: false,
-            }));
+            events.push(received(prev, tag));
             let c = ti + 3_000 + rng.next_u64() % 1_000;
             push_call(
                 &mut events,
