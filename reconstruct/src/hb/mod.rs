@@ -794,16 +794,16 @@ impl Shared<'_> {
             if budget == 0 {
                 return moved;
             }
-            let (index, next, removed) = match lane.peeked.take() {
-                Some((index, event, removed)) => (index, Some(event), removed),
-                None => {
-                    let event = lane.src.next();
-                    let index = lane.src.source_index().unwrap_or(lane.next_index);
-                    lane.next_index = index + u64::from(event.is_some());
-                    (index, event, lane.src.removed_ns())
-                }
-            };
-            let Some(mut event) = next else {
+            // Every event passes here, so the usual path (nothing peeked) moves it once, from
+            // the source into `event`: the 80-byte moves through `Option`s and tuples were a
+            // lead of the matcher's per-event cost (paper-notes/reconstruct.md).
+            let (index, mut event, removed) = if let Some(peeked) = lane.peeked.take() {
+                peeked
+            } else if let Some(event) = lane.src.next() {
+                let index = lane.src.source_index().unwrap_or(lane.next_index);
+                lane.next_index = index + 1;
+                (index, event, lane.src.removed_ns())
+            } else {
                 if !lane.held.is_empty() {
                     lane.needs = Some(self.needs_of(lane));
                     continue;

@@ -335,3 +335,121 @@ fn own_marks(
         .map(|(lane, _)| (lane as u32, pass.marks[lane]))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use format::{
+        ClockCalibration, ClockSource, Event, FileHeader, Marker, RankFileWriter, RawBuf,
+        rank_file_name,
+    };
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A trace of `ranks` ranks, each one chunk holding its `InitDone` marker.
+    fn write_small_trace(dir: &Path, ranks: u32) {
+        let mut encoder = format::ChunkEncoder::new(1);
+        for rank in 0..ranks {
+            let header = FileHeader {
+                rank,
+                world_size: ranks,
+                part: 0,
+                clock: ClockCalibration {
+                    ticks_per_sec: 1e9,
+                    tick_at_epoch: 0,
+                    realtime_ns: 0,
+                    source: ClockSource::Tsc,
+                },
+                created_unix_ns: 0,
+                producer: "split test".into(),
+            };
+            let file = std::fs::File::create(dir.join(rank_file_name(rank, 0))).unwrap();
+            let mut w = RankFileWriter::new(file, &header).unwrap();
+            let mut buf = RawBuf::new();
+            buf.push_event(&Event::Marker(Marker::InitDone { time: 1000 }));
+            w.write_chunk(&encoder.encode(rank, 0, 0, &buf)).unwrap();
+        }
+    }
+
+    /// The check of a split pass's output when one process cannot read its own ranks' files:
+    /// every process must hear of it and fail, naming that process, and none may wait for it
+    /// (a process that left the exchange early would leave the others waiting for ever).
+    #[test]
+    fn a_process_that_cannot_read_its_output_fails_the_check_everywhere_and_hangs_none() {
+        let dir = std::env::temp_dir().join(format!(
+            "evenflush-rec-written-metas-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        write_small_trace(&dir, 6);
+        let by_rank_idx = [0, 0, 1, 1, 2, 2];
+        for broken in [None, Some(1usize)] {
+            let transports = job::threads::connected(3);
+            let (done_tx, done_rx) = mpsc::channel();
+            let opened = std::sync::Arc::new(std::sync::Barrier::new(3));
+            let mut handles = Vec::new();
+            for transport in transports {
+                let (dir, done, opened) = (dir.clone(), done_tx.clone(), opened.clone());
+                handles.push(std::thread::spawn(move || {
+                    let me = transport.rank();
+                    let written = Trace::open(&dir).map_err(|e| e.to_string());
+                    opened.wait();
+                    // The broken process's files go after the output was opened, as a file
+                    // that vanishes or cannot be read between the pass and its check.
+                    if broken == Some(me) {
+                        for (i, &owner) in by_rank_idx.iter().enumerate() {
+                            if owner == me {
+                                let name = rank_file_name(i as u32, 0);
+                                std::fs::rename(dir.join(&name), dir.join(format!("{name}.gone")))
+                                    .unwrap();
+                            }
+                        }
+                    }
+                    let owners = Owners {
+                        by_rank_idx: &by_rank_idx,
+                        me,
+                        processes: 3,
+                    };
+                    let mail = Mailbox::new(&transport);
+                    let got = written_metas(written, &owners, 1, &mail)
+                        .map(|r| r.map(|(_, metas)| metas.len()));
+                    let _ = done.send((me, got));
+                }));
+            }
+            drop(done_tx);
+            let mut results = Vec::new();
+            for _ in 0..3 {
+                match done_rx.recv_timeout(Duration::from_secs(20)) {
+                    Ok(r) => results.push(r),
+                    Err(_) => panic!("broken {broken:?}: a process still waits after 20 s"),
+                }
+            }
+            for h in handles {
+                h.join().unwrap();
+            }
+            results.sort_by_key(|r| r.0);
+            for (me, got) in results {
+                match (broken, got) {
+                    (None, Ok(Ok(n))) => assert_eq!(n, 6, "process {me}"),
+                    (Some(b), Ok(Err(reason))) => assert!(
+                        reason.contains(&format!("process {b}")),
+                        "process {me}: {reason}"
+                    ),
+                    (_, other) => panic!(
+                        "broken {broken:?}, process {me}: {:?}",
+                        other.map_err(|e| crate::pipeline::remote::error_text(&e))
+                    ),
+                }
+            }
+            // Put the files back for the next round.
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if let Some(name) = path.to_str().and_then(|p| p.strip_suffix(".gone")) {
+                    std::fs::rename(&path, name).unwrap();
+                }
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
