@@ -3,7 +3,10 @@
 //! Writes a synthetic multi-rank trace (the format crate's halo-exchange generator, with an
 //! equalised suspension injected after every 200th Allreduce and clock samples at init, each
 //! suspension and finalize), then measures, each in a child process so peak RSS is its own:
-//! - `decode`: reading every lane's events (the floor any reconstruction pays);
+//! - `zstd decompress`, `zstd compress`: the zstd work alone, every block decompressed once, and
+//!   compressed again at the output's level 1 (`EVF_BENCH_ZSTD_LEVEL` for another): the floor of
+//!   any reconstruction that reads this format and writes it with zstd, whatever its engine;
+//! - `decode`: reading every lane's events (the floor this reader pays);
 //! - `reconstruct Nt`: the whole `evenflush reconstruct` on N threads (both passes, DP' and DP
 //!   removed, happened-before matching, zstd level 1 writing); `hb Nt` the same with the repair.
 //!   And in-process: `map+match`, the time mapping and happened-before engine alone over events
@@ -76,6 +79,7 @@ fn child(what: &str, dir: &Path) {
             }
             n
         }
+        "zstd decompress" | "zstd compress" => zstd_floor(&trace, what == "zstd compress", start),
         _ => {
             let out = dir.with_extension("out");
             let threads = what
@@ -94,10 +98,101 @@ fn child(what: &str, dir: &Path) {
                 .events
         }
     };
-    let secs = start.elapsed().as_secs_f64();
+    let secs = match what {
+        "zstd decompress" | "zstd compress" => ZSTD_SECS.with(|s| s.get()),
+        _ => start.elapsed().as_secs_f64(),
+    };
     let (hwm, anon) = peak_rss_mib();
     let anon = anon.max(peak_anon.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0);
     println!("{events} {secs} {hwm} {anon}");
+}
+
+thread_local! {
+    /// The seconds [`zstd_floor`] spent in the step it times.
+    static ZSTD_SECS: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+}
+
+/// A LEB128 varint of a block directory (FORMAT.md "Varints").
+fn varint(bytes: &[u8], pos: &mut usize) -> u64 {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = bytes[*pos];
+        *pos += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    v
+}
+
+/// The zstd work alone, the floor of any reconstruction that reads and writes this format with
+/// zstd: every block of every chunk decompressed (timed without `compress`), or decompressed
+/// untimed and compressed again at the output's level 1 (timed with `compress`). One core.
+/// Returns the events of the trace; the seconds of the timed step go to [`ZSTD_SECS`].
+fn zstd_floor(trace: &Trace, compress: bool, _start: Instant) -> u64 {
+    let mut events = 0u64;
+    let mut timed = std::time::Duration::ZERO;
+    let mut raw = Vec::new();
+    // The output's level by default (`reconstruct --zstd-level`); negative levels are zstd's
+    // faster ones.
+    let level = std::env::var("EVF_BENCH_ZSTD_LEVEL")
+        .ok()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(1);
+    let mut compressor = zstd::bulk::Compressor::new(level).expect("compressor");
+    let mut stored_out = 0u64;
+    let mut decompressor = zstd::bulk::Decompressor::new().expect("decompressor");
+    for files in &trace.ranks {
+        for part in &files.parts {
+            let format::RankPart::File { path, .. } = part else {
+                panic!("the bench writes a rank file per rank, not group files");
+            };
+            let bytes = std::fs::read(path).expect("rank file");
+            let file = format::RankFile::open(path).expect("rank file");
+            for chunk in file.chunks() {
+                let chunk = chunk.expect("chunk");
+                assert!(chunk.header.version >= 9, "a chunk of version 9 or later");
+                events += chunk.header.events;
+                let at = chunk.offset as usize + 72;
+                let stored = &bytes[at..at + chunk.header.stored_len as usize];
+                let mut pos = 0;
+                let n = varint(stored, &mut pos);
+                let dir: Vec<(u64, u64)> = (0..n)
+                    .map(|_| {
+                        let _events = varint(stored, &mut pos);
+                        (varint(stored, &mut pos), varint(stored, &mut pos))
+                    })
+                    .collect();
+                for (raw_len, stored_len) in dir {
+                    let block = &stored[pos..pos + stored_len as usize];
+                    pos += stored_len as usize;
+                    if raw_len == stored_len {
+                        continue;
+                    }
+                    raw.clear();
+                    raw.reserve(raw_len as usize);
+                    let t = Instant::now();
+                    decompressor
+                        .decompress_to_buffer(block, &mut raw)
+                        .expect("decompress");
+                    if compress {
+                        let t = Instant::now();
+                        let out = compressor.compress(&raw).expect("compress");
+                        timed += t.elapsed();
+                        stored_out += out.len() as u64;
+                    } else {
+                        timed += t.elapsed();
+                    }
+                }
+            }
+        }
+    }
+    if compress {
+        eprintln!("zstd level {level}: {stored_out} bytes compressed");
+    }
+    ZSTD_SECS.with(|s| s.set(timed.as_secs_f64()));
+    events
 }
 
 fn run_child(what: &str, dir: &Path) -> (f64, f64, f64, f64) {
@@ -269,6 +364,8 @@ fn main() {
         );
         let mut one_thread = 0.0;
         for what in [
+            "zstd decompress",
+            "zstd compress",
             "decode",
             "reconstruct 1t",
             "reconstruct 2t",
