@@ -6,6 +6,9 @@
 //! - `zstd decompress`, `zstd compress`: the zstd work alone, every block decompressed once, and
 //!   compressed again at the output's level 1 (`EVF_BENCH_ZSTD_LEVEL` for another): the floor of
 //!   any reconstruction that reads this format and writes it with zstd, whatever its engine;
+//! - `columnar map`: a measurement of a columnar design, not a reconstruction: each block's call
+//!   times decoded into arrays, mapped, encoded again, the other columns copied, the block
+//!   compressed (see `columnar_map`); no matching;
 //! - `decode`: reading every lane's events (the floor this reader pays);
 //! - `reconstruct Nt`: the whole `evenflush reconstruct` on N threads (both passes, DP' and DP
 //!   removed, happened-before matching, zstd level 1 writing); `hb Nt` the same with the repair.
@@ -80,6 +83,7 @@ fn child(what: &str, dir: &Path) {
             n
         }
         "zstd decompress" | "zstd compress" => zstd_floor(&trace, what == "zstd compress", start),
+        "columnar map" => columnar_map(&trace),
         _ => {
             let out = dir.with_extension("out");
             let threads = what
@@ -99,7 +103,7 @@ fn child(what: &str, dir: &Path) {
         }
     };
     let secs = match what {
-        "zstd decompress" | "zstd compress" => ZSTD_SECS.with(|s| s.get()),
+        "zstd decompress" | "zstd compress" | "columnar map" => ZSTD_SECS.with(|s| s.get()),
         _ => start.elapsed().as_secs_f64(),
     };
     let (hwm, anon) = peak_rss_mib();
@@ -191,6 +195,169 @@ fn zstd_floor(trace: &Trace, compress: bool, _start: Instant) -> u64 {
     if compress {
         eprintln!("zstd level {level}: {stored_out} bytes compressed");
     }
+    ZSTD_SECS.with(|s| s.set(timed.as_secs_f64()));
+    events
+}
+
+/// A numeric column of a block (FORMAT.md "Payload: columns v1"): its values.
+fn read_planes(col: &[u8], out: &mut Vec<u64>) {
+    out.clear();
+    let w = usize::from(col[0]);
+    if w == 0 {
+        return;
+    }
+    let n = (col.len() - 1) / w;
+    out.resize(n, 0);
+    for p in 0..w {
+        let plane = &col[1 + p * n..1 + (p + 1) * n];
+        for (v, &b) in out.iter_mut().zip(plane) {
+            *v |= u64::from(b) << (8 * p);
+        }
+    }
+}
+
+/// `values` as a numeric column, appended to `out`.
+fn write_planes(values: &[u64], out: &mut Vec<u8>) {
+    let max = values.iter().fold(0, |m, &v| m | v);
+    let w = (64 - max.leading_zeros() as usize).div_ceil(8);
+    out.push(w as u8);
+    for p in 0..w {
+        out.extend(values.iter().map(|&v| (v >> (8 * p)) as u8));
+    }
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// What a columnar reconstruction would pay per event, without matching: every block
+/// decompressed, its calls' start and duration columns decoded into arrays, both ends mapped to
+/// the global clock with the suspensions removed (`TimeMap::collapsed_ns`, as the pipeline maps
+/// them), the cost column zeroed (DP removed), the two time columns encoded again, every other
+/// column copied as it is, and the block compressed at level 1. A measurement of the design, not
+/// a reconstruction: misc events keep their times, and DP is not moved into the gaps. The first
+/// pass (metadata) is not timed. One core.
+fn columnar_map(trace: &Trace) -> u64 {
+    let metas = trace::scan::scan(trace).expect("first pass");
+    let mut events = 0u64;
+    let mut calls = 0u64;
+    let mut timed = std::time::Duration::ZERO;
+    let mut raw = Vec::new();
+    let mut payload = Vec::new();
+    let (mut starts, mut durations) = (Vec::new(), Vec::new());
+    let mut compressor = zstd::bulk::Compressor::new(1).expect("compressor");
+    let mut decompressor = zstd::bulk::Decompressor::new().expect("decompressor");
+    for (files, meta) in trace.ranks.iter().zip(&metas) {
+        let map = TimeMap::new(meta);
+        let mut cur = MapCursor::default();
+        for part in &files.parts {
+            let format::RankPart::File { path, .. } = part else {
+                panic!("the bench writes a rank file per rank, not group files");
+            };
+            let bytes = std::fs::read(path).expect("rank file");
+            let file = format::RankFile::open(path).expect("rank file");
+            for chunk in file.chunks() {
+                let chunk = chunk.expect("chunk");
+                events += chunk.header.events;
+                let at = chunk.offset as usize + 72;
+                let stored = &bytes[at..at + chunk.header.stored_len as usize];
+                let mut pos = 0;
+                let n = varint(stored, &mut pos);
+                let dir: Vec<(u64, u64)> = (0..n)
+                    .map(|_| {
+                        let _events = varint(stored, &mut pos);
+                        (varint(stored, &mut pos), varint(stored, &mut pos))
+                    })
+                    .collect();
+                for (raw_len, stored_len) in dir {
+                    let block = &stored[pos..pos + stored_len as usize];
+                    pos += stored_len as usize;
+                    let t = Instant::now();
+                    raw.clear();
+                    if raw_len == stored_len {
+                        raw.extend_from_slice(block);
+                    } else {
+                        raw.reserve(raw_len as usize);
+                        decompressor
+                            .decompress_to_buffer(block, &mut raw)
+                            .expect("decompress");
+                    }
+                    assert_eq!(raw[0], 18, "a columns v1 block of 18 columns");
+                    let mut p = 1;
+                    let lens: Vec<usize> =
+                        (0..raw[0]).map(|_| varint(&raw, &mut p) as usize).collect();
+                    let mut cols = Vec::with_capacity(lens.len());
+                    for len in &lens {
+                        cols.push(&raw[p..p + len]);
+                        p += len;
+                    }
+                    read_planes(cols[2], &mut starts);
+                    read_planes(cols[3], &mut durations);
+                    durations.resize(starts.len(), 0);
+                    calls += starts.len() as u64;
+                    let mut prev_end = 0u64;
+                    let mut new_prev_end = 0u64;
+                    for (s, d) in starts.iter_mut().zip(durations.iter_mut()) {
+                        let start = prev_end.wrapping_add(unzigzag(*s) as u64);
+                        let end = start.wrapping_add(unzigzag(*d) as u64);
+                        prev_end = end;
+                        let new_start = map.collapsed_ns(start, &mut cur).max(0.0) as u64;
+                        let new_end =
+                            (map.collapsed_ns(end, &mut cur).max(0.0) as u64).max(new_start);
+                        *s = zigzag(new_start.wrapping_sub(new_prev_end) as i64);
+                        *d = zigzag((new_end - new_start) as i64);
+                        new_prev_end = new_end;
+                    }
+                    payload.clear();
+                    payload.push(raw[0]);
+                    let mut rebuilt: Vec<Vec<u8>> = Vec::with_capacity(cols.len());
+                    for (k, col) in cols.iter().enumerate() {
+                        let mut c = Vec::new();
+                        match k {
+                            2 => write_planes(&starts, &mut c),
+                            3 => write_planes(&durations, &mut c),
+                            10 => c.push(0),
+                            _ => c.extend_from_slice(col),
+                        }
+                        rebuilt.push(c);
+                    }
+                    for c in &rebuilt {
+                        let mut v = c.len() as u64;
+                        loop {
+                            let b = (v & 0x7f) as u8;
+                            v >>= 7;
+                            payload.push(if v == 0 { b } else { b | 0x80 });
+                            if v == 0 {
+                                break;
+                            }
+                        }
+                    }
+                    for c in &rebuilt {
+                        payload.extend_from_slice(c);
+                    }
+                    let out = compressor.compress(&payload).expect("compress");
+                    timed += t.elapsed();
+                    std::hint::black_box(out);
+                }
+            }
+        }
+    }
+    // Untimed: the calls as the reader decodes them, so a column misread cannot go unseen.
+    let recorded: u64 = trace
+        .ranks
+        .iter()
+        .map(|files| {
+            let open = trace::lanes::OpenRank::open(files).expect("open");
+            trace::lanes::LaneReader::new(&open, 0)
+                .filter(|e| matches!(e, Event::Call(_)))
+                .count() as u64
+        })
+        .sum();
+    assert_eq!(calls, recorded, "every call's times mapped");
     ZSTD_SECS.with(|s| s.set(timed.as_secs_f64()));
     events
 }
@@ -366,6 +533,7 @@ fn main() {
         for what in [
             "zstd decompress",
             "zstd compress",
+            "columnar map",
             "decode",
             "reconstruct 1t",
             "reconstruct 2t",
