@@ -82,7 +82,7 @@ fn child(what: &str, dir: &Path) {
             }
             n
         }
-        "zstd decompress" | "zstd compress" => zstd_floor(&trace, what == "zstd compress", start),
+        "zstd decompress" | "zstd compress" => zstd_floor(&trace, what == "zstd compress"),
         "columnar map" => columnar_map(&trace),
         _ => {
             let out = dir.with_extension("out");
@@ -134,12 +134,12 @@ fn varint(bytes: &[u8], pos: &mut usize) -> u64 {
 /// zstd: every block of every chunk decompressed (timed without `compress`), or decompressed
 /// untimed and compressed again at the output's level 1 (timed with `compress`). One core.
 /// Returns the events of the trace; the seconds of the timed step go to [`ZSTD_SECS`].
-fn zstd_floor(trace: &Trace, compress: bool, _start: Instant) -> u64 {
+fn zstd_floor(trace: &Trace, compress: bool) -> u64 {
     let mut events = 0u64;
     let mut timed = std::time::Duration::ZERO;
     let mut raw = Vec::new();
-    // The output's level by default (`reconstruct --zstd-level`); negative levels are zstd's
-    // faster ones.
+    // The output's level by default (`reconstruct`'s `Options::zstd_level`); negative levels are
+    // zstd's faster ones.
     let level = std::env::var("EVF_BENCH_ZSTD_LEVEL")
         .ok()
         .and_then(|l| l.parse().ok())
@@ -148,54 +148,63 @@ fn zstd_floor(trace: &Trace, compress: bool, _start: Instant) -> u64 {
     let mut stored_out = 0u64;
     let mut decompressor = zstd::bulk::Decompressor::new().expect("decompressor");
     for files in &trace.ranks {
-        for part in &files.parts {
-            let format::RankPart::File { path, .. } = part else {
-                panic!("the bench writes a rank file per rank, not group files");
-            };
-            let bytes = std::fs::read(path).expect("rank file");
-            let file = format::RankFile::open(path).expect("rank file");
-            for chunk in file.chunks() {
-                let chunk = chunk.expect("chunk");
-                assert!(chunk.header.version >= 9, "a chunk of version 9 or later");
-                events += chunk.header.events;
-                let at = chunk.offset as usize + 72;
-                let stored = &bytes[at..at + chunk.header.stored_len as usize];
-                let mut pos = 0;
-                let n = varint(stored, &mut pos);
-                let dir: Vec<(u64, u64)> = (0..n)
-                    .map(|_| {
-                        let _events = varint(stored, &mut pos);
-                        (varint(stored, &mut pos), varint(stored, &mut pos))
-                    })
-                    .collect();
-                for (raw_len, stored_len) in dir {
-                    let block = &stored[pos..pos + stored_len as usize];
-                    pos += stored_len as usize;
-                    if raw_len == stored_len {
-                        continue;
-                    }
-                    raw.clear();
-                    raw.reserve(raw_len as usize);
-                    let t = Instant::now();
-                    decompressor
-                        .decompress_to_buffer(block, &mut raw)
-                        .expect("decompress");
-                    if compress {
-                        let t = Instant::now();
-                        let out = compressor.compress(&raw).expect("compress");
-                        timed += t.elapsed();
-                        stored_out += out.len() as u64;
-                    } else {
-                        timed += t.elapsed();
-                    }
-                }
+        events += each_block(files, |raw_len, block| {
+            if raw_len == block.len() as u64 {
+                return;
             }
-        }
+            raw.clear();
+            raw.reserve(raw_len as usize);
+            let t = Instant::now();
+            decompressor
+                .decompress_to_buffer(block, &mut raw)
+                .expect("decompress");
+            if compress {
+                let t = Instant::now();
+                let out = compressor.compress(&raw).expect("compress");
+                timed += t.elapsed();
+                stored_out += out.len() as u64;
+            } else {
+                timed += t.elapsed();
+            }
+        });
     }
     if compress {
         eprintln!("zstd level {level}: {stored_out} bytes compressed");
     }
     ZSTD_SECS.with(|s| s.set(timed.as_secs_f64()));
+    events
+}
+
+/// Every block of one rank's chunks (version 9 on, FORMAT.md "Payload: blocks") as stored:
+/// `f(raw_len, stored bytes)`, in file order. Returns the rank's events.
+fn each_block(files: &trace::RankFiles, mut f: impl FnMut(u64, &[u8])) -> u64 {
+    let mut events = 0u64;
+    for part in &files.parts {
+        let format::RankPart::File { path, .. } = part else {
+            panic!("the bench writes a rank file per rank, not group files");
+        };
+        let bytes = std::fs::read(path).expect("rank file");
+        let file = format::RankFile::open(path).expect("rank file");
+        for chunk in file.chunks() {
+            let chunk = chunk.expect("chunk");
+            assert!(chunk.header.version >= 9, "a chunk of version 9 or later");
+            events += chunk.header.events;
+            let at = chunk.offset as usize + 72;
+            let stored = &bytes[at..at + chunk.header.stored_len as usize];
+            let mut pos = 0;
+            let n = varint(stored, &mut pos);
+            let dir: Vec<(u64, u64)> = (0..n)
+                .map(|_| {
+                    let _events = varint(stored, &mut pos);
+                    (varint(stored, &mut pos), varint(stored, &mut pos))
+                })
+                .collect();
+            for (raw_len, stored_len) in dir {
+                f(raw_len, &stored[pos..pos + stored_len as usize]);
+                pos += stored_len as usize;
+            }
+        }
+    }
     events
 }
 
@@ -254,97 +263,72 @@ fn columnar_map(trace: &Trace) -> u64 {
     for (files, meta) in trace.ranks.iter().zip(&metas) {
         let map = TimeMap::new(meta);
         let mut cur = MapCursor::default();
-        for part in &files.parts {
-            let format::RankPart::File { path, .. } = part else {
-                panic!("the bench writes a rank file per rank, not group files");
-            };
-            let bytes = std::fs::read(path).expect("rank file");
-            let file = format::RankFile::open(path).expect("rank file");
-            for chunk in file.chunks() {
-                let chunk = chunk.expect("chunk");
-                events += chunk.header.events;
-                let at = chunk.offset as usize + 72;
-                let stored = &bytes[at..at + chunk.header.stored_len as usize];
-                let mut pos = 0;
-                let n = varint(stored, &mut pos);
-                let dir: Vec<(u64, u64)> = (0..n)
-                    .map(|_| {
-                        let _events = varint(stored, &mut pos);
-                        (varint(stored, &mut pos), varint(stored, &mut pos))
-                    })
-                    .collect();
-                for (raw_len, stored_len) in dir {
-                    let block = &stored[pos..pos + stored_len as usize];
-                    pos += stored_len as usize;
-                    let t = Instant::now();
-                    raw.clear();
-                    if raw_len == stored_len {
-                        raw.extend_from_slice(block);
-                    } else {
-                        raw.reserve(raw_len as usize);
-                        decompressor
-                            .decompress_to_buffer(block, &mut raw)
-                            .expect("decompress");
+        events += each_block(files, |raw_len, block| {
+            let t = Instant::now();
+            raw.clear();
+            if raw_len == block.len() as u64 {
+                raw.extend_from_slice(block);
+            } else {
+                raw.reserve(raw_len as usize);
+                decompressor
+                    .decompress_to_buffer(block, &mut raw)
+                    .expect("decompress");
+            }
+            assert_eq!(raw[0], 18, "a columns v1 block of 18 columns");
+            let mut p = 1;
+            let lens: Vec<usize> = (0..raw[0]).map(|_| varint(&raw, &mut p) as usize).collect();
+            let mut cols = Vec::with_capacity(lens.len());
+            for len in &lens {
+                cols.push(&raw[p..p + len]);
+                p += len;
+            }
+            read_planes(cols[2], &mut starts);
+            read_planes(cols[3], &mut durations);
+            durations.resize(starts.len(), 0);
+            calls += starts.len() as u64;
+            let mut prev_end = 0u64;
+            let mut new_prev_end = 0u64;
+            for (s, d) in starts.iter_mut().zip(durations.iter_mut()) {
+                let start = prev_end.wrapping_add(unzigzag(*s) as u64);
+                let end = start.wrapping_add(unzigzag(*d) as u64);
+                prev_end = end;
+                let new_start = map.collapsed_ns(start, &mut cur).max(0.0) as u64;
+                let new_end = (map.collapsed_ns(end, &mut cur).max(0.0) as u64).max(new_start);
+                *s = zigzag(new_start.wrapping_sub(new_prev_end) as i64);
+                *d = zigzag((new_end - new_start) as i64);
+                new_prev_end = new_end;
+            }
+            payload.clear();
+            payload.push(raw[0]);
+            let mut rebuilt: Vec<Vec<u8>> = Vec::with_capacity(cols.len());
+            for (k, col) in cols.iter().enumerate() {
+                let mut c = Vec::new();
+                match k {
+                    2 => write_planes(&starts, &mut c),
+                    3 => write_planes(&durations, &mut c),
+                    10 => c.push(0),
+                    _ => c.extend_from_slice(col),
+                }
+                rebuilt.push(c);
+            }
+            for c in &rebuilt {
+                let mut v = c.len() as u64;
+                loop {
+                    let b = (v & 0x7f) as u8;
+                    v >>= 7;
+                    payload.push(if v == 0 { b } else { b | 0x80 });
+                    if v == 0 {
+                        break;
                     }
-                    assert_eq!(raw[0], 18, "a columns v1 block of 18 columns");
-                    let mut p = 1;
-                    let lens: Vec<usize> =
-                        (0..raw[0]).map(|_| varint(&raw, &mut p) as usize).collect();
-                    let mut cols = Vec::with_capacity(lens.len());
-                    for len in &lens {
-                        cols.push(&raw[p..p + len]);
-                        p += len;
-                    }
-                    read_planes(cols[2], &mut starts);
-                    read_planes(cols[3], &mut durations);
-                    durations.resize(starts.len(), 0);
-                    calls += starts.len() as u64;
-                    let mut prev_end = 0u64;
-                    let mut new_prev_end = 0u64;
-                    for (s, d) in starts.iter_mut().zip(durations.iter_mut()) {
-                        let start = prev_end.wrapping_add(unzigzag(*s) as u64);
-                        let end = start.wrapping_add(unzigzag(*d) as u64);
-                        prev_end = end;
-                        let new_start = map.collapsed_ns(start, &mut cur).max(0.0) as u64;
-                        let new_end =
-                            (map.collapsed_ns(end, &mut cur).max(0.0) as u64).max(new_start);
-                        *s = zigzag(new_start.wrapping_sub(new_prev_end) as i64);
-                        *d = zigzag((new_end - new_start) as i64);
-                        new_prev_end = new_end;
-                    }
-                    payload.clear();
-                    payload.push(raw[0]);
-                    let mut rebuilt: Vec<Vec<u8>> = Vec::with_capacity(cols.len());
-                    for (k, col) in cols.iter().enumerate() {
-                        let mut c = Vec::new();
-                        match k {
-                            2 => write_planes(&starts, &mut c),
-                            3 => write_planes(&durations, &mut c),
-                            10 => c.push(0),
-                            _ => c.extend_from_slice(col),
-                        }
-                        rebuilt.push(c);
-                    }
-                    for c in &rebuilt {
-                        let mut v = c.len() as u64;
-                        loop {
-                            let b = (v & 0x7f) as u8;
-                            v >>= 7;
-                            payload.push(if v == 0 { b } else { b | 0x80 });
-                            if v == 0 {
-                                break;
-                            }
-                        }
-                    }
-                    for c in &rebuilt {
-                        payload.extend_from_slice(c);
-                    }
-                    let out = compressor.compress(&payload).expect("compress");
-                    timed += t.elapsed();
-                    std::hint::black_box(out);
                 }
             }
-        }
+            for c in &rebuilt {
+                payload.extend_from_slice(c);
+            }
+            let out = compressor.compress(&payload).expect("compress");
+            timed += t.elapsed();
+            std::hint::black_box(out);
+        });
     }
     // Untimed: the calls as the reader decodes them, so a column misread cannot go unseen.
     let recorded: u64 = trace

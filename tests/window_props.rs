@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use format::{
-    ChunkEncoder, ClockCalibration, ClockSource, Event, FileHeader, Marker, MpiCall, NO_RANK,
-    NO_REQUEST, NO_TAG, RankFileWriter, RawBuf, rank_file_name,
+    ChunkEncoder, Event, FileHeader, Marker, MpiCall, NO_RANK, NO_REQUEST, NO_TAG, RankFileWriter,
+    RawBuf, rank_file_name,
 };
 use proptest::prelude::*;
 use trace::Trace;
@@ -48,19 +48,7 @@ fn write(dir: &Path, ranks: &[RankCalls]) {
     let mut encoder = ChunkEncoder::new(1);
     for (rank, calls) in ranks.iter().enumerate() {
         let rank = rank as u32;
-        let header = FileHeader {
-            rank,
-            world_size: ranks.len() as u32,
-            part: 0,
-            clock: ClockCalibration {
-                ticks_per_sec: 1e9,
-                tick_at_epoch: 0,
-                realtime_ns: 0,
-                source: ClockSource::Tsc,
-            },
-            created_unix_ns: 0,
-            producer: "window property test".into(),
-        };
+        let header = FileHeader::nanoseconds(rank, ranks.len() as u32, "window property test");
         let file = std::fs::File::create(dir.join(rank_file_name(rank, 0))).unwrap();
         let mut w = RankFileWriter::new(file, &header).unwrap();
         let mut events: Vec<Event> = NAMES

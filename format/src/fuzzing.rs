@@ -320,19 +320,7 @@ fn with_payload(bytes: &[u8], payload: Vec<u8>) -> Vec<u8> {
 }
 
 fn file_header(rank: u32) -> FileHeader {
-    FileHeader {
-        rank,
-        world_size: 4,
-        part: 0,
-        clock: ClockCalibration {
-            ticks_per_sec: 1e9,
-            tick_at_epoch: 0,
-            realtime_ns: 0,
-            source: ClockSource::Tsc,
-        },
-        created_unix_ns: 0,
-        producer: "fuzz seeds".into(),
-    }
+    FileHeader::nanoseconds(rank, 4, "fuzz seeds")
 }
 
 /// The seed corpus, by file name: `valid-*` inputs every reader must accept in full (a chunk of

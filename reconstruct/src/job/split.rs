@@ -339,10 +339,7 @@ fn own_marks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use format::{
-        ClockCalibration, ClockSource, Event, FileHeader, Marker, RankFileWriter, RawBuf,
-        rank_file_name,
-    };
+    use format::{Event, FileHeader, Marker, RankFileWriter, RawBuf, rank_file_name};
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -350,19 +347,7 @@ mod tests {
     fn write_small_trace(dir: &Path, ranks: u32) {
         let mut encoder = format::ChunkEncoder::new(1);
         for rank in 0..ranks {
-            let header = FileHeader {
-                rank,
-                world_size: ranks,
-                part: 0,
-                clock: ClockCalibration {
-                    ticks_per_sec: 1e9,
-                    tick_at_epoch: 0,
-                    realtime_ns: 0,
-                    source: ClockSource::Tsc,
-                },
-                created_unix_ns: 0,
-                producer: "split test".into(),
-            };
+            let header = FileHeader::nanoseconds(rank, ranks, "split test");
             let file = std::fs::File::create(dir.join(rank_file_name(rank, 0))).unwrap();
             let mut w = RankFileWriter::new(file, &header).unwrap();
             let mut buf = RawBuf::new();
