@@ -17,7 +17,6 @@
 
 use std::path::Path;
 
-use format::ChunkEncoder;
 use trace::Trace;
 use trace::clock::align_clocks;
 use trace::definitions::RankMeta;
@@ -28,8 +27,8 @@ use crate::job::roles::{create_outputs, gather_metas, serve_as_owner};
 use crate::job::{self, Transport};
 use crate::matches::check_happened_before_with;
 pub use crate::options::{Model, Options, RebuildError, Remove};
-use crate::output::{Held, LaneOut, RankOutput, prepare_out_dir, write_meta};
-use crate::pipeline::{self, PassConfig, WorkerOutput};
+use crate::output::{RankOutput, prepare_out_dir, write_meta};
+use crate::pipeline::{self, EngineWriter, PassConfig, WorkerOutput};
 use crate::summary::summarize;
 pub use crate::summary::{
     EstimateSummary, HbSummary, RankSummary, Summary, SuspensionSummary, render_table,
@@ -142,14 +141,9 @@ fn reconstruct_rank_zero(
     };
     // With the repair on, the output times come from the matcher, so this thread writes them;
     // otherwise the workers do.
-    let mut lanes: Vec<LaneOut> = ids.iter().map(|id| LaneOut::new(id.stream)).collect();
-    let lane_rank: Vec<usize> = ids
-        .iter()
-        .map(|id| metas.iter().position(|m| m.rank == id.rank).unwrap_or(0))
-        .collect();
-    let mut encoder = ChunkEncoder::new(opts.zstd_level);
-    let mut held: Vec<Held> = outputs.iter().map(|_| Held::default()).collect();
-    let mut write_error: Option<RebuildError> = None;
+    let mut writer = opts
+        .moves_waits()
+        .then(|| EngineWriter::new(output, metas, &ids));
     let cfg = PassConfig {
         metas,
         remove: Some(opts.remove),
@@ -175,33 +169,15 @@ fn reconstruct_rank_zero(
             trace,
             cfg,
             |li, e| {
-                if !opts.moves_waits() || write_error.is_some() {
-                    return;
-                }
-                let lane = &mut lanes[li];
-                if lane.push(e, output.chunk_events) {
-                    let r = lane_rank[li];
-                    let chunk = lane.take_chunk(&mut encoder, outputs[r].rank);
-                    if let Err(err) = held[r].add(&outputs[r], chunk, output.bytes_per_write) {
-                        write_error = Some(err);
-                    }
+                if let Some(w) = writer.as_mut() {
+                    w.take(li, e);
                 }
             },
             |_| {},
             &mut |done| progress(done.min(total), total),
         )?;
-        if let Some(err) = write_error {
-            return Err(err);
-        }
-        for (li, lane) in lanes.iter_mut().enumerate() {
-            if !lane.is_empty() {
-                let r = lane_rank[li];
-                let chunk = lane.take_chunk(&mut encoder, outputs[r].rank);
-                held[r].add(&outputs[r], chunk, output.bytes_per_write)?;
-            }
-        }
-        for (h, target) in held.iter_mut().zip(outputs) {
-            h.flush(target)?;
+        if let Some(w) = writer.as_mut() {
+            w.finish()?;
         }
         pass
     };

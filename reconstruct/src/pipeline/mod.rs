@@ -39,11 +39,13 @@ use trace::clock::TimeMap;
 use trace::definitions::RankMeta;
 use trace::lanes::{LaneId, OpenRank};
 
+mod engine_writer;
 mod proxy_stream;
 pub(crate) mod remote;
 pub(crate) mod split;
 mod steps;
 
+pub(crate) use engine_writer::EngineWriter;
 use remote::{JobLocal, finish_job};
 use steps::Shared;
 

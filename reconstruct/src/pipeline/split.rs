@@ -10,12 +10,11 @@ use std::cell::RefCell;
 use format::{ChunkEncoder, Event};
 
 use super::proxy_stream::{Inbox, ProxyPump, ReplayedProxies, StreamedProxy};
-use super::{Inputs, MatcherLocal, PassConfig, PassResult, QueueSource, WorkerOutput, threads};
+use super::{EngineWriter, Inputs, MatcherLocal, PassConfig, PassResult, QueueSource, threads};
 use crate::hb::{self, ProxyFilter};
 use crate::job::Mailbox;
 use crate::mapping::LaneMarks;
 use crate::options::RebuildError;
-use crate::output::{Held, LaneOut};
 use trace::Trace;
 
 /// Who owns what, by rank index (`owners`) and by world rank.
@@ -106,20 +105,10 @@ pub(crate) fn run_split(
             .collect();
         pump = pump.with_replayed(ReplayedProxies::new(filters, owners.processes));
     }
+    let own_ids: Vec<_> = own_lanes.iter().map(|&lane| ids[lane]).collect();
     let mut writer = matcher_output.map(|output| ReplayWriter {
-        outs: own_lanes
-            .iter()
-            .map(|&lane| LaneOut::new(ids[lane].stream))
-            .collect(),
-        targets: own_lanes
-            .iter()
-            .map(|&lane| super::rank_slot(metas, ids[lane].rank))
-            .collect(),
+        out: EngineWriter::new(output, metas, &own_ids),
         seen: vec![(None, None); own_lanes.len()],
-        error: None,
-        encoder: ChunkEncoder::new(zstd_level),
-        held: output.ranks.iter().map(|_| Held::default()).collect(),
-        output,
     });
     let (report, estimates) = std::thread::scope(|scope| {
         let workers: Vec<_> = (1..threads)
@@ -151,7 +140,7 @@ pub(crate) fn run_split(
     });
     let mut seen = Vec::new();
     if let Some(mut w) = writer {
-        let written = w.finish();
+        let written = w.out.finish();
         if let Err(e) = written {
             // Every other process must hear of it before it is returned.
             pump.fail(super::remote::error_text(&e));
@@ -194,15 +183,8 @@ pub(crate) fn run_split(
 /// cut into chunks as one process cuts them, and the times of each lane's first `InitDone` and
 /// `FinalizeStart` as handed out.
 struct ReplayWriter<'o> {
-    outs: Vec<LaneOut>,
-    /// Per own lane, its rank's slot in `output.ranks`.
-    targets: Vec<usize>,
-    output: WorkerOutput<'o>,
+    out: EngineWriter<'o>,
     seen: Vec<(Option<u64>, Option<u64>)>,
-    error: Option<RebuildError>,
-    encoder: ChunkEncoder,
-    /// Per rank slot of `output.ranks`.
-    held: Vec<Held>,
 }
 
 impl ReplayWriter<'_> {
@@ -218,35 +200,7 @@ impl ReplayWriter<'_> {
                 _ => {}
             }
         }
-        if self.error.is_some() {
-            return;
-        }
-        if self.outs[k].push(e, self.output.chunk_events) {
-            let r = self.targets[k];
-            let target = &self.output.ranks[r];
-            let chunk = self.outs[k].take_chunk(&mut self.encoder, target.rank);
-            if let Err(err) = self.held[r].add(target, chunk, self.output.bytes_per_write) {
-                self.error = Some(err);
-            }
-        }
-    }
-
-    fn finish(&mut self) -> Result<(), RebuildError> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
-        for (k, out) in self.outs.iter_mut().enumerate() {
-            if !out.is_empty() {
-                let r = self.targets[k];
-                let target = &self.output.ranks[r];
-                let chunk = out.take_chunk(&mut self.encoder, target.rank);
-                self.held[r].add(target, chunk, self.output.bytes_per_write)?;
-            }
-        }
-        for (h, target) in self.held.iter_mut().zip(self.output.ranks) {
-            h.flush(target)?;
-        }
-        Ok(())
+        self.out.take(k, e);
     }
 }
 
