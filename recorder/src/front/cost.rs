@@ -23,7 +23,8 @@
 //! - user records and regions (`evenflush_record`, `evenflush_region_*`) have no cost field: their
 //!   whole time in the recorder is charged the same way to the thread's next call.
 //!
-//! The clock read cost is measured at init (minimum of back-to-back reads).
+//! The clock read cost is measured at init: a run of reads timed by the clock itself, per read
+//! ([`crate::clock::read_cost_ticks`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
