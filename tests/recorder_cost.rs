@@ -32,8 +32,10 @@ const LIMIT: f64 = 1.7;
 /// - the cheap kinds, `Comm_rank` and the barrier on `MPI_COMM_SELF`, within [`DRIFT_CHEAP`]
 ///   either way. Their MPI call is a few instructions, so the sampled window holds the recorder's
 ///   work and little else, and the ratio moves little between VMs (1.06-1.14 on the development
-///   VM, both MPIs; 1.16 on the CI VM, Open MPI). With every estimate charged 1.5x on purpose it
-///   was 1.65 (Open MPI) and 1.69 (MPICH) on the development VM, and fails;
+///   VM, both MPIs; 1.16 on the CI VM, Open MPI; 1.13 on an AMD EPYC VM, both MPIs, where it was
+///   0.71-0.76 while the recorder took a clock read's cost from two back-to-back reads, 1 tick
+///   there against ~25 for a read). With every estimate charged 1.5x on purpose it was 1.65
+///   (Open MPI) and 1.69 (MPICH) on the development VM, and fails;
 /// - all kinds together within [`DRIFT_POOLED`]. Looser, because the window of a call with real
 ///   MPI work (`Isend`/`Irecv`/`Wait`, `Waitall`, the sub-communicator `Allreduce`) also holds
 ///   some of that work's tail, by an amount that depends on the host: pooled 0.93-1.12 on the
