@@ -166,8 +166,9 @@ pub fn finish_calibration(start: CalibrationStart, min_span: Duration) -> ClockC
 /// the back-to-back difference, the two figures agree.
 pub fn read_cost_ticks() -> u64 {
     const READS: u64 = 64;
+    const RUNS: usize = 64;
     let mut best = u64::MAX;
-    for _ in 0..64 {
+    for _ in 0..RUNS {
         let first = now();
         for _ in 0..READS {
             std::hint::black_box(now());
