@@ -172,6 +172,15 @@ impl LaneOut {
         self.events = 0;
         chunk
     }
+
+    /// What is buffered, as the lane's next chunk to be encoded elsewhere: its number in the
+    /// stream and its events. `empty` (a spent buffer, cleared) takes their place.
+    pub fn take_events(&mut self, empty: EventBuf) -> (u64, EventBuf) {
+        let seq = self.seq;
+        self.seq += 1;
+        self.events = 0;
+        (seq, std::mem::replace(&mut self.buf, empty))
+    }
 }
 
 /// The trace's `meta.json`, saying it was reconstructed, from what, and how.

@@ -28,7 +28,7 @@ use crate::job::{self, Transport};
 use crate::matches::check_happened_before_with;
 pub use crate::options::{Model, Options, RebuildError, Remove};
 use crate::output::{RankOutput, prepare_out_dir, write_meta};
-use crate::pipeline::{self, EngineWriter, PassConfig, WorkerOutput};
+use crate::pipeline::{self, EncodeQueue, EngineWriter, PassConfig, WorkerOutput};
 use crate::summary::summarize;
 pub use crate::summary::{
     EstimateSummary, HbSummary, RankSummary, Summary, SuspensionSummary, render_table,
@@ -139,11 +139,12 @@ fn reconstruct_rank_zero(
     } else {
         None
     };
-    // With the repair on, the output times come from the matcher, so this thread writes them;
-    // otherwise the workers do.
+    // With the repair on, the output times come from the matcher, so this thread cuts the
+    // chunks (and the workers encode them); otherwise the workers write it all.
+    let queue = EncodeQueue::new(output, pipeline::threads(opts.threads) - 1);
     let mut writer = opts
         .moves_waits()
-        .then(|| EngineWriter::new(output, metas, &ids));
+        .then(|| EngineWriter::new(&queue, metas, &ids));
     let cfg = PassConfig {
         metas,
         remove: Some(opts.remove),
@@ -152,6 +153,7 @@ fn reconstruct_rank_zero(
         output: (!opts.moves_waits()).then_some(output),
         job,
         estimates: estimates.as_ref(),
+        encode: opts.moves_waits().then_some(&queue),
     };
     let pass = if let Some(j) = split {
         // A split pass writes the own ranks in every model (the replay from its engine).

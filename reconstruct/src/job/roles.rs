@@ -207,6 +207,7 @@ pub(crate) fn serve_as_owner(
                     output: Some(WorkerOutput::new(outputs, opts, ids.len())),
                     job: None,
                     estimates: None,
+                    encode: None,
                 }),
                 Err(e) => Err(format!(
                     "process {}: {}",
@@ -234,6 +235,7 @@ pub(crate) fn serve_as_owner(
             job: Some(job),
             // Owners only step their ranks; process 0's matcher replays.
             estimates: None,
+            encode: None,
         },
         job,
     )

@@ -1,70 +1,74 @@
 //! The output of lanes whose events come out of the matching engine one at a time, moved (the
 //! repair or the replay set their times there, so no worker can write them): per lane the chunk
-//! being filled, per rank the encoded chunks not yet appended ([`Held`]). The central pass and
-//! a split pass's engine write through it alike.
+//! being filled; each full chunk goes to the [`EncodeQueue`], numbered in its rank file's order,
+//! for a worker to encode and append (or is encoded here when the workers have enough). The
+//! central pass and a split pass's engine write through it alike.
 
 use format::{ChunkEncoder, Event};
 
-use super::{WorkerOutput, rank_slot};
+use super::encode_queue::{EncodeJob, EncodeQueue};
+use super::rank_slot;
 use crate::options::RebuildError;
-use crate::output::{Held, LaneOut};
+use crate::output::LaneOut;
 use trace::definitions::RankMeta;
 use trace::lanes::LaneId;
 
-pub(crate) struct EngineWriter<'o> {
-    output: WorkerOutput<'o>,
+pub(crate) struct EngineWriter<'q, 'o> {
+    queue: &'q EncodeQueue<'o>,
     lanes: Vec<LaneOut>,
-    /// Per lane, its rank's slot in `output.ranks`.
+    /// Per lane, its rank's slot in the output's ranks.
     targets: Vec<usize>,
-    /// Per slot of `output.ranks`.
-    held: Vec<Held>,
+    /// Per slot: the chunks cut for that file so far.
+    cut: Vec<u64>,
     encoder: ChunkEncoder,
-    /// The first write that failed: kept until [`EngineWriter::finish`], since the engine's
-    /// callback cannot return it.
-    error: Option<RebuildError>,
+    /// A write failed: nothing more is cut (the error comes out of [`EngineWriter::finish`]).
+    failed: bool,
 }
 
-impl<'o> EngineWriter<'o> {
+impl<'q, 'o> EngineWriter<'q, 'o> {
     /// A writer for `lanes`, in the order the engine numbers them, of the ranks of `metas`.
-    pub(crate) fn new(output: WorkerOutput<'o>, metas: &[RankMeta], lanes: &[LaneId]) -> Self {
+    pub(crate) fn new(queue: &'q EncodeQueue<'o>, metas: &[RankMeta], lanes: &[LaneId]) -> Self {
+        let output = queue.output();
         EngineWriter {
+            queue,
             lanes: lanes.iter().map(|id| LaneOut::new(id.stream)).collect(),
             targets: lanes.iter().map(|id| rank_slot(metas, id.rank)).collect(),
-            held: output.ranks.iter().map(|_| Held::default()).collect(),
+            cut: vec![0; output.ranks.len()],
             encoder: ChunkEncoder::new(output.zstd_level),
-            error: None,
-            output,
+            failed: false,
         }
     }
 
     /// Writes `e`, the next event of lane `k`; after a failed write, nothing more.
     pub(crate) fn take(&mut self, k: usize, e: &Event) {
-        if self.error.is_some() || !self.lanes[k].push(e, self.output.chunk_events) {
-            return;
+        if !self.failed && self.lanes[k].push(e, self.queue.output().chunk_events) {
+            self.cut_chunk(k);
         }
-        let r = self.targets[k];
-        let target = &self.output.ranks[r];
-        let chunk = self.lanes[k].take_chunk(&mut self.encoder, target.rank);
-        if let Err(err) = self.held[r].add(target, chunk, self.output.bytes_per_write) {
-            self.error = Some(err);
+    }
+
+    fn cut_chunk(&mut self, k: usize) {
+        let slot = self.targets[k];
+        let (seq, events) = self.lanes[k].take_events(self.queue.spare());
+        let job = EncodeJob {
+            slot,
+            order: self.cut[slot],
+            stream: self.lanes[k].stream,
+            seq,
+            events,
+        };
+        self.cut[slot] += 1;
+        if let Some(job) = self.queue.offer(job) {
+            self.failed |= !self.queue.run_here(job, &mut self.encoder);
         }
     }
 
     /// Writes what the lanes still hold, or returns the first write that failed.
     pub(crate) fn finish(&mut self) -> Result<(), RebuildError> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
-        for (lane, &r) in self.lanes.iter_mut().zip(&self.targets) {
-            if !lane.is_empty() {
-                let target = &self.output.ranks[r];
-                let chunk = lane.take_chunk(&mut self.encoder, target.rank);
-                self.held[r].add(target, chunk, self.output.bytes_per_write)?;
+        for k in 0..self.lanes.len() {
+            if !self.failed && !self.lanes[k].is_empty() {
+                self.cut_chunk(k);
             }
         }
-        for (held, target) in self.held.iter_mut().zip(self.output.ranks) {
-            held.flush(target)?;
-        }
-        Ok(())
+        self.queue.finish(&mut self.encoder)
     }
 }

@@ -11,8 +11,9 @@
 //! round-robin order, so lanes stay roughly in step and memory stays bounded by the lanes times
 //! one decoded chunk and one step's batch each, plus the budget.
 //!
-//! With the repair on, the output times come out of the matcher: workers then only decode and
-//! map, every event goes through the queue, and the caller encodes what the matcher hands out.
+//! With the repair on, the output times come out of the matcher: workers then decode and map,
+//! every event goes through the queue, and the caller cuts what the matcher hands out into
+//! chunks, which the workers encode and append between their steps ([`encode_queue`]).
 //! Without it, only communication calls, their completions and communicator definitions go to
 //! the matcher: the rest changes nothing it counts.
 //!
@@ -20,7 +21,8 @@
 //! at a time, lane by lane, in the lanes' order.
 //!
 //! Here: the pass's configuration, its inputs and [`run`], with the matcher's side of the queues;
-//! [`steps`]: what one step of a rank does, and the workers that take them; [`remote`]: the ranks
+//! [`steps`]: what one step of a rank does, and the workers that take them; [`engine_writer`] and
+//! [`encode_queue`]: the output the matcher hands out, cut and encoded; [`remote`]: the ranks
 //! another process of an MPI job steps, from both sides; [`split`]: a job's pass where every
 //! process matches its own ranks (no central matcher).
 
@@ -39,12 +41,14 @@ use trace::clock::TimeMap;
 use trace::definitions::RankMeta;
 use trace::lanes::{LaneId, OpenRank};
 
+mod encode_queue;
 mod engine_writer;
 mod proxy_stream;
 pub(crate) mod remote;
 pub(crate) mod split;
 mod steps;
 
+pub(crate) use encode_queue::EncodeQueue;
 pub(crate) use engine_writer::EngineWriter;
 use remote::{JobLocal, finish_job};
 use steps::Shared;
@@ -93,6 +97,9 @@ pub(crate) struct PassConfig<'a> {
     pub job: Option<&'a dyn Transport>,
     /// For the replay ([`Repair::replay`]).
     pub estimates: Option<&'a hb::Estimates>,
+    /// Where the engine's output chunks wait for the workers to encode them (the repair and the
+    /// replay: see [`EngineWriter`]).
+    pub encode: Option<&'a EncodeQueue<'a>>,
 }
 
 impl<'a> PassConfig<'a> {
@@ -107,6 +114,7 @@ impl<'a> PassConfig<'a> {
             output: None,
             job: None,
             estimates: None,
+            encode: None,
         }
     }
 

@@ -10,7 +10,9 @@ use std::cell::RefCell;
 use format::{ChunkEncoder, Event};
 
 use super::proxy_stream::{Inbox, ProxyPump, ReplayedProxies, StreamedProxy};
-use super::{EngineWriter, Inputs, MatcherLocal, PassConfig, PassResult, QueueSource, threads};
+use super::{
+    EncodeQueue, EngineWriter, Inputs, MatcherLocal, PassConfig, PassResult, QueueSource, threads,
+};
 use crate::hb::{self, ProxyFilter};
 use crate::job::Mailbox;
 use crate::mapping::LaneMarks;
@@ -68,6 +70,13 @@ pub(crate) fn run_split(
     } else {
         None
     };
+    // The engine's chunks, encoded on the workers (declared first: the workers' state refers to
+    // it).
+    let queue = matcher_output.map(|output| EncodeQueue::new(output, threads - 1));
+    let cfg = PassConfig {
+        encode: queue.as_ref(),
+        ..cfg
+    };
     let mut shared = inputs.shared(metas, cfg, remote.clone(), threads);
     if !repair.enabled {
         shared.stream_proxies(&local, owners.me);
@@ -106,8 +115,8 @@ pub(crate) fn run_split(
         pump = pump.with_replayed(ReplayedProxies::new(filters, owners.processes));
     }
     let own_ids: Vec<_> = own_lanes.iter().map(|&lane| ids[lane]).collect();
-    let mut writer = matcher_output.map(|output| ReplayWriter {
-        out: EngineWriter::new(output, metas, &own_ids),
+    let mut writer = queue.as_ref().map(|queue| ReplayWriter {
+        out: EngineWriter::new(queue, metas, &own_ids),
         seen: vec![(None, None); own_lanes.len()],
     });
     let (report, estimates) = std::thread::scope(|scope| {
@@ -182,12 +191,12 @@ pub(crate) fn run_split(
 /// A split replay's output: the events the engine hands out for the own lanes (by position),
 /// cut into chunks as one process cuts them, and the times of each lane's first `InitDone` and
 /// `FinalizeStart` as handed out.
-struct ReplayWriter<'o> {
-    out: EngineWriter<'o>,
+struct ReplayWriter<'q, 'o> {
+    out: EngineWriter<'q, 'o>,
     seen: Vec<(Option<u64>, Option<u64>)>,
 }
 
-impl ReplayWriter<'_> {
+impl ReplayWriter<'_, '_> {
     fn take(&mut self, k: usize, e: &Event) {
         if let Event::Marker(m) = e {
             match *m {

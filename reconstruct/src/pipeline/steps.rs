@@ -87,6 +87,9 @@ pub(super) struct Shared<'a> {
     budget: usize,
     step_events: usize,
     pub(super) events_done: AtomicU64,
+    /// The engine's output chunks to encode, first of what a worker does (see
+    /// [`super::EncodeQueue`]).
+    encode: Option<&'a super::EncodeQueue<'a>>,
 }
 
 /// At most this many batches wait in one lane's queue.
@@ -102,6 +105,9 @@ const STEP_EVENTS: usize = 4096;
 /// 173 MiB; `paper-notes/reconstruct.md`, many ranks).
 const BATCHED_EVENTS: usize = 1 << 20;
 const MIN_STEP_EVENTS: usize = 64;
+/// How long an idle worker waits before it looks for output chunks to encode: short beside the
+/// time one takes (a chunk of 64 Ki events: several ms).
+const ENCODE_LOOK: std::time::Duration = std::time::Duration::from_micros(500);
 
 impl<'a> Shared<'a> {
     /// Decodes, maps (and maybe writes) the next chunk of each lane of rank `r`.
@@ -339,10 +345,22 @@ impl<'a> Shared<'a> {
 
     pub(super) fn worker(&self, zstd_level: i32) {
         let mut encoder = ChunkEncoder::new(zstd_level);
+        // The engine's output is at its own level, which the steps' (none written) need not be.
+        let mut output_encoder = None;
         let mut st = lock(&self.state);
         loop {
             if st.error.is_some() || st.remaining_ranks == 0 {
                 return;
+            }
+            if let Some(queue) = self.encode
+                && let Some(job) = queue.take()
+            {
+                drop(st);
+                let encoder = output_encoder
+                    .get_or_insert_with(|| ChunkEncoder::new(queue.output().zstd_level));
+                queue.run(job, encoder);
+                st = lock(&self.state);
+                continue;
             }
             match self.pick(&mut st) {
                 Some(r) => {
@@ -351,6 +369,16 @@ impl<'a> Shared<'a> {
                     let result = self.step(r, &mut encoder);
                     st = lock(&self.state);
                     self.finish_step(&mut st, r, result);
+                }
+                // The engine queues chunks without waking anyone (it runs at the pace of its
+                // events, and a notification per chunk would cost it more than the wait costs
+                // here): a worker that may get them looks again soon.
+                None if self.encode.is_some() => {
+                    st = self
+                        .work_ready
+                        .wait_timeout(st, ENCODE_LOOK)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|p| p.into_inner().0);
                 }
                 None => st = self.work_ready.wait(st).unwrap_or_else(|p| p.into_inner()),
             }
@@ -448,6 +476,7 @@ impl Inputs {
         let remove_dp_prime = cfg.remove.is_some_and(Remove::dp_prime);
         let remove_dp = cfg.remove.is_some_and(Remove::dp);
         let writes = cfg.output.is_some();
+        let encode = cfg.encode;
         let mut work: Vec<RankWork<'_>> = metas
             .iter()
             .enumerate()
@@ -510,6 +539,7 @@ impl Inputs {
             budget: ids.len().max(2 * threads),
             step_events: (BATCHED_EVENTS / ids.len().max(1)).clamp(MIN_STEP_EVENTS, STEP_EVENTS),
             events_done: AtomicU64::new(0),
+            encode,
         }
     }
 }
