@@ -35,17 +35,23 @@ fn ring_with_a_worker_thread(dir: &std::path::Path) -> u32 {
 fn the_output_does_not_depend_on_the_number_of_threads() {
     // Ranks of one and of two threads, small input and output chunks so that every lane takes
     // many steps: any thread count must write the same bytes and report the same summary, with
-    // and without the repair (whose output comes from the matcher instead of the workers).
+    // and without the repair and with the replay (whose output comes from the matcher instead of
+    // the workers, its chunks encoded by whichever worker is free, in any order).
     let dir = temp_dir("threads");
     let world = ring_with_a_worker_thread(&dir);
     let trace = Trace::open(&dir).unwrap();
-    for hb in [false, true] {
+    for (hb, model) in [
+        (false, Model::Subtract),
+        (true, Model::Subtract),
+        (false, Model::Replay),
+    ] {
         let mut first: Option<(Vec<Vec<u8>>, String)> = None;
         for threads in [1, 2, 3, 7] {
-            let out = dir.with_extension(format!("out-{hb}-{threads}"));
+            let out = dir.with_extension(format!("out-{hb}-{model:?}-{threads}"));
             let opts = Options {
                 remove: Remove::Both,
                 hb,
+                model,
                 chunk_events: 29,
                 threads,
                 ..Options::default()
@@ -60,8 +66,11 @@ fn the_output_does_not_depend_on_the_number_of_threads() {
             match &first {
                 None => first = Some((files, json)),
                 Some((f, j)) => {
-                    assert!(files == *f, "hb {hb}: {threads} threads wrote other bytes");
-                    assert_eq!(json, *j, "hb {hb}: {threads} threads");
+                    assert!(
+                        files == *f,
+                        "hb {hb}, {model:?}: {threads} threads wrote other bytes"
+                    );
+                    assert_eq!(json, *j, "hb {hb}, {model:?}: {threads} threads");
                 }
             }
             std::fs::remove_dir_all(out).unwrap();
