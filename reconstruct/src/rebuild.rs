@@ -141,10 +141,12 @@ fn reconstruct_rank_zero(
     };
     // With the repair on, the output times come from the matcher, so this thread cuts the
     // chunks (and the workers encode them); otherwise the workers write it all.
-    let queue = EncodeQueue::new(output, pipeline::threads(opts.threads) - 1);
-    let mut writer = opts
+    let queue = opts
         .moves_waits()
-        .then(|| EngineWriter::new(&queue, metas, &ids));
+        .then(|| EncodeQueue::new(output, pipeline::threads(opts.threads) - 1));
+    let mut writer = queue
+        .as_ref()
+        .map(|queue| EngineWriter::new(queue, metas, &ids));
     let cfg = PassConfig {
         metas,
         remove: Some(opts.remove),
@@ -153,7 +155,7 @@ fn reconstruct_rank_zero(
         output: (!opts.moves_waits()).then_some(output),
         job,
         estimates: estimates.as_ref(),
-        encode: opts.moves_waits().then_some(&queue),
+        encode: queue.as_ref(),
     };
     let pass = if let Some(j) = split {
         // A split pass writes the own ranks in every model (the replay from its engine).

@@ -79,7 +79,7 @@ impl<'o> EncodeQueue<'o> {
     }
 
     /// Queues `job` for a worker, or gives it back when enough are waiting already (or the
-    /// output failed): then the caller encodes it with [`EncodeQueue::run`].
+    /// output failed): then the caller encodes it with [`EncodeQueue::run_here`].
     pub(crate) fn offer(&self, job: EncodeJob) -> Option<EncodeJob> {
         let mut jobs = lock(&self.jobs);
         if jobs.waiting.len() >= self.limit || jobs.error.is_some() {
@@ -113,9 +113,12 @@ impl<'o> EncodeQueue<'o> {
     /// Encodes a job the caller kept (given back by [`EncodeQueue::offer`]); false once any
     /// job failed (its error comes out of [`EncodeQueue::finish`]).
     pub(crate) fn run_here(&self, job: EncodeJob, encoder: &mut ChunkEncoder) -> bool {
-        lock(&self.jobs).running += 1;
-        self.run(job, encoder);
-        lock(&self.jobs).error.is_none()
+        let result = self.encode_and_append(job, encoder);
+        let mut jobs = lock(&self.jobs);
+        if let Err(e) = result {
+            jobs.error.get_or_insert(e);
+        }
+        jobs.error.is_none()
     }
 
     /// A cleared buffer for the engine's next chunk.
