@@ -230,7 +230,16 @@ fn split_jobs_write_what_one_process_writes(
     expected.out.clear();
     let unmasked = expected.clone();
     mask(&mut expected);
-    for &processes in process_counts {
+    // One thread a process as well as two: with one, the engine alone encodes the replay's
+    // output, partly while it waits for the others.
+    let jobs = process_counts
+        .iter()
+        .flat_map(|&processes| [(processes, 1), (processes, 2)]);
+    for (processes, threads) in jobs {
+        let opts = Options {
+            threads,
+            ..opts.clone()
+        };
         let out = dir.with_extension(format!("split-{processes}"));
         let proxies = std::sync::atomic::AtomicUsize::new(0);
         let results: Vec<_> = std::thread::scope(|scope| {
@@ -252,7 +261,7 @@ fn split_jobs_write_what_one_process_writes(
         let sent = proxies.into_inner();
         assert!(
             sent >= with_ranks * (processes - 1),
-            "{processes} processes: {sent} proxy messages: the pass did not split"
+            "{processes} processes of {threads} threads: {sent} proxy messages: the pass did not split"
         );
         let mut results = results.into_iter();
         let mut summary = results
@@ -268,13 +277,13 @@ fn split_jobs_write_what_one_process_writes(
             assert!(
                 std::fs::read(out.join(&name)).unwrap()
                     == std::fs::read(single.join(&name)).unwrap(),
-                "{processes} processes: {name}"
+                "{processes} processes of {threads} threads: {name}"
             );
         }
         assert_eq!(
             serde_json::to_string(&summary).unwrap(),
             serde_json::to_string(&expected).unwrap(),
-            "{processes} processes"
+            "{processes} processes of {threads} threads"
         );
         std::fs::remove_dir_all(out).unwrap();
     }

@@ -61,7 +61,8 @@ pub(crate) struct EncodeQueue<'o> {
 }
 
 impl<'o> EncodeQueue<'o> {
-    /// A queue for the files of `output`, fed by one engine and drained by `workers` threads.
+    /// A queue for the files of `output`, fed by one engine and drained by `workers` threads (a
+    /// split pass counts its engine too, which drains it while it waits for another process).
     pub(crate) fn new(output: WorkerOutput<'o>, workers: usize) -> Self {
         EncodeQueue {
             files: output.ranks.iter().map(|_| Mutex::default()).collect(),

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use format::Event;
 
-use super::steps::Shared;
+use super::steps::{IdleEncoders, Shared};
 use crate::hb::{self, ProxyFilter, Unstuck};
 use crate::job::{self, LaneBatch, Mailbox, StepMessage, StuckReport};
 use crate::options::RebuildError;
@@ -174,6 +174,8 @@ pub(super) struct ProxyPump<'s, 'a> {
     turns: u32,
     /// A streamed replay's own proxies (see [`ReplayedProxies`]).
     replayed: Option<ReplayedProxies<'s>>,
+    /// For the work this thread does while it waits.
+    idle: IdleEncoders,
 }
 
 impl<'s, 'a> ProxyPump<'s, 'a> {
@@ -183,6 +185,7 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         inbox: &'s RefCell<Inbox>,
         lane_of: Vec<usize>,
         has_workers: bool,
+        steps_level: i32,
     ) -> Self {
         let job = mail.job;
         let size = job.size();
@@ -201,6 +204,7 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
             failure: None,
             turns: 0,
             replayed: None,
+            idle: IdleEncoders::new(steps_level),
         }
     }
 
@@ -419,6 +423,27 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         if let Some(u) = self.take_arrived()?.or(sent) {
             return Ok(u);
         }
+        // Waiting only once nothing is left to do here: a step may make proxies, which go out
+        // before process 0 hears that this one waits (its count of what is in flight).
+        if let Some(shared) = self.shared {
+            while shared.work_while_waiting(&mut self.idle) {
+                self.collect();
+                let sent = self.send_all()?;
+                if let Some(u) = self.take_arrived()?.or(sent) {
+                    return Ok(u);
+                }
+            }
+        }
+        // Most waits end within microseconds, when the other process sends what it made at its
+        // own collective: look for that a while before telling process 0, whose decisions are
+        // needed only when every process waits for good.
+        let since = std::time::Instant::now();
+        while since.elapsed() < REPORT_AFTER {
+            if let Some(u) = self.take_arrived()? {
+                return Ok(u);
+            }
+            std::hint::spin_loop();
+        }
         if let Some(u) = self.tell_waiting(self.report(first_wait, false))? {
             self.waiting[0] = None;
             return Ok(u);
@@ -453,6 +478,9 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         self.failure.map_or(Ok(()), Err)
     }
 }
+
+/// How long a process that waits looks for what arrives before it reports that it waits.
+const REPORT_AFTER: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// Lane turns between two looks for what arrived: a look costs MPI a progress pass, and a
 /// process that waits looks at once anyway.

@@ -70,9 +70,9 @@ pub(crate) fn run_split(
     } else {
         None
     };
-    // The engine's chunks, encoded on the workers (declared first: the workers' state refers to
-    // it).
-    let queue = matcher_output.map(|output| EncodeQueue::new(output, threads - 1));
+    // The engine's chunks, encoded on the workers and by the engine while it waits for another
+    // process (declared first: the workers' state refers to it).
+    let queue = matcher_output.map(|output| EncodeQueue::new(output, threads));
     let cfg = PassConfig {
         encode: queue.as_ref(),
         ..cfg
@@ -99,7 +99,14 @@ pub(crate) fn run_split(
         (0..ids.len()).partition(|&lane| lane_is_own[lane]);
     let inbox = RefCell::new(Inbox::new(ids.len()));
     let lane_of: Vec<usize> = own_lanes.iter().chain(&proxy_lanes).copied().collect();
-    let mut pump = ProxyPump::new(Some(&shared), mail, &inbox, lane_of, threads > 1);
+    let mut pump = ProxyPump::new(
+        Some(&shared),
+        mail,
+        &inbox,
+        lane_of,
+        threads > 1,
+        zstd_level,
+    );
     if repair.enabled {
         let filters = own_lanes
             .iter()
@@ -217,7 +224,7 @@ impl ReplayWriter<'_, '_> {
 /// other process waits for it.
 pub(crate) fn take_part_failed(mail: &Mailbox<'_>, reason: String) {
     let inbox = RefCell::new(Inbox::new(0));
-    let mut pump = ProxyPump::new(None, mail, &inbox, Vec::new(), false);
+    let mut pump = ProxyPump::new(None, mail, &inbox, Vec::new(), false, 1);
     pump.fail(reason);
     // The reason is already the pass's.
     pump.finish().ok();

@@ -92,6 +92,25 @@ pub(super) struct Shared<'a> {
     encode: Option<&'a super::EncodeQueue<'a>>,
 }
 
+/// The encoders of a thread that works as a worker only while it waits
+/// ([`Shared::work_while_waiting`]), made when first needed.
+pub(super) struct IdleEncoders {
+    steps_level: i32,
+    steps: Option<ChunkEncoder>,
+    output: Option<ChunkEncoder>,
+}
+
+impl IdleEncoders {
+    /// `steps_level`: the zstd level of what the steps write.
+    pub(super) fn new(steps_level: i32) -> Self {
+        IdleEncoders {
+            steps_level,
+            steps: None,
+            output: None,
+        }
+    }
+}
+
 /// At most this many batches wait in one lane's queue.
 const PER_LANE_QUEUE: usize = 1;
 
@@ -343,6 +362,45 @@ impl<'a> Shared<'a> {
         self.data_ready.notify_all();
     }
 
+    /// One unit of what a worker would do next, done on the caller's thread: an output chunk to
+    /// encode, else a rank read ahead within the budget; whether there was one. A split pass's
+    /// engine does this while it waits for another process: the work would otherwise fall
+    /// between its own lanes' events, and the other process, in lock-step with it at every
+    /// collective, would wait for that in turn.
+    pub(super) fn work_while_waiting(&self, encoders: &mut IdleEncoders) -> bool {
+        if let Some(queue) = self.encode
+            && let Some(job) = queue.take()
+        {
+            let level = queue.output().zstd_level;
+            queue.run(
+                job,
+                encoders
+                    .output
+                    .get_or_insert_with(|| ChunkEncoder::new(level)),
+            );
+            return true;
+        }
+        let mut st = lock(&self.state);
+        if st.error.is_some() {
+            return false;
+        }
+        let Some(r) = self.pick(&mut st) else {
+            return false;
+        };
+        st.busy[r] = true;
+        drop(st);
+        let level = encoders.steps_level;
+        let result = self.step(
+            r,
+            encoders
+                .steps
+                .get_or_insert_with(|| ChunkEncoder::new(level)),
+        );
+        let mut st = lock(&self.state);
+        self.finish_step(&mut st, r, result);
+        true
+    }
+
     pub(super) fn worker(&self, zstd_level: i32) {
         let mut encoder = ChunkEncoder::new(zstd_level);
         // The engine's output is at its own level, which the steps' (none written) need not be.
@@ -541,5 +599,92 @@ impl Inputs {
             events_done: AtomicU64::new(0),
             encode,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::PassConfig;
+    use format::synthetic::{HaloConfig, raw_buf};
+    use format::{FileHeader, RankFileWriter, rank_file_name};
+
+    /// `ranks` ranks of the synthetic halo, one chunk each.
+    fn halo_trace(dir: &std::path::Path, ranks: u32, iterations: u64) {
+        let mut encoder = ChunkEncoder::new(1);
+        for rank in 0..ranks {
+            let header = FileHeader::nanoseconds(rank, ranks, "steps test");
+            let file = std::fs::File::create(dir.join(rank_file_name(rank, 0))).unwrap();
+            let mut w = RankFileWriter::new(file, &header).unwrap();
+            let buf = raw_buf(&HaloConfig {
+                world_size: ranks,
+                rank,
+                iterations,
+                ..HaloConfig::default()
+            });
+            w.write_chunk(&encoder.encode(rank, 0, 0, &buf)).unwrap();
+        }
+    }
+
+    /// An engine that waits does what a worker would, within the same bounds: one step per
+    /// rank until each lane holds the one batch it may, then nothing until the engine takes one.
+    #[test]
+    fn an_engine_that_waits_reads_each_rank_ahead_up_to_the_budget() {
+        let dir =
+            std::env::temp_dir().join(format!("evenflush-rec-steps-ahead-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // About 19 events an iteration: several steps of each rank.
+        halo_trace(&dir, 3, 2_000);
+        let trace = trace::Trace::open(&dir).unwrap();
+        let metas = trace::scan::scan_with(&trace, 1).unwrap();
+        let inputs = Inputs::open(&trace, &metas, 1).unwrap();
+        let shared = inputs.shared(
+            &metas,
+            PassConfig::as_recorded(&metas, 1),
+            vec![false; 3],
+            1,
+        );
+        let mut idle = IdleEncoders::new(1);
+        let mut units = 0;
+        while shared.work_while_waiting(&mut idle) {
+            units += 1;
+            assert!(units <= 3, "read ahead past the budget");
+        }
+        assert_eq!(units, 3, "one step per rank");
+        {
+            let mut st = lock(&shared.state);
+            let held: Vec<usize> = st.queues.iter().map(VecDeque::len).collect();
+            assert_eq!(held, [1, 1, 1]);
+            // The engine takes rank 1's batch: room for that rank's next step, and for no other.
+            let taken = st.queues[1].pop_front().unwrap();
+            st.queued -= 1;
+            assert!(
+                taken
+                    .iter()
+                    .all(|item| item.index < shared.step_events as u64)
+            );
+        }
+        assert!(shared.work_while_waiting(&mut idle));
+        assert!(!shared.work_while_waiting(&mut idle));
+        {
+            let st = lock(&shared.state);
+            assert_eq!(st.queues[1].len(), 1);
+            // The second batch goes on where the first stopped.
+            let next = &st.queues[1][0];
+            assert!(!next.is_empty());
+            assert!(
+                next.iter()
+                    .all(|item| item.index >= shared.step_events as u64)
+            );
+        }
+        // Nothing more once the pass failed.
+        lock(&shared.state).queues[2].clear();
+        lock(&shared.state).queued -= 1;
+        shared.fail(RebuildError::Job("failed elsewhere".into()));
+        assert!(!shared.work_while_waiting(&mut idle));
+        drop(shared);
+        drop(inputs);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
