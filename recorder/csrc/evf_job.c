@@ -30,8 +30,8 @@ EVF_JOB_EXPORT int evenflush_job_send(int dest, int tag, const void *buf, uint64
     return PMPI_Send(buf, (int)len, MPI_BYTE, dest, tag, MPI_COMM_WORLD);
 }
 
-/* Starts a send that completes later: *request receives a handle for evenflush_job_test, which
- * owns it until the send completed. `buf` must stay untouched until then. */
+/* Starts a send that completes later: *request receives a handle for evenflush_job_poll_send,
+ * which owns it until the send completed. `buf` must stay untouched until then. */
 EVF_JOB_EXPORT int evenflush_job_isend(int dest, int tag, const void *buf, uint64_t len,
                                        uint64_t *request) {
     if (len > (uint64_t)INT_MAX) return MPI_ERR_COUNT;
@@ -46,31 +46,17 @@ EVF_JOB_EXPORT int evenflush_job_isend(int dest, int tag, const void *buf, uint6
     return MPI_SUCCESS;
 }
 
-/* Whether the send of `request` completed (then the handle is released); with `wait`, waits. */
-EVF_JOB_EXPORT int evenflush_job_test(uint64_t request, int wait, int *done) {
+/* Whether the send of `request` completed (then the handle is released). Never waits: the caller
+ * polls, yielding its core between looks (MPI's own waits poll without yielding). */
+EVF_JOB_EXPORT int evenflush_job_poll_send(uint64_t request, int *done) {
     MPI_Request *r = (MPI_Request *)(uintptr_t)request;
-    int rc = wait ? PMPI_Wait(r, MPI_STATUS_IGNORE) : PMPI_Test(r, done, MPI_STATUS_IGNORE);
-    if (wait && rc == MPI_SUCCESS) *done = 1;
+    int rc = PMPI_Test(r, done, MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS && *done) free(r);
     return rc;
 }
 
-/* Waits for the next message from `source` (-1: any) with any tag, and says who sent it, its
- * tag and its length; `evenflush_job_recv` then takes it. */
-EVF_JOB_EXPORT int evenflush_job_probe(int source, int *from, int *tag, uint64_t *len) {
-    MPI_Status status;
-    int rc = PMPI_Probe(source < 0 ? MPI_ANY_SOURCE : source, MPI_ANY_TAG, MPI_COMM_WORLD, &status);
-    if (rc != MPI_SUCCESS) return rc;
-    int count = 0;
-    rc = PMPI_Get_count(&status, MPI_BYTE, &count);
-    if (rc != MPI_SUCCESS) return rc;
-    *from = status.MPI_SOURCE;
-    *tag = status.MPI_TAG;
-    *len = (uint64_t)count;
-    return MPI_SUCCESS;
-}
-
-/* The same without waiting: *found says whether a message is there. */
+/* Whether a message from `source` (-1: any) with any tag has arrived (*found), and if so who
+ * sent it, its tag and its length; `evenflush_job_recv` then takes it. */
 EVF_JOB_EXPORT int evenflush_job_iprobe(int source, int *found, int *from, int *tag, uint64_t *len) {
     MPI_Status status;
     int rc = PMPI_Iprobe(source < 0 ? MPI_ANY_SOURCE : source, MPI_ANY_TAG, MPI_COMM_WORLD, found,

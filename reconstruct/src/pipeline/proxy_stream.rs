@@ -436,13 +436,14 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         }
         // Most waits end within microseconds, when the other process sends what it made at its
         // own collective: look for that a while before telling process 0, whose decisions are
-        // needed only when every process waits for good.
+        // needed only when every process waits for good. Yielding between looks leaves the core
+        // to the process waited for when processes outnumber cores.
         let since = std::time::Instant::now();
         while since.elapsed() < REPORT_AFTER {
             if let Some(u) = self.take_arrived()? {
                 return Ok(u);
             }
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
         if let Some(u) = self.tell_waiting(self.report(first_wait, false))? {
             self.waiting[0] = None;
