@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::Command;
 
 use format::Event;
-use format::synthetic::{FUNC_IRECV, FUNC_ISEND, HaloConfig};
-use traces::{RankTrace, temp_dir, write_trace};
+use format::synthetic::FUNC_ISEND;
+use traces::{matched_halo, temp_dir, write_trace};
 
 const RANKS: u32 = 4096;
 
@@ -53,34 +53,13 @@ fn evenflush_few_files(args: &[&str]) -> String {
 #[test]
 fn reconstruct_4096_ranks_with_256_open_files() {
     let dir = temp_dir("4096");
-    let mut total = 0u64;
-    let mut sends = 0u64;
-    let ranks: Vec<RankTrace> = (0..RANKS)
-        .map(|rank| {
-            let mut events = format::synthetic::events(&HaloConfig {
-                world_size: RANKS,
-                rank,
-                iterations: 3,
-                ..HaloConfig::default()
-            });
-            for e in &mut events {
-                // The generator tags a message by the face it leaves through; a receive names the
-                // face it arrives at (left ↔ right, down ↔ up).
-                match e {
-                    Event::Call(c) if c.func == FUNC_IRECV => c.tag ^= 1,
-                    Event::Completion(c) if c.source >= 0 => c.tag ^= 1,
-                    Event::Call(c) if c.func == FUNC_ISEND => sends += 1,
-                    _ => {}
-                }
-            }
-            total += events.len() as u64;
-            RankTrace {
-                rank,
-                ticks_per_sec: 2e9,
-                streams: vec![(0, events)],
-            }
-        })
-        .collect();
+    let ranks = matched_halo(RANKS, 3);
+    let total: u64 = ranks.iter().map(|r| r.streams[0].1.len() as u64).sum();
+    let sends = ranks
+        .iter()
+        .flat_map(|r| &r.streams[0].1)
+        .filter(|e| matches!(e, Event::Call(c) if c.func == FUNC_ISEND))
+        .count() as u64;
     write_trace(&dir, RANKS, &ranks, 1_000);
     drop(ranks);
     let d = dir.to_str().unwrap();

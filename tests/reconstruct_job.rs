@@ -122,38 +122,13 @@ fn a_missing_trace_fails_the_job_with_its_name() {
 /// process; waiting polled and yielding, 1.3-1.8 s. (Open MPI yields when oversubscribed: 1.7 s
 /// either way.)
 fn a_job_on_more_processes_than_cores_is_not_starved_by_its_waits(mpi: Mpi) {
-    use format::Event;
-    use format::synthetic::{FUNC_IRECV, HaloConfig};
     let _lock = mpi_lock();
     let dir = scratch(&format!("reconstruct-job-oversubscribed-{}", mpi.name()));
     let trace = dir.join("halo");
     std::fs::create_dir_all(&trace).unwrap();
     let world = 8;
-    let ranks: Vec<traces::RankTrace> = (0..world)
-        .map(|rank| {
-            let mut events = format::synthetic::events(&HaloConfig {
-                world_size: world,
-                rank,
-                // About 2 M events in all: one process replays them in about a second.
-                iterations: 12_000,
-                ..HaloConfig::default()
-            });
-            for e in &mut events {
-                // The generator tags a message by the face it leaves through; a receive names
-                // the face it arrives at.
-                match e {
-                    Event::Call(c) if c.func == FUNC_IRECV => c.tag ^= 1,
-                    Event::Completion(c) if c.source >= 0 => c.tag ^= 1,
-                    _ => {}
-                }
-            }
-            traces::RankTrace {
-                rank,
-                ticks_per_sec: 2e9,
-                streams: vec![(0, events)],
-            }
-        })
-        .collect();
+    // About 2 M events in all: one process replays them in about a second.
+    let ranks = traces::matched_halo(world, 12_000);
     traces::write_trace(&trace, world, &ranks, 1 << 16);
     drop(ranks);
     let replay: &[&str] = &["--model", "replay"];

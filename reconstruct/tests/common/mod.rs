@@ -110,6 +110,35 @@ pub struct RankTrace {
     pub streams: Vec<(u32, Vec<Event>)>,
 }
 
+/// The format crate's synthetic halo on `world` ranks, one stream each, with every message
+/// matched: the generator tags a message by the face it leaves through, and a receive here names
+/// the face it arrives at (left <-> right, down <-> up).
+pub fn matched_halo(world: u32, iterations: u64) -> Vec<RankTrace> {
+    use format::synthetic::{FUNC_IRECV, HaloConfig};
+    (0..world)
+        .map(|rank| {
+            let mut events = format::synthetic::events(&HaloConfig {
+                world_size: world,
+                rank,
+                iterations,
+                ..HaloConfig::default()
+            });
+            for e in &mut events {
+                match e {
+                    Event::Call(c) if c.func == FUNC_IRECV => c.tag ^= 1,
+                    Event::Completion(c) if c.source >= 0 => c.tag ^= 1,
+                    _ => {}
+                }
+            }
+            RankTrace {
+                rank,
+                ticks_per_sec: 2e9,
+                streams: vec![(0, events)],
+            }
+        })
+        .collect()
+}
+
 pub fn write_trace(dir: &Path, world_size: u32, ranks: &[RankTrace], chunk_events: usize) {
     let mut encoder = ChunkEncoder::new(1);
     for r in ranks {
