@@ -428,6 +428,10 @@ impl<'s, 'a> ProxyPump<'s, 'a> {
         if let Some(shared) = self.shared {
             while shared.work_while_waiting(&mut self.idle) {
                 self.collect();
+                // A unit that failed failed the pass (`collect` told the others).
+                if self.failure.is_some() {
+                    return Ok(Unstuck::Stop);
+                }
                 let sent = self.send_all()?;
                 if let Some(u) = self.take_arrived()?.or(sent) {
                     return Ok(u);
