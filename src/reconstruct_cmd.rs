@@ -65,6 +65,11 @@ pub struct ReconstructArgs {
     /// number.
     #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
+    /// With --hb or the replay: match the written output once more to count the violations
+    /// left in it, instead of taking the count the reconstruction made as it wrote, and fail if
+    /// the two differ.
+    #[arg(long)]
+    pub verify: bool,
 }
 
 /// `DIR.reconstructed` next to `DIR`.
@@ -78,27 +83,9 @@ pub fn default_out(dir: &Path) -> PathBuf {
 }
 
 pub fn run(args: &ReconstructArgs) -> Result<()> {
-    reconstruct(
-        &args.dir,
-        args.out.as_deref(),
-        args.remove,
-        args.model,
-        args.hb,
-        args.json,
-        args.threads,
-    )
-}
-
-pub fn reconstruct(
-    dir: &Path,
-    out: Option<&Path>,
-    remove: Option<RemoveArg>,
-    model: ModelArg,
-    hb: bool,
-    json: bool,
-    threads: usize,
-) -> Result<()> {
-    let (remove, model) = match (model, remove) {
+    let dir = args.dir.as_path();
+    let json = args.json;
+    let (remove, model) = match (args.model, args.remove) {
         (ModelArg::Subtract, r) => (r.unwrap_or(RemoveArg::Dpprime), Model::Subtract),
         (ModelArg::Replay, None | Some(RemoveArg::Both)) => (RemoveArg::Both, Model::Replay),
         (ModelArg::Replay, Some(other)) => anyhow::bail!(
@@ -110,7 +97,7 @@ pub fn reconstruct(
         ),
     };
     let trace = Trace::open(dir)?;
-    let out = out.map_or_else(|| default_out(dir), Path::to_path_buf);
+    let out = args.out.clone().unwrap_or_else(|| default_out(dir));
     let opts = Options {
         remove: match remove {
             RemoveArg::Dpprime => Remove::DpPrime,
@@ -118,8 +105,9 @@ pub fn reconstruct(
             RemoveArg::Both => Remove::Both,
         },
         model,
-        hb,
-        threads,
+        hb: args.hb,
+        threads: args.threads,
+        verify: args.verify,
         ..Options::default()
     };
     // Under `mpirun -np N` (N > 1) the processes share the work (reconstruct::job); process 0

@@ -70,6 +70,9 @@ pub struct Options {
     pub min_latency_ns: u64,
     /// Threads to read, map and write on (0: every core). The output does not depend on it.
     pub threads: usize,
+    /// When waits are moved: match the written output again to count its violations, and fail
+    /// if the pass's own count (see [`hb::OutputViolations`]) differs, rather than trust it.
+    pub verify: bool,
 }
 
 impl Options {
@@ -98,6 +101,7 @@ impl Default for Options {
             zstd_level: 1,
             min_latency_ns: hb::DEFAULT_MIN_LATENCY_NS,
             threads: 0,
+            verify: false,
         }
     }
 }

@@ -31,7 +31,8 @@ use crate::output::{RankOutput, prepare_out_dir, write_meta};
 use crate::pipeline::{self, EncodeQueue, EngineWriter, PassConfig, WorkerOutput};
 use crate::summary::summarize;
 pub use crate::summary::{
-    EstimateSummary, HbSummary, RankSummary, Summary, SuspensionSummary, render_table,
+    AfterCountedBy, EstimateSummary, HbSummary, RankSummary, Summary, SuspensionSummary,
+    render_table,
 };
 
 /// Reconstructs `trace` into `out`. `progress(done, total)` is called as events are read.
@@ -222,10 +223,30 @@ fn finish_summary(
         summary.estimates = EstimateSummary::of(e);
     }
     if opts.moves_waits() {
-        let after = match &pass.after {
-            Some(after) => *after,
-            None => check_happened_before_with(&Trace::open(out)?, opts.threads)?,
+        let counted = pass.report.output.filter(|c| c.exact);
+        let (after, by) = match (&pass.after, counted) {
+            (Some(after), _) if pass.after_by_pass => (*after, AfterCountedBy::Pass),
+            (Some(after), _) => (*after, AfterCountedBy::ReadingTheOutput),
+            (None, Some(counted)) if !opts.verify => {
+                (counted.as_report(&pass.report), AfterCountedBy::Pass)
+            }
+            (None, counted) => {
+                let read = check_happened_before_with(&Trace::open(out)?, opts.threads)?;
+                if let Some(counted) = counted.map(|c| c.as_report(&pass.report))
+                    && counted != read
+                {
+                    return Err(RebuildError::BadOutput {
+                        path: out.to_path_buf(),
+                        what: format!(
+                            "the pass counted other happened-before violations in its output \
+                             ({counted:?}) than the output holds ({read:?})"
+                        ),
+                    });
+                }
+                (read, AfterCountedBy::ReadingTheOutput)
+            }
         };
+        summary.hb.after_counted_by = Some(by);
         summary.hb.violations_after = after.violations();
         summary.hb.after = Some(after);
     }

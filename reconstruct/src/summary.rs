@@ -48,12 +48,26 @@ pub struct HbSummary {
     /// In the times with DP' (and DP) removed, before the repair: more than recorded when a
     /// suspension was not equal on every rank (an overshoot), which the repair undoes.
     pub violations_before: u64,
-    /// Counted again on the written output when repaired; equal to `violations_before` otherwise.
+    /// In the written output when repaired (see `after_counted_by`); equal to
+    /// `violations_before` otherwise.
     pub violations_after: u64,
     pub before: HbReport,
     pub after: Option<HbReport>,
+    /// When repaired: how `after` was counted.
+    pub after_counted_by: Option<AfterCountedBy>,
     /// Largest forward shift the repair applied to a lane, seconds.
     pub max_shift_s: f64,
+}
+
+/// How the violations left in a repaired output were counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AfterCountedBy {
+    /// By the pass, against the times it wrote (`hb::OutputViolations`).
+    Pass,
+    /// By matching the written output again: asked for (`--verify`, which also checks the
+    /// pass's count against it), or the pass's own count was not exact.
+    ReadingTheOutput,
 }
 
 /// How much the replay's estimates rest on: classes learned and instances seen, per table.
@@ -218,6 +232,7 @@ pub(crate) fn summarize(
         violations_after: pass.report.violations(),
         before: pass.report,
         after: None,
+        after_counted_by: None,
         max_shift_s: pass.report.max_shift as f64 / 1e9,
     };
     s

@@ -8,7 +8,7 @@ mod known_run;
 use common::*;
 use format::{Event, Marker};
 use known_run::*;
-use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
+use reconstruct::rebuild::{self, AfterCountedBy, Model, Options, Remove, Summary};
 use trace::Trace;
 
 /// A 6-rank ring of 200 rounds, rank 2 with a second thread that sends, written in chunks of 13
@@ -130,8 +130,15 @@ fn an_mpi_job_writes_what_one_process_writes() {
             ..Options::default()
         };
         let single = dir.with_extension(format!("single-{hb}-{}", model.name()));
-        let mut expected = rebuild::reconstruct(&trace, &single, &opts, &mut |_, _| {}).unwrap();
+        // One process matches its output again, so the job's own count is checked against it.
+        let verified = Options {
+            verify: true,
+            ..opts.clone()
+        };
+        let mut expected =
+            rebuild::reconstruct(&trace, &single, &verified, &mut |_, _| {}).unwrap();
         expected.out.clear();
+        let repaired = expected.hb.after_counted_by.take().is_some();
         let expected_files = read_files(&single);
         for processes in [2usize, 3, 8] {
             let out = dir.with_extension(format!("job-{hb}-{}-{processes}", model.name()));
@@ -154,6 +161,11 @@ fn an_mpi_job_writes_what_one_process_writes() {
             assert!(
                 read_files(&out) == expected_files,
                 "hb {hb}, {model:?}: {processes} processes wrote other bytes"
+            );
+            assert_eq!(
+                summary.hb.after_counted_by.take(),
+                repaired.then_some(AfterCountedBy::Pass),
+                "hb {hb}, {model:?}: {processes} processes"
             );
             assert_eq!(
                 serde_json::to_string(&summary).unwrap(),
@@ -226,18 +238,27 @@ fn split_jobs_write_what_one_process_writes(
         ..Options::default()
     };
     let single = dir.with_extension("single");
-    let mut expected = rebuild::reconstruct(&trace, &single, &opts, &mut |_, _| {}).unwrap();
+    // One process matches its output again, so the job's own count is checked against it.
+    let verified = Options {
+        verify: true,
+        ..opts.clone()
+    };
+    let mut expected = rebuild::reconstruct(&trace, &single, &verified, &mut |_, _| {}).unwrap();
     expected.out.clear();
+    let repaired = expected.hb.after_counted_by.take().is_some();
     let unmasked = expected.clone();
     mask(&mut expected);
     // One thread a process as well as two: with one, the engine alone encodes the replay's
     // output, partly while it waits for the others.
+    // And once with the output matched again, which fails where a process's own count differs.
     let jobs = process_counts
         .iter()
-        .flat_map(|&processes| [(processes, 1), (processes, 2)]);
-    for (processes, threads) in jobs {
+        .flat_map(|&processes| [(processes, 1, false), (processes, 2, false)])
+        .chain([(process_counts[0], 1, true)]);
+    for (processes, threads, verify) in jobs {
         let opts = Options {
             threads,
+            verify,
             ..opts.clone()
         };
         let out = dir.with_extension(format!("split-{processes}"));
@@ -271,6 +292,16 @@ fn split_jobs_write_what_one_process_writes(
             .expect("process 0's summary");
         assert!(results.all(|r| matches!(r, Ok(None))));
         summary.out.clear();
+        let by = if verify {
+            AfterCountedBy::ReadingTheOutput
+        } else {
+            AfterCountedBy::Pass
+        };
+        assert_eq!(
+            summary.hb.after_counted_by.take(),
+            repaired.then_some(by),
+            "{processes} processes of {threads} threads, verify {verify}"
+        );
         mask(&mut summary);
         for r in 0..program.world {
             let name = format::rank_file_name(r, 0);

@@ -15,7 +15,8 @@ use std::collections::{HashMap, VecDeque};
 
 use common::*;
 use format::{Completion, Event, Marker, MpiCall, NO_RANK, NO_REQUEST, NO_TAG};
-use reconstruct::rebuild::{self, Model, Options, Remove, Summary};
+use reconstruct::matches::check_happened_before;
+use reconstruct::rebuild::{self, AfterCountedBy, Model, Options, Remove, Summary};
 use trace::Trace;
 
 /// What the machine does, the same untraced and traced.
@@ -32,6 +33,9 @@ const TRANSFER_NS: u64 = 1_000;
 const BARRIER_EXIT_NS: u64 = 200;
 
 const TEST_NS: u64 = 40;
+/// A broadcast's own time, and from the root's entry to the end of a member's that waited for it.
+const BCAST_NS: u64 = 250;
+const BCAST_EXIT_NS: u64 = 180;
 /// Polls folded into each run that found nothing.
 const POLLS_PER_RUN: u64 = 25;
 
@@ -45,6 +49,7 @@ const EPOCH_NS: u64 = 700;
 
 const INIT_NS: u64 = 1_000_000;
 const TEST: format::FunctionId = 8;
+const BCAST: format::FunctionId = 9;
 const WIN_POST: format::FunctionId = 40;
 const WIN_START: format::FunctionId = 41;
 const WIN_COMPLETE: format::FunctionId = 42;
@@ -65,6 +70,13 @@ enum Op {
     /// arrives; the recorder folds those that failed into one run and spends its cost after
     /// each of them.
     PollWait(u64),
+    /// `PollWait(recv)`, but the loop also starts a send (`Isend` to `to`, request `send`) once
+    /// its polls found nothing, before the test that finds the message.
+    PollWaitSending {
+        recv: u64,
+        to: u32,
+        send: u64,
+    },
     /// Exposes the window to this origin (`Win_post`), and waits for its epoch to end
     /// (`Win_wait`).
     Post(u32),
@@ -73,6 +85,9 @@ enum Op {
     Start(u32),
     Complete(u32),
     Barrier,
+    /// `MPI_Bcast` from this root over every rank: the others wait for the root's entry, the
+    /// root for nobody.
+    Bcast(u32),
 }
 
 /// One rank's recorded (or untraced) run.
@@ -99,6 +114,8 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
     // (origin, target) → starts of `Win_complete` not yet waited for.
     let mut completes: HashMap<(u32, u32), VecDeque<u64>> = HashMap::new();
     let mut barrier_count = vec![0usize; n];
+    let mut bcasts: HashMap<usize, Vec<Option<u64>>> = HashMap::new();
+    let mut bcast_count = vec![0usize; n];
     loop {
         let mut progressed = false;
         for r in 0..n {
@@ -182,7 +199,12 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                             after
                         })
                     }
-                    Op::PollWait(req) => {
+                    op @ (Op::PollWait(_) | Op::PollWaitSending { .. }) => {
+                        let (req, sending) = match op {
+                            Op::PollWaitSending { recv, to, send } => (recv, Some((to, send))),
+                            Op::PollWait(req) => (req, None),
+                            _ => unreachable!(),
+                        };
                         let (peer, _) = requests[r][&req];
                         in_flight
                             .get_mut(&(peer, rank))
@@ -214,6 +236,11 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                                         cost: last as u32,
                                     }));
                                     t = end + last;
+                                }
+                                if let Some((to, send)) = sending {
+                                    in_flight.entry((rank, to)).or_default().push_back(t);
+                                    requests[r].insert(send, (to, false));
+                                    t = record(ISEND, t, t + ISEND_NS, to as i32, send, &mut runs);
                                 }
                                 let after =
                                     record(TEST, t, t + TEST_NS, NO_RANK, NO_REQUEST, &mut runs);
@@ -250,6 +277,27 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                             let end = (t + WIN_WAIT_NS).max(c + EPOCH_NS);
                             record(WIN_WAIT, t, end, NO_RANK, NO_REQUEST, &mut runs)
                         }),
+                    Op::Bcast(root) => {
+                        let instance = bcast_count[r];
+                        let entries = bcasts.entry(instance).or_insert_with(|| vec![None; n]);
+                        entries[r].get_or_insert(t);
+                        let end = if rank == root {
+                            Some(t + BCAST_NS)
+                        } else {
+                            entries[root as usize].map(|s| (t + BCAST_NS).max(s + BCAST_EXIT_NS))
+                        };
+                        end.map(|end| {
+                            bcast_count[r] += 1;
+                            let after = record(BCAST, t, end, NO_RANK, NO_REQUEST, &mut runs);
+                            if let Some(Event::Call(c)) = runs[r].events.last_mut() {
+                                c.root = root as i32;
+                            }
+                            if let Some(c) = runs[r].calls.last_mut() {
+                                c.root = root as i32;
+                            }
+                            after
+                        })
+                    }
                     Op::Barrier => {
                         let instance = barrier_count[r];
                         let entries = barriers.entry(instance).or_insert_with(|| vec![None; n]);
@@ -318,6 +366,7 @@ fn write(dir: &std::path::Path, runs: &[Run]) {
             let mut events = function_defs();
             for (id, name) in [
                 (TEST, "MPI_Test"),
+                (BCAST, "MPI_Bcast"),
                 (WIN_POST, "MPI_Win_post"),
                 (WIN_START, "MPI_Win_start"),
                 (WIN_COMPLETE, "MPI_Win_complete"),
@@ -357,10 +406,22 @@ fn write(dir: &std::path::Path, runs: &[Run]) {
     write_trace(dir, runs.len() as u32, &ranks, 7);
 }
 
+/// Reconstructs with the output matched again, which fails if the violations the pass counted
+/// in its own output are not the ones the output holds.
 fn reconstruct(dir: &std::path::Path, out: &std::path::Path, model: Model) -> Summary {
+    reconstruct_verified(dir, out, model, true)
+}
+
+fn reconstruct_verified(
+    dir: &std::path::Path,
+    out: &std::path::Path,
+    model: Model,
+    verify: bool,
+) -> Summary {
     let opts = Options {
         remove: Remove::Both,
         model,
+        verify,
         ..Options::default()
     };
     rebuild::reconstruct(&Trace::open(dir).unwrap(), out, &opts, &mut |_, _| {}).unwrap()
@@ -596,6 +657,127 @@ fn an_rma_epoch_ends_when_its_origin_completes() {
     assert_ne!(error, 0, "subtract was exact: the case tests nothing");
 }
 
+/// The replay counts the violations left in its output as it writes it, instead of matching the
+/// output again, only while every send start and collective entry it stored for the partners
+/// goes out at the time it was stored with. A send made inside a polling loop is stored before
+/// the loop is placed (with the wait that ends it): its count then cannot be trusted, and the
+/// output is read.
+#[test]
+fn the_output_is_read_again_only_where_a_stored_call_moved_after_it_was_stored() {
+    let program = |sending: bool| {
+        let mut r0 = Vec::new();
+        let mut r1 = Vec::new();
+        for i in 0..8u64 {
+            let (recv, send) = (2 * i + 1, 2 * i + 2);
+            r0.extend([
+                Op::Compute(3_000 + 170 * i),
+                Op::Send(1),
+                Op::Recv(1),
+                Op::Barrier,
+            ]);
+            r1.push(Op::Irecv(0, recv));
+            r1.push(if sending {
+                Op::PollWaitSending { recv, to: 0, send }
+            } else {
+                Op::PollWait(recv)
+            });
+            if !sending {
+                r1.push(Op::Isend(0, send));
+            }
+            r1.extend([Op::Wait(send), Op::Barrier]);
+        }
+        vec![r0, r1]
+    };
+    for (sending, want) in [
+        (false, AfterCountedBy::Pass),
+        (true, AfterCountedBy::ReadingTheOutput),
+    ] {
+        let traced = simulate(&program(sending), recorder_cost);
+        assert!(
+            traced[1]
+                .events
+                .iter()
+                .any(|e| matches!(e, Event::Polls(_))),
+            "nothing polled: the case tests nothing"
+        );
+        let dir = temp_dir(&format!("replay-stored-{sending}"));
+        write(&dir, &traced);
+        let out = temp_dir(&format!("replay-stored-{sending}-out"));
+        let counted = reconstruct_verified(&dir, &out, Model::Replay, false);
+        assert_eq!(counted.hb.after_counted_by, Some(want), "sending {sending}");
+        let read = check_happened_before(&Trace::open(&out).unwrap()).unwrap();
+        assert_eq!(counted.hb.after, Some(read), "sending {sending}");
+        assert_eq!(counted.hb.before.messages, 16, "{:?}", counted.hb);
+        // The same with the output read again: the pass's count, where it is used, must agree.
+        let out = temp_dir(&format!("replay-stored-{sending}-verified"));
+        let verified = reconstruct_verified(&dir, &out, Model::Replay, true);
+        assert_eq!(
+            verified.hb.after_counted_by,
+            Some(AfterCountedBy::ReadingTheOutput)
+        );
+        assert_eq!(verified.hb.after, counted.hb.after, "sending {sending}");
+    }
+}
+
+/// Where the replay leaves violations in its output (the format's synthetic halo, whose times
+/// are not a run's: half its receives end before their sends started), the count the pass made
+/// as it wrote must be what matching the output finds, kind by kind.
+///
+/// Its collectives as they are (`Allreduce`: an exit waits for every member, judged through the
+/// instance's summary), and made `Bcast`s from rank 2 (an exit waits for the root alone, judged
+/// member by member).
+#[test]
+fn the_pass_counts_the_violations_its_output_holds() {
+    use format::synthetic::FUNC_ALLREDUCE;
+    let bcast = |mut ranks: Vec<RankTrace>| {
+        for e in ranks.iter_mut().flat_map(|r| r.streams[0].1.iter_mut()) {
+            match e {
+                Event::FunctionDef { id, name } if *id == FUNC_ALLREDUCE => {
+                    *name = "MPI_Bcast".into()
+                }
+                Event::Call(c) if c.func == FUNC_ALLREDUCE => c.root = 2,
+                _ => {}
+            }
+        }
+        ranks
+    };
+    for (shape, ranks) in [
+        ("allreduce", matched_halo(6, 400)),
+        ("bcast", bcast(matched_halo(6, 400))),
+    ] {
+        let dir = temp_dir(&format!("halo-counted-{shape}"));
+        write_trace(&dir, 6, &ranks, 97);
+        count_against_the_output(&dir, shape);
+    }
+}
+
+fn count_against_the_output(dir: &std::path::Path, shape: &str) {
+    for (model, hb) in [(Model::Replay, false), (Model::Subtract, true)] {
+        let out = temp_dir(&format!("halo-counted-{shape}-{model:?}"));
+        let opts = Options {
+            remove: Remove::Both,
+            model,
+            hb,
+            ..Options::default()
+        };
+        let trace = Trace::open(dir).unwrap();
+        let counted = rebuild::reconstruct(&trace, &out, &opts, &mut |_, _| {}).unwrap();
+        assert_eq!(
+            counted.hb.after_counted_by,
+            Some(AfterCountedBy::Pass),
+            "{shape}, {model:?}"
+        );
+        let read = check_happened_before(&Trace::open(&out).unwrap()).unwrap();
+        assert_eq!(counted.hb.after, Some(read), "{shape}, {model:?}");
+        if model == Model::Replay {
+            assert!(
+                read.message_violations > 0 && read.collective_violations > 0,
+                "{shape}: nothing left to count: the case tests nothing: {read:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn without_waits_the_replay_equals_subtract() {
     // Every receive finds its message there and nobody waits in a collective: the rank-by-rank
@@ -645,6 +827,8 @@ enum Step {
     },
     /// Every rank works its own time, then all meet.
     Barrier(Vec<u64>),
+    /// Every rank works its own time, then the root broadcasts.
+    Bcast(u32, Vec<u64>),
 }
 
 /// Every rank's calls in global step order. Sends never block in the simulator, so each step
@@ -683,6 +867,11 @@ fn program(ranks: usize, steps: &[Step]) -> Vec<Vec<Op>> {
                     }
                 }
             }
+            Step::Bcast(root, work) => {
+                for (rank_ops, w) in ops.iter_mut().zip(work) {
+                    rank_ops.extend([Op::Compute(*w), Op::Bcast(*root)]);
+                }
+            }
             Step::Barrier(work) => {
                 for (rank_ops, w) in ops.iter_mut().zip(work) {
                     rank_ops.extend([Op::Compute(*w), Op::Barrier]);
@@ -714,7 +903,12 @@ fn schedule() -> impl Strategy<Value = (usize, Vec<Step>)> {
                 after,
             });
         let barrier = proptest::collection::vec(0u64..6_000, ranks).prop_map(Step::Barrier);
-        let step = prop_oneof![4 => message, 1 => barrier];
+        let bcast = (
+            0..ranks as u32,
+            proptest::collection::vec(0u64..6_000, ranks),
+        )
+            .prop_map(|(root, work)| Step::Bcast(root, work));
+        let step = prop_oneof![4 => message, 1 => barrier, 1 => bcast];
         (Just(ranks), proptest::collection::vec(step, 1..30))
     })
 }
@@ -828,7 +1022,7 @@ proptest! {
         let (_, before) = matched_pairs(&dir);
         for (model, hb) in [(Model::Subtract, true), (Model::Replay, false)] {
             let out = temp_dir(&format!("prop-model-{model:?}"));
-            let opts = Options { remove: Remove::Both, model, hb, ..Options::default() };
+            let opts = Options { remove: Remove::Both, model, hb, verify: true, ..Options::default() };
             let summary =
                 rebuild::reconstruct(&Trace::open(&dir).unwrap(), &out, &opts, &mut |_, _| {}).unwrap();
             prop_assert_eq!(summary.hb.violations_after, 0, "{:?}: {:?}", model, summary.hb);

@@ -101,14 +101,17 @@ impl CollInst {
 /// ranks whose hosts are unknown are a clock group each.
 pub(super) struct EntrySummary {
     /// Per clock group, sorted by group: (group, latest entry in the given times, latest as
-    /// recorded). An exit is compared with its own group's entries without any tolerance.
-    groups: Vec<(u32, u64, u64)>,
+    /// recorded, latest repaired). An exit is compared with its own group's entries without any
+    /// tolerance.
+    groups: Vec<(u32, u64, u64, u64)>,
     /// Against other groups an exit at `end` violates when `end + its uncertainty + theirs <
     /// their latest entry`, i.e. `end + its uncertainty < latest − theirs`: the two largest
     /// right-hand sides from distinct groups, in the given times and as recorded, so that the
     /// best one not of the exit's own group is at hand.
     given: Extremes,
     recorded: Extremes,
+    /// The same over the repaired entries, which the output holds.
+    repaired: Extremes,
     /// The two latest repaired entries with their positions: an exit waits for the others'
     /// (plus the latency), its own only as itself.
     top: [(u64, usize); 2],
@@ -170,7 +173,7 @@ impl EntrySummary {
         inst: &CollInst,
         range: std::ops::Range<usize>,
     ) -> EntrySummary {
-        let mut groups: Vec<(u32, u64, u64, u64)> = Vec::with_capacity(range.len());
+        let mut groups: Vec<(u32, u64, u64, u64, u64)> = Vec::with_capacity(range.len());
         let mut top = [(0u64, usize::MAX); 2];
         let mut top_recorded = [(0u64, usize::MAX); 2];
         for k in range {
@@ -186,7 +189,14 @@ impl EntrySummary {
             };
             let raw = inst.raw_starts[k].unwrap_or(0);
             let recorded = inst.recorded_starts[k].unwrap_or(0);
-            groups.push((r.clock_group, r.clock_uncertainty_ns, raw, recorded));
+            let repaired = inst.starts[k].unwrap_or(0);
+            groups.push((
+                r.clock_group,
+                r.clock_uncertainty_ns,
+                raw,
+                recorded,
+                repaired,
+            ));
         }
         // One entry per group with its latest entries: once per instance, O(members · log).
         groups.sort_unstable_by_key(|g| g.0);
@@ -195,21 +205,25 @@ impl EntrySummary {
             if same {
                 kept.2 = kept.2.max(later.2);
                 kept.3 = kept.3.max(later.3);
+                kept.4 = kept.4.max(later.4);
             }
             same
         });
-        let (mut given, mut recorded) = (Extremes::NONE, Extremes::NONE);
-        for &(group, unc, raw_max, recorded_max) in &groups {
+        let (mut given, mut recorded, mut repaired) =
+            (Extremes::NONE, Extremes::NONE, Extremes::NONE);
+        for &(group, unc, raw_max, recorded_max, repaired_max) in &groups {
             given.offer(i128::from(raw_max) - i128::from(unc), group);
             recorded.offer(i128::from(recorded_max) - i128::from(unc), group);
+            repaired.offer(i128::from(repaired_max) - i128::from(unc), group);
         }
         EntrySummary {
             groups: groups
                 .into_iter()
-                .map(|(g, _, raw, rec)| (g, raw, rec))
+                .map(|(g, _, raw, rec, rep)| (g, raw, rec, rep))
                 .collect(),
             given,
             recorded,
+            repaired,
             top,
             top_recorded,
         }
@@ -246,6 +260,31 @@ impl EntrySummary {
         let recorded =
             own.is_some_and(|g| recorded_end < g.2) || rec_t < self.recorded.other_than(group);
         (raw, recorded)
+    }
+
+    /// The end before which an exit of a rank of `group` (uncertain by `unc`) left before a
+    /// repaired entry it waited for: [`Self::violated`]'s test, in the repaired times, as one
+    /// bound (`end < own` or `end + unc < other` is `end < max(own, other − unc)`).
+    pub(super) fn repaired_bound(&self, group: u32, unc: u64) -> i128 {
+        let own = self
+            .groups
+            .binary_search_by_key(&group, |g| g.0)
+            .ok()
+            .map_or(i128::MIN, |i| i128::from(self.groups[i].3));
+        own.max(
+            self.repaired
+                .other_than(group)
+                .saturating_sub(i128::from(unc)),
+        )
+    }
+
+    /// [`Self::repaired_bound`] for a rank judged with no tolerance at all.
+    pub(super) fn repaired_bound_anywhere(&self) -> i128 {
+        self.groups
+            .iter()
+            .map(|g| i128::from(g.3))
+            .max()
+            .unwrap_or(i128::MIN)
     }
 
     pub(super) fn violated_anywhere(&self, end: u64, recorded_end: u64) -> (bool, bool) {

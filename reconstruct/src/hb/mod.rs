@@ -170,6 +170,64 @@ pub struct HbReport {
     /// Largest forward shift the repair gave a lane, ns of the lane's time unit.
     pub max_shift: u64,
     pub lanes_shifted: u64,
+    /// With the repair on: the violations in the times this pass handed out, counted as they
+    /// were handed out (see [`OutputViolations`]). Not part of the summary: it stands in for
+    /// the check that reads the written output again.
+    #[serde(skip)]
+    pub output: Option<OutputViolations>,
+}
+
+/// The violations that a check of a pass's output (matching it as it is written) would count,
+/// counted by the pass itself at each receive and collective exit, against the times it hands
+/// out. A send's start and a collective entry are stored for the partners when the call is
+/// processed, and judged from there; the replay places a run of polls, and what follows it, only
+/// once the wait after it is resolved. Where that moved a stored call away from the time it was
+/// stored with, the count no longer describes the output: `exact` is false, and the output is
+/// checked by reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputViolations {
+    pub messages: u64,
+    pub collectives: u64,
+    pub epochs: u64,
+    pub exact: bool,
+}
+
+impl OutputViolations {
+    const ZERO: OutputViolations = OutputViolations {
+        messages: 0,
+        collectives: 0,
+        epochs: 0,
+        exact: true,
+    };
+
+    /// The report a check of the output would give, from the pass that wrote it: the same
+    /// messages, exits and unmatched calls (the output holds the same events), with these
+    /// violations, in times that are the output's as recorded, and nothing moved.
+    pub fn as_report(&self, pass: &HbReport) -> HbReport {
+        HbReport {
+            message_violations: self.messages,
+            collective_violations: self.collectives,
+            epoch_violations: self.epochs,
+            recorded_message_violations: self.messages,
+            recorded_collective_violations: self.collectives,
+            recorded_epoch_violations: self.epochs,
+            max_shift: 0,
+            lanes_shifted: 0,
+            output: None,
+            ..*pass
+        }
+    }
+
+    /// Of the processes of a split pass: exact only if every part is.
+    pub fn merge(a: Option<Self>, b: Option<Self>) -> Option<Self> {
+        let (a, b) = (a?, b?);
+        Some(OutputViolations {
+            messages: a.messages + b.messages,
+            collectives: a.collectives + b.collectives,
+            epochs: a.epochs + b.epochs,
+            exact: a.exact && b.exact,
+        })
+    }
 }
 
 impl HbReport {
@@ -468,6 +526,12 @@ struct Lane<I> {
     pending: Vec<Event>,
     /// Time the mapping removed at the run of polls that begins `pending`.
     pending_removed: u64,
+    /// Of `pending`, the calls whose times were stored for the partners (a send, an entry),
+    /// with the start they were stored with: where one goes out at another, the pass's own
+    /// count of the output's violations is not exact.
+    pending_stored: Vec<(usize, u64)>,
+    /// The held call's times were stored for the partners.
+    held_stored: bool,
 }
 
 impl<I> Lane<I> {
@@ -541,6 +605,22 @@ struct Shared<'c> {
     /// The latest time, as recorded, that an own lane reached (its frontier): how far proxies
     /// may go.
     own_frontier: u64,
+    /// With the repair: the violations in the times handed out (see [`OutputViolations`]).
+    output: Option<OutputViolations>,
+    /// Calls whose times were stored for the partners so far (sends, collective entries): tells
+    /// whether processing an event stored one.
+    stored_calls: u64,
+    /// The held call's receives and exits being resolved, each with the end before which it
+    /// would be a violation in the times handed out, until that end is known.
+    output_bounds: Vec<(OutputBound, i128)>,
+}
+
+/// What a bound in [`Shared::output_bounds`] counts.
+#[derive(Clone, Copy)]
+enum OutputBound {
+    Message,
+    Epoch,
+    Exit,
 }
 
 /// Two groups of an intercommunicator (the lower-sorting one first) and the occurrence.
@@ -620,6 +700,9 @@ fn run_lanes<I: LaneSource>(
         pending_matches: Vec::new(),
         remote,
         own_frontier: 0,
+        output: repair.enabled.then_some(OutputViolations::ZERO),
+        stored_calls: 0,
+        output_bounds: Vec::new(),
     };
     let mut lanes: Vec<Lane<I>> = lanes
         .into_iter()
@@ -642,6 +725,8 @@ fn run_lanes<I: LaneSource>(
             last_commdef: None,
             pending: Vec::new(),
             pending_removed: 0,
+            pending_stored: Vec::new(),
+            held_stored: false,
         })
         .collect();
     loop {
@@ -716,6 +801,7 @@ fn run_lanes<I: LaneSource>(
     shared.report.unmatched_sends += shared.sends.len() as u64;
     shared.report.lanes_shifted = lanes.iter().filter(|l| l.max_shift > 0).count() as u64;
     shared.report.max_shift = lanes.iter().map(|l| l.max_shift).max().unwrap_or(0);
+    shared.report.output = shared.output;
     (shared.report, shared.learned.unwrap_or_default())
 }
 
@@ -777,9 +863,11 @@ impl Shared<'_> {
                 force = false;
                 moved = true;
                 // A run of polls before the call was placed by resolve with it.
+                self.check_stored_pending(lane, 0);
                 for e in lane.pending.drain(..) {
                     on_event(li, &e);
                 }
+                lane.held_stored = false;
                 let shift = lane.shift;
                 for mut e in lane.held.drain(..) {
                     // The call's times were set by resolve; what follows it moves with the lane.
@@ -808,7 +896,7 @@ impl Shared<'_> {
                     lane.needs = Some(self.needs_of(lane));
                     continue;
                 }
-                Self::flush_pending(li, lane, on_event);
+                self.flush_pending(li, lane, on_event);
                 self.lane_ended(li, lane);
                 if let Some(p) = pump {
                     p.own_lane_ended(li);
@@ -885,19 +973,26 @@ impl Shared<'_> {
             }
             let polls = matches!(event, Event::Polls(_));
             if polls || lane.pending.len() >= POLL_TAIL {
-                Self::flush_pending(li, lane, on_event);
+                self.flush_pending(li, lane, on_event);
             }
             if let Some(p) = pump.as_deref_mut()
                 && matches!(event, Event::Call(_))
             {
                 p.own_call(li, index, removed, lane.shift, &event);
             }
-            match self.process(lane, index, removed, &event) {
+            let stored_before = self.stored_calls;
+            let action = self.process(lane, index, removed, &event);
+            let stored = self.stored_calls != stored_before;
+            match action {
                 Action::Emit if polls && self.repair.enabled && self.repair.replay => {
                     lane.pending.push(event);
                     lane.pending_removed = removed;
                 }
                 Action::Emit if !lane.pending.is_empty() => {
+                    if stored && let Event::Call(c) = &event {
+                        let start = c.start.saturating_add_signed(lane.shift);
+                        lane.pending_stored.push((lane.pending.len(), start));
+                    }
                     lane.pending.push(event);
                 }
                 Action::Emit => {
@@ -914,6 +1009,7 @@ impl Shared<'_> {
                     lane.held_index = index;
                     lane.held_removed = removed;
                     lane.held_coll = coll;
+                    lane.held_stored = stored;
                 }
             }
         }
@@ -972,10 +1068,33 @@ impl Shared<'_> {
     }
 
     /// Hands out a run of polls that no wait took, moved as the lane is.
-    fn flush_pending<I>(li: usize, lane: &mut Lane<I>, on_event: &mut impl FnMut(usize, &Event)) {
+    fn flush_pending<I>(
+        &mut self,
+        li: usize,
+        lane: &mut Lane<I>,
+        on_event: &mut impl FnMut(usize, &Event),
+    ) {
+        self.check_stored_pending(lane, lane.shift);
         for mut e in lane.pending.drain(..) {
             shift_times(&mut e, lane.shift);
             on_event(li, &e);
+        }
+    }
+
+    /// Before `pending` goes out, each moved by `moved_by` more: whether its stored calls go
+    /// out at the times they were stored with.
+    fn check_stored_pending<I>(&mut self, lane: &mut Lane<I>, moved_by: i64) {
+        for (k, stored) in lane.pending_stored.drain(..) {
+            let Some(Event::Call(c)) = lane.pending.get(k) else {
+                continue;
+            };
+            // `pending` is unshifted until it goes out (`moved_by`: the lane's shift), or placed
+            // by the resolve of the call after it (`moved_by`: 0, its times are final).
+            if c.start.saturating_add_signed(moved_by) != stored
+                && let Some(o) = self.output.as_mut()
+            {
+                o.exact = false;
+            }
         }
     }
 

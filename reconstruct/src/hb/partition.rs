@@ -408,5 +408,6 @@ pub fn merge_reports(a: &HbReport, b: &HbReport) -> HbReport {
         waits_on_absent_ranks: a.waits_on_absent_ranks + b.waits_on_absent_ranks,
         max_shift: a.max_shift.max(b.max_shift),
         lanes_shifted: a.lanes_shifted + b.lanes_shifted,
+        output: super::OutputViolations::merge(a.output, b.output),
     }
 }

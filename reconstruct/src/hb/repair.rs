@@ -23,7 +23,7 @@ use super::collective_instance::{CollInst, EntrySummary, LatestOthers};
 use super::estimates::size_class;
 use super::matcher::{Class, Need};
 use super::violations::{entries_known, waited_for};
-use super::{Lane, MessageMatch, Shared};
+use super::{Lane, MessageMatch, OutputBound, Shared};
 
 /// What a held call depends on, in the replay: the latest moment over its dependencies at which
 /// what it waits for is there, in the replayed times and as recorded.
@@ -123,6 +123,16 @@ impl Shared<'_> {
                         raw_end,
                         recorded_end,
                     );
+                    if self.output.is_some() {
+                        let tol = self.ctx.tolerance(sender, lane.rank_idx);
+                        let what = if epoch {
+                            OutputBound::Epoch
+                        } else {
+                            OutputBound::Message
+                        };
+                        let bound = i128::from(send.start) - i128::from(tol);
+                        self.output_bounds.push((what, bound));
+                    }
                     required = required.max(send.start.saturating_add(latency));
                     depends = true;
                     let recv_end =
@@ -166,6 +176,10 @@ impl Shared<'_> {
                         inst.summaries[slot] = Some(Box::new(summary));
                     }
                     self.count_exit(lane.rank_idx, r, &inst, raw_end, recorded_end);
+                    if self.output.is_some() {
+                        let bound = self.exit_output_bound(lane.rank_idx, r, &inst);
+                        self.output_bounds.push((OutputBound::Exit, bound));
+                    }
                     if !range.is_empty() {
                         depends = true;
                     }
@@ -255,6 +269,13 @@ impl Shared<'_> {
             lane.set_shift(end as i64 - raw_end as i64);
             if poll_run.is_some() {
                 start = place_poll_run(lane, old_shift, &call);
+                // Stored for the partners with the shift before this call.
+                if lane.held_stored
+                    && start != call.start.saturating_add_signed(old_shift)
+                    && let Some(o) = self.output.as_mut()
+                {
+                    o.exact = false;
+                }
             } else {
                 // A run no wait took goes out as it was (the shift did not change before it).
                 for e in &mut lane.pending {
@@ -271,6 +292,7 @@ impl Shared<'_> {
             }
             lane.set_shift(end as i64 - raw_end as i64);
         }
+        self.count_output(end);
         if let Some(Event::Call(c)) = lane.held.first_mut() {
             c.start = start;
             c.end = end;

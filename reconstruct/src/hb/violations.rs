@@ -8,7 +8,7 @@
 //! is not counted (it is still repaired: the output must be consistent either way).
 
 use super::collective_instance::{CollInst, CollRef, InterRole};
-use super::{HbContext, Shared};
+use super::{HbContext, OutputBound, Shared};
 use trace::funcs::CollShape;
 
 impl HbContext {
@@ -150,5 +150,44 @@ impl Shared<'_> {
         }
         self.report.collective_violations += u64::from(raw);
         self.report.recorded_collective_violations += u64::from(recorded);
+    }
+
+    /// The end before which this exit violates in the repaired times (what the output holds):
+    /// [`Self::count_exit`]'s test on the repaired entries, as one bound.
+    pub(super) fn exit_output_bound(&self, me_idx: usize, r: &CollRef, inst: &CollInst) -> i128 {
+        let range = waited_for(r, inst.starts.len());
+        if let Some(summary) = inst
+            .summary_slot(&range)
+            .and_then(|slot| inst.summaries[slot].as_deref())
+        {
+            return match self.ctx.ranks.get(me_idx) {
+                Some(x) => summary.repaired_bound(x.clock_group, x.clock_uncertainty_ns),
+                None => summary.repaired_bound_anywhere(),
+            };
+        }
+        range
+            .filter_map(|k| {
+                let other = self.ctx.index_of(inst.members[k])?;
+                let start = inst.starts[k]?;
+                Some(i128::from(start) - i128::from(self.ctx.tolerance(me_idx, other)))
+            })
+            .max()
+            .unwrap_or(i128::MIN)
+    }
+
+    /// Counts what [`Self::output_bounds`] holds against the end the held call goes out with.
+    pub(super) fn count_output(&mut self, end: u64) {
+        let Some(o) = self.output.as_mut() else {
+            self.output_bounds.clear();
+            return;
+        };
+        for (what, bound) in self.output_bounds.drain(..) {
+            let violated = u64::from(i128::from(end) < bound);
+            match what {
+                OutputBound::Message => o.messages += violated,
+                OutputBound::Epoch => o.epochs += violated,
+                OutputBound::Exit => o.collectives += violated,
+            }
+        }
     }
 }

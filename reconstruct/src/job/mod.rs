@@ -145,6 +145,9 @@ pub(crate) const TAG_ESTIMATES: u32 = 13;
 /// A split pass that moved waits: the metadata of the sender's ranks of the written output, to
 /// every other process, for the check of the output (each reads only its own ranks' files).
 pub(crate) const TAG_OUTPUT_METAS: u32 = 14;
+/// A split pass that moved waits: whether the sender's count of the violations in its output
+/// is exact (one byte, 1 or 0). Only when every process's is does the job skip the check.
+pub(crate) const TAG_OUTPUT_COUNTED: u32 = 15;
 
 pub(crate) fn encode_estimates(e: &crate::hb::Estimates) -> Vec<u8> {
     let mut w = Wire(Vec::new());

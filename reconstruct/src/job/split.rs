@@ -108,24 +108,42 @@ pub(crate) fn run_process(
     if let (Ok(pass), Some(Ok(e))) = (&mut mine, estimates) {
         pass.estimates = e;
     }
-    // The written output matched, split as well: each process its own ranks, as written. Every
-    // process knows whether the pass failed (a failure is told to all), so all take part or none.
+    // The written output's violations: every process knows whether the pass failed (a failure
+    // is told to all), so all take part or none.
     if let (Ok(pass), Some(out), Ok(threads)) = (&mut mine, check, &threads) {
-        let written = Trace::open(out).map_err(|e| failed(&RebuildError::from(e)));
-        let checked = match written_metas(written, &owners, *threads, &mail)? {
-            Ok((written, metas)) => {
-                let cfg = PassConfig::as_recorded(&metas, *threads);
-                run_split(&written, cfg, &owners, &mail, &mut |_| {}).map_err(|e| failed(&e))
+        // Unless every process counted the violations of its output exactly as it wrote it.
+        let exact = pass.report.output.filter(|c| c.exact);
+        let counted = exact.filter(|_| !opts.verify);
+        match all_counted(counted.is_some(), &mail)? {
+            Ok(true) => {
+                if let Some(counted) = counted {
+                    pass.after = Some(counted.as_report(&pass.report));
+                    pass.after_by_pass = true;
+                }
             }
-            // Taking part as failed, so that a process that did start the check (its reading
-            // of the others' metadata went well) hears of it rather than waits.
-            Err(reason) => {
-                take_part_failed(&mail, reason.clone());
-                Err(reason)
-            }
-        };
-        match checked {
-            Ok(check) => pass.after = Some(check.report),
+            Ok(false) => match check_output(out, &owners, *threads, &mail)? {
+                // Both count the violations at this process's receives and exits (the other
+                // counts of a split pass, such as waits on ranks that ended, depend on when
+                // each process saw the others' lanes end).
+                Ok(read)
+                    if exact.is_some_and(|c| {
+                        (c.messages, c.collectives, c.epochs)
+                            != (
+                                read.message_violations,
+                                read.collective_violations,
+                                read.epoch_violations,
+                            )
+                    }) =>
+                {
+                    mine = Err(format!(
+                        "process {me}: the pass counted other happened-before violations in its \
+                         output ({:?}) than its part of the output holds ({read:?})",
+                        exact
+                    ));
+                }
+                Ok(read) => pass.after = Some(read),
+                Err(reason) => mine = Err(reason),
+            },
             Err(reason) => mine = Err(reason),
         }
     }
@@ -252,6 +270,53 @@ fn exchange_estimates(
         };
     }
     Ok(merged)
+}
+
+/// Whether every process counted the violations of its output exactly (`mine`: this one did).
+/// Every process whose pass went well asks, and a failed pass is told to all, so all ask or none.
+/// Each process sends every other the same flag, so all come to the same answer (anything but
+/// a 1 reads as "not counted", which makes every process check the output).
+fn all_counted(mine: bool, mail: &Mailbox<'_>) -> Result<Result<bool, String>, RebuildError> {
+    let mut all = Ok(mine);
+    for (_, theirs) in exchange_with_all(mail, job::TAG_OUTPUT_COUNTED, &Ok(vec![u8::from(mine)]))?
+    {
+        all = match (all, theirs) {
+            (Err(reason), _) | (Ok(_), Err(reason)) => Err(reason),
+            (Ok(all), Ok(flag)) => Ok(all && flag == [1]),
+        };
+    }
+    Ok(all)
+}
+
+/// The written output matched, split as well: each process its own ranks, as written.
+fn check_output(
+    out: &Path,
+    owners: &Owners<'_>,
+    threads: usize,
+    mail: &Mailbox<'_>,
+) -> Result<Result<hb::HbReport, String>, RebuildError> {
+    let failed = |e: &RebuildError| {
+        format!(
+            "process {}: {}",
+            owners.me,
+            crate::pipeline::remote::error_text(e)
+        )
+    };
+    let written = Trace::open(out).map_err(|e| failed(&RebuildError::from(e)));
+    Ok(match written_metas(written, owners, threads, mail)? {
+        Ok((written, metas)) => {
+            let cfg = PassConfig::as_recorded(&metas, threads);
+            run_split(&written, cfg, owners, mail, &mut |_| {})
+                .map(|check| check.report)
+                .map_err(|e| failed(&e))
+        }
+        // Taking part as failed, so that a process that did start the check (its reading of
+        // the others' metadata went well) hears of it rather than waits.
+        Err(reason) => {
+            take_part_failed(mail, reason.clone());
+            Err(reason)
+        }
+    })
 }
 
 /// Every rank's metadata of the written output, each process reading only its own ranks' files

@@ -137,6 +137,9 @@ pub(crate) struct PassResult {
     /// The matching of the written output, when the pass's processes made it between them (a
     /// split replay); otherwise whoever needs it matches the output.
     pub after: Option<HbReport>,
+    /// `after` is what the processes' passes counted as they wrote (every count exact), not a
+    /// match of the output.
+    pub after_by_pass: bool,
 }
 
 /// The lanes of a trace in processing order: ranks in trace order, streams ascending.
@@ -390,5 +393,6 @@ pub(crate) fn run(
         estimates,
         marks,
         after: None,
+        after_by_pass: false,
     })
 }

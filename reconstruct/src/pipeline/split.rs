@@ -192,6 +192,7 @@ pub(crate) fn run_split(
         estimates,
         marks,
         after: None,
+        after_by_pass: false,
     })
 }
 

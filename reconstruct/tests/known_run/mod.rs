@@ -149,6 +149,8 @@ pub fn rebuild(dir: &std::path::Path, out: &std::path::Path, remove: Remove, hb:
         remove,
         hb,
         chunk_events: 97,
+        // The pass's own count of the output's violations is checked against the output.
+        verify: true,
         ..Options::default()
     };
     rebuild::reconstruct(&trace, out, &opts, &mut |_, _| {}).unwrap()

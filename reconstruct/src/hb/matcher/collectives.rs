@@ -52,6 +52,7 @@ impl Shared<'_> {
             inst.entered += new;
             inst.entered_first += new * usize::from((me as usize) < inst.first_len);
             *slot = Some(c.start.saturating_add_signed(lane.shift));
+            self.stored_calls += 1;
             inst.raw_starts[me as usize] = Some(c.start);
             inst.recorded_starts[me as usize] = Some(c.start.saturating_add(removed));
         }

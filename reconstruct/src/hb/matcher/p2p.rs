@@ -105,6 +105,9 @@ impl Shared<'_> {
         c: &MpiCall,
         key: Key,
     ) {
+        // Stored here, or by the process that owns the receiver through its proxy of this lane,
+        // which carries this lane's shift as it is now.
+        self.stored_calls += 1;
         // A send towards another process's rank is that process's to number and match (through
         // its proxy of this rank): kept here, it would wait in the tables to the end.
         if self.is_remote(key.2) {
