@@ -11,13 +11,17 @@
 //!   compressed (see `columnar_map`); no matching;
 //! - `decode`: reading every lane's events (the floor this reader pays);
 //! - `reconstruct Nt`: the whole `evenflush reconstruct` on N threads (both passes, DP' and DP
-//!   removed, happened-before matching, zstd level 1 writing); `hb Nt` the same with the repair.
+//!   removed, happened-before matching, zstd level 1 writing); `hb Nt` the same with the repair;
+//!   `replay Nt` with `--model replay` (its learning pass, then the replay).
 //!   And in-process: `map+match`, the time mapping and happened-before engine alone over events
 //!   already in memory (no decoding, no encoding).
 //!
 //! - `job 2p <mpi>`: `mpirun -np 2 evenflush reconstruct --threads 1` (an MPI job of two
 //!   processes, one thread each) under each MPI found, timed from outside (launch included), its
-//!   rank files compared with those of `reconstruct 1t`.
+//!   rank files compared with those of `reconstruct 1t` (and with `--model replay`, of
+//!   `replay 1t`).
+//!
+//! Each trace's figures end with issue 31's targets beside them.
 //!
 //! `cargo bench --bench reconstruct_throughput` (env: EVF_BENCH_RANKS, EVF_BENCH_EVENTS = events
 //! per rank of the shorter trace; the longer one has 4×).
@@ -27,7 +31,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use format::{ClockCalibration, Event};
-use reconstruct::rebuild::{self, Options, Remove};
+use reconstruct::rebuild::{self, Model, Options, Remove};
 use trace::Trace;
 use trace::clock::{MapCursor, TimeMap};
 
@@ -94,6 +98,11 @@ fn child(what: &str, dir: &Path) {
             let opts = Options {
                 remove: Remove::Both,
                 hb: what.starts_with("hb"),
+                model: if what.starts_with("replay") {
+                    Model::Replay
+                } else {
+                    Model::Subtract
+                },
                 threads,
                 ..Options::default()
             };
@@ -368,7 +377,7 @@ fn run_child(what: &str, dir: &Path) -> (f64, f64, f64, f64) {
 
 /// `mpirun -np 2 evenflush reconstruct` on `dir` with `launcher` (`None`: not installed):
 /// seconds, and whether every rank file equals `reference`'s.
-fn mpi_job(launcher: &[&str], dir: &Path, reference: &Path) -> Option<(f64, bool)> {
+fn mpi_job(launcher: &[&str], dir: &Path, reference: &Path, model: &str) -> Option<(f64, bool)> {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {}", launcher[0])])
         .output()
@@ -384,7 +393,15 @@ fn mpi_job(launcher: &[&str], dir: &Path, reference: &Path) -> Option<(f64, bool
         .arg(dir)
         .arg("--out")
         .arg(&out)
-        .args(["--remove", "both", "--threads", "1", "--json"])
+        .args([
+            "--remove",
+            "both",
+            "--model",
+            model,
+            "--threads",
+            "1",
+            "--json",
+        ])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .stdout(std::process::Stdio::null())
@@ -405,6 +422,49 @@ fn mpi_job(launcher: &[&str], dir: &Path, reference: &Path) -> Option<(f64, bool
     let same = files(&out) == files(reference);
     let _ = std::fs::remove_dir_all(&out);
     Some((secs, same))
+}
+
+/// Issue 31's targets beside what this run measured (the machine's cores named, as the issue
+/// asks): reconstruct per core on one thread, and 2 processes against one.
+fn print_targets(rates: &[(String, f64)]) {
+    let rate = |what: &str| rates.iter().find(|(w, _)| w == what).map(|r| r.1);
+    let best_job = |model: &str| {
+        rates
+            .iter()
+            .filter(|(w, _)| w.starts_with(&format!("job {model} ")))
+            .map(|r| r.1)
+            .fold(None, |best: Option<f64>, x| {
+                Some(best.map_or(x, |b| b.max(x)))
+            })
+    };
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let show =
+        |v: Option<f64>, unit: &str| v.map_or("not run".to_string(), |v| format!("{v:.2}{unit}"));
+    println!("  against issue 31's targets ({cores} cores):");
+    for (what, got, target) in [
+        (
+            "subtract, 1 thread",
+            show(rate("reconstruct 1t"), " M events/s"),
+            "50 M events/s per core",
+        ),
+        (
+            "replay, 1 thread",
+            show(rate("replay 1t"), " M events/s"),
+            "20 M events/s per core",
+        ),
+        (
+            "2 processes against 1, subtract",
+            show(best_job("subtract"), "x"),
+            "1.8x",
+        ),
+        (
+            "2 processes against 1, replay",
+            show(best_job("replay"), "x"),
+            "1.8x",
+        ),
+    ] {
+        println!("    {what:<33} {got:>16}   target {target}");
+    }
 }
 
 /// The time mapping and the happened-before engine over events already in memory.
@@ -514,6 +574,8 @@ fn main() {
             bytes as f64 / (1 << 20) as f64
         );
         let mut one_thread = 0.0;
+        // (what, M events/s) of every run, and per model the best 2-process job against 1.
+        let mut rates: Vec<(String, f64)> = Vec::new();
         for what in [
             "zstd decompress",
             "zstd compress",
@@ -523,6 +585,8 @@ fn main() {
             "reconstruct 2t",
             "hb 1t",
             "hb 2t",
+            "replay 1t",
+            "replay 2t",
         ] {
             let (events, secs, hwm, anon) = run_child(what, &dir);
             let rate = events / secs / 1e6;
@@ -537,24 +601,30 @@ fn main() {
             println!(
                 "  {what:<15} {rate:>8.2} M events/s  ({events} events in {secs:.3} s)  peak RSS {hwm:.1} MiB (anonymous {anon:.1} MiB){speedup}"
             );
-            if what == "reconstruct 1t" {
-                for (name, launcher) in [
-                    ("openmpi", &["mpirun.openmpi", "--oversubscribe"][..]),
-                    ("mpich", &["mpirun.mpich"][..]),
-                ] {
-                    let Some((secs, same)) = mpi_job(launcher, &dir, &dir.with_extension("out"))
-                    else {
-                        continue;
-                    };
-                    let rate = events / secs / 1e6;
-                    println!(
-                        "  job 2p {name:<8} {rate:>8.2} M events/s  ({events} events in {secs:.3} s, launch included)  {:.2}x of 1 thread; output {}",
-                        rate / one_thread,
-                        if same { "identical" } else { "DIFFERENT" }
-                    );
-                }
+            rates.push((what.to_string(), rate));
+            let model = match what {
+                "reconstruct 1t" => "subtract",
+                "replay 1t" => "replay",
+                _ => continue,
+            };
+            for (name, launcher) in [
+                ("openmpi", &["mpirun.openmpi", "--oversubscribe"][..]),
+                ("mpich", &["mpirun.mpich"][..]),
+            ] {
+                let reference = dir.with_extension("out");
+                let Some((secs, same)) = mpi_job(launcher, &dir, &reference, model) else {
+                    continue;
+                };
+                let rate = events / secs / 1e6;
+                println!(
+                    "  job 2p {name:<8} {rate:>8.2} M events/s  ({events} events in {secs:.3} s, --model {model}, launch included)  {:.2}x of 1 thread; output {}",
+                    rate / one_thread,
+                    if same { "identical" } else { "DIFFERENT" }
+                );
+                rates.push((format!("job {model} {name}"), rate / one_thread));
             }
         }
+        print_targets(&rates);
         if std::env::var_os("EVF_BENCH_KEEP").is_none() {
             let _ = std::fs::remove_dir_all(&dir);
             let _ = std::fs::remove_dir_all(dir.with_extension("out"));
