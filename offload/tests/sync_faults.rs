@@ -128,16 +128,37 @@ fn chunk(index: u32) -> EncodedChunk {
     }
 }
 
-fn dirs(name: &str, n: usize) -> Vec<PathBuf> {
+/// `n` output directories under one scratch directory, which goes when the test ends, passing
+/// or not.
+struct Dirs {
+    base: PathBuf,
+    dirs: Vec<PathBuf>,
+}
+
+impl std::ops::Deref for Dirs {
+    type Target = Vec<PathBuf>;
+    fn deref(&self) -> &Vec<PathBuf> {
+        &self.dirs
+    }
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+fn dirs(name: &str, n: usize) -> Dirs {
     let base = std::env::temp_dir().join(format!("offload-sync-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
-    (0..n)
+    let dirs = (0..n)
         .map(|i| {
             let d = base.join(format!("d{i}"));
             std::fs::create_dir_all(&d).unwrap();
             d
         })
-        .collect()
+        .collect();
+    Dirs { base, dirs }
 }
 
 /// Chunk indices in a part file, in file order; `None` if there is no such file.

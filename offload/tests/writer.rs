@@ -102,12 +102,14 @@ fn uring_works() -> bool {
 fn io_uring_probe() -> Result<(), String> {
     let dir = temp_dir("probe");
     let plan = OutputPlan {
-        dirs: vec![dir],
+        dirs: vec![dir.clone()],
         header: header(3),
     };
-    UringWriter::new(plan)
+    let probed = UringWriter::new(plan)
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string());
+    let _ = std::fs::remove_dir_all(dir);
+    probed
 }
 
 #[test]
@@ -188,14 +190,14 @@ fn uring_overlaps_real_encoding_and_matches_posix_bytes() {
 
 #[test]
 fn mpiio_is_left_to_the_recorder() {
+    let dir = temp_dir("mpiio");
     let plan = OutputPlan {
-        dirs: vec![temp_dir("mpiio")],
+        dirs: vec![dir.clone()],
         header: header(3),
     };
-    assert!(matches!(
-        open_writer(WriterKind::MpiIo, plan),
-        Err(WriteError::Unavailable(_))
-    ));
+    let opened = open_writer(WriterKind::MpiIo, plan);
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(matches!(opened, Err(WriteError::Unavailable(_))));
 }
 
 /// A tmpfs mount that is unmounted (and its mount point removed) on drop.

@@ -339,11 +339,27 @@ mod tests {
     use super::*;
     use format::{ChunkEncoder, ClockCalibration, FileHeader, RankFileWriter, RawBuf};
 
-    fn scratch(name: &str) -> PathBuf {
+    /// A scratch directory that goes when the test ends, passing or not.
+    struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = PathBuf;
+        fn deref(&self) -> &PathBuf {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn scratch(name: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("evf-collect-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        dir
+        Scratch(dir)
     }
 
     /// A rank file as the recorder writes it: RankInfo (unless `run` is None, as in traces older
@@ -378,7 +394,8 @@ mod tests {
         w.write_chunk(&chunk).unwrap();
     }
 
-    fn two_nodes(name: &str) -> (PathBuf, PathBuf) {
+    /// Two node directories under one scratch directory (returned too: it holds them).
+    fn two_nodes(name: &str) -> (Scratch, PathBuf, PathBuf) {
         let root = scratch(name);
         let (a, b) = (root.join("nodeA"), root.join("nodeB"));
         for (dir, host, ranks) in [(&a, "nodeA", [0, 1]), (&b, "nodeB", [2, 3])] {
@@ -387,12 +404,12 @@ mod tests {
                 write_rank(dir, r, 4, host, Some("run-1"), 0);
             }
         }
-        (a, b)
+        (root, a, b)
     }
 
     #[test]
     fn node_directories_come_back_together_with_their_hosts() {
-        let (a, b) = two_nodes("together");
+        let (_root, a, b) = two_nodes("together");
         // nodeB's disk filled: its ranks' second parts went to a third directory.
         let spill = a.parent().unwrap().join("spill");
         std::fs::create_dir_all(&spill).unwrap();
@@ -416,7 +433,7 @@ mod tests {
 
     #[test]
     fn missing_ranks_are_named_and_refused_as_a_trace() {
-        let (a, _) = two_nodes("missing");
+        let (_root, a, _) = two_nodes("missing");
         let c = collect(&[a]).unwrap();
         assert_eq!(c.missing, vec![2, 3]);
         assert!(render(&c).contains("MISSING      ranks 2-3 of 4"));
@@ -429,7 +446,7 @@ mod tests {
 
     #[test]
     fn the_same_file_twice_or_an_identical_copy_is_read_once() {
-        let (a, b) = two_nodes("dupes");
+        let (_root, a, b) = two_nodes("dupes");
         let copy = a.parent().unwrap().join("copy");
         std::fs::create_dir_all(&copy).unwrap();
         std::fs::copy(b.join("rank-00002.evf"), copy.join("rank-00002.evf")).unwrap();
@@ -445,7 +462,7 @@ mod tests {
 
     #[test]
     fn differing_copies_mixed_runs_and_bad_directories_are_errors() {
-        let (a, b) = two_nodes("errors");
+        let (_root, a, b) = two_nodes("errors");
         let root = a.parent().unwrap().to_path_buf();
         let other = root.join("other");
         std::fs::create_dir_all(&other).unwrap();
@@ -492,7 +509,7 @@ mod tests {
         for r in 0..3 {
             write_rank(&root, r, 3, "", None, 0);
         }
-        let c = collect(std::slice::from_ref(&root)).unwrap();
+        let c = collect(std::slice::from_ref(&*root)).unwrap();
         assert_eq!(c.world_size, 3);
         assert!(c.hosts.is_empty() && c.run_id.is_none());
         assert!(c.ranks.iter().all(|r| r.host.is_none()));
@@ -501,7 +518,7 @@ mod tests {
 
     #[test]
     fn gathering_links_every_file_into_one_trace() {
-        let (a, b) = two_nodes("gather");
+        let (_root, a, b) = two_nodes("gather");
         let root = a.parent().unwrap().to_path_buf();
         std::fs::write(
             a.join("meta.json"),
@@ -527,7 +544,7 @@ mod tests {
         assert!(out.ends_with("merged"), "{out}");
         let err = c.gather_into(&into).unwrap_err();
         assert!(err.to_string().contains("not empty"), "{err}");
-        let (a2, _) = two_nodes("gather-partial");
+        let (_root2, a2, _) = two_nodes("gather-partial");
         let partial = collect(&[a2]).unwrap();
         assert!(partial.gather_into(&root.join("never")).is_err());
         assert!(!root.join("never").exists());
