@@ -77,6 +77,8 @@ enum Op {
         to: u32,
         send: u64,
     },
+    /// Polls for this long (`MPI_Test` on a request still open), finding nothing, and goes on.
+    FailedPolls(u64),
     /// Exposes the window to this origin (`Win_post`), and waits for its epoch to end
     /// (`Win_wait`).
     Post(u32),
@@ -198,6 +200,28 @@ fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                             });
                             after
                         })
+                    }
+                    Op::FailedPolls(d) => {
+                        let k = calls_made[r].get();
+                        calls_made[r].set(k + POLLS_PER_RUN as usize);
+                        let costs: Vec<u64> = (0..POLLS_PER_RUN)
+                            .map(|i| cost(rank, k + i as usize))
+                            .collect();
+                        let inner: u64 = costs[..costs.len() - 1].iter().sum();
+                        let end = t + d.max(inner);
+                        runs[r].events.push(Event::Polls(format::PollRun {
+                            func: TEST,
+                            comm: 0,
+                            peer: NO_RANK,
+                            tag: NO_TAG,
+                            start: t,
+                            end,
+                            count: POLLS_PER_RUN,
+                            busy: (end - t) - inner,
+                            inner_cost: inner,
+                            cost: costs[costs.len() - 1] as u32,
+                        }));
+                        Some(end + costs[costs.len() - 1])
                     }
                     op @ (Op::PollWait(_) | Op::PollWaitSending { .. }) => {
                         let (req, sending) = match op {
@@ -716,6 +740,40 @@ fn the_output_is_read_again_only_where_a_stored_call_moved_after_it_was_stored()
             Some(AfterCountedBy::ReadingTheOutput)
         );
         assert_eq!(verified.hb.after, counted.hb.after, "sending {sending}");
+    }
+}
+
+/// The same for a call that is itself stored and held (a barrier's entry, which waits): after a
+/// run of polls, the replay places the run with the barrier's wait, which can move its start.
+#[test]
+fn the_output_is_read_again_where_a_held_entry_moved_with_the_polls_before_it() {
+    let program = |polls: bool| {
+        let mut r0 = Vec::new();
+        let mut r1 = Vec::new();
+        for i in 0..8u64 {
+            let recv = i + 1;
+            r0.extend([Op::Compute(3_000 + 170 * i), Op::Barrier, Op::Send(1)]);
+            r1.push(Op::Irecv(0, recv));
+            if polls {
+                r1.push(Op::FailedPolls(600));
+            }
+            r1.extend([Op::Barrier, Op::Wait(recv)]);
+        }
+        vec![r0, r1]
+    };
+    for (polls, want) in [
+        (false, AfterCountedBy::Pass),
+        (true, AfterCountedBy::ReadingTheOutput),
+    ] {
+        let traced = simulate(&program(polls), recorder_cost);
+        let dir = temp_dir(&format!("replay-held-{polls}"));
+        write(&dir, &traced);
+        let out = temp_dir(&format!("replay-held-{polls}-out"));
+        let counted = reconstruct_verified(&dir, &out, Model::Replay, false);
+        assert_eq!(counted.hb.after_counted_by, Some(want), "polls {polls}");
+        let read = check_happened_before(&Trace::open(&out).unwrap()).unwrap();
+        assert_eq!(counted.hb.after, Some(read), "polls {polls}");
+        assert_eq!(counted.hb.before.collective_exits, 16, "{:?}", counted.hb);
     }
 }
 
