@@ -13,7 +13,6 @@
 //! - [`repair`]: the controlled logical clock that moves times so that none remains.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use format::Event;
 
@@ -22,95 +21,23 @@ use trace::lanes::LaneId;
 
 mod collective_instance;
 mod estimates;
+mod fast_map;
 mod matcher;
+mod output_violations;
 mod partition;
 mod repair;
 mod violations;
 
 pub use estimates::Estimates;
+pub use output_violations::OutputViolations;
 pub use partition::{
     ProxyFilter, ProxyLane, Pump, SplitPass, Unstuck, merge_reports, run_split_in_turn,
     run_streamed, split_differs,
 };
 
 use collective_instance::{CollInst, CollKey, CollRef};
+use fast_map::{FastHasher, FastMap};
 use matcher::{Class, Comm, Key, Need, RankState, SendRec};
-
-/// A multiply-rotate hash for the small integer keys of the hot maps: the default SipHash
-/// costs more than the rest of matching an event. 32-bit fields (a message key is four) are
-/// taken two to a word, so a key costs half the multiplications.
-#[derive(Default, Clone, Copy)]
-struct FastHasher {
-    hash: u64,
-    /// A 32-bit field waiting for the next to fill its word (bit 32 set while one waits).
-    half: u64,
-}
-
-impl FastHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.flush_half();
-        self.mix(word);
-    }
-
-    #[inline]
-    fn mix(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    #[inline]
-    fn add_half(&mut self, v: u32) {
-        if self.half == 0 {
-            self.half = (1 << 32) | u64::from(v);
-        } else {
-            let word = (self.half << 32) | u64::from(v);
-            self.half = 0;
-            self.mix(word);
-        }
-    }
-
-    #[inline]
-    fn flush_half(&mut self) {
-        if self.half != 0 {
-            let word = self.half;
-            self.half = 0;
-            self.mix(word);
-        }
-    }
-}
-
-impl Hasher for FastHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-    fn write_u8(&mut self, v: u8) {
-        self.add(u64::from(v));
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.add_half(v);
-    }
-    fn write_i32(&mut self, v: i32) {
-        self.add_half(v as u32);
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.add(v);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.add(v as u64);
-    }
-    fn finish(&self) -> u64 {
-        let mut h = *self;
-        h.flush_half();
-        // Spread the low bits' entropy into the high bits the table's control bytes use.
-        h.hash ^ (h.hash >> 29)
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// One event of one lane: `index` counts every event of the lane from 0, in file order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -175,59 +102,6 @@ pub struct HbReport {
     /// the check that reads the written output again.
     #[serde(skip)]
     pub output: Option<OutputViolations>,
-}
-
-/// The violations that a check of a pass's output (matching it as it is written) would count,
-/// counted by the pass itself at each receive and collective exit, against the times it hands
-/// out. A send's start and a collective entry are stored for the partners when the call is
-/// processed, and judged from there; the replay places a run of polls, and what follows it, only
-/// once the wait after it is resolved. Where that moved a stored call away from the time it was
-/// stored with, the count no longer describes the output: `exact` is false, and the output is
-/// checked by reading it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OutputViolations {
-    pub messages: u64,
-    pub collectives: u64,
-    pub epochs: u64,
-    pub exact: bool,
-}
-
-impl OutputViolations {
-    const ZERO: OutputViolations = OutputViolations {
-        messages: 0,
-        collectives: 0,
-        epochs: 0,
-        exact: true,
-    };
-
-    /// The report a check of the output would give, from the pass that wrote it: the same
-    /// messages, exits and unmatched calls (the output holds the same events), with these
-    /// violations, in times that are the output's as recorded, and nothing moved.
-    pub fn as_report(&self, pass: &HbReport) -> HbReport {
-        HbReport {
-            message_violations: self.messages,
-            collective_violations: self.collectives,
-            epoch_violations: self.epochs,
-            recorded_message_violations: self.messages,
-            recorded_collective_violations: self.collectives,
-            recorded_epoch_violations: self.epochs,
-            max_shift: 0,
-            lanes_shifted: 0,
-            output: None,
-            ..*pass
-        }
-    }
-
-    /// Of the processes of a split pass: exact only if every part is.
-    pub fn merge(a: Option<Self>, b: Option<Self>) -> Option<Self> {
-        let (a, b) = (a?, b?);
-        Some(OutputViolations {
-            messages: a.messages + b.messages,
-            collectives: a.collectives + b.collectives,
-            epochs: a.epochs + b.epochs,
-            exact: a.exact && b.exact,
-        })
-    }
 }
 
 impl HbReport {
