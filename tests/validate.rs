@@ -146,15 +146,25 @@ fn validate_once(mpi: Mpi) -> Result<(), String> {
     Ok(())
 }
 
+/// Polls per rank in the loop that computes between them: `--rounds` x `--overlap` below.
+const OVERLAP_ROUNDS: u64 = 10;
+const OVERLAP_POLLS: u64 = 200_000;
+
 /// A loop that computes and polls, whose end no partner sets (`workloads/polling.c --overlap`,
-/// hpcc's RandomAccess pattern): the recorder's cost between the polls lengthened it (+40 to
+/// hpcc's RandomAccess pattern): the recorder's cost between the polls lengthened it (+29 to
 /// +52 % here), and a reconstruction that kept that cost, as every one did before 2026-11-28,
-/// came back that much slow. Both models must land within max(15 %, 2 x noise) of the untraced
-/// time. Looser than the guard above: each rank learns its own stored cost per poll, 10-15 %
-/// above what a poll adds on one rank of a measured trace (0-11 % over 3 M polls in
-/// `benches/recorder_cost`), and with 2 M polls per rank the replay inherits the larger excess
-/// through the waits it recomputes (measured: subtract -2.4 to +1.5 %, replay -3.5 to -5.6 %;
-/// paper-notes/fidelity.md).
+/// came back that much slow. That side is held to max(15 %, 2 x noise).
+///
+/// The other side is looser, by what the program's own work can hide of the recorder. Each poll
+/// is charged its sampled cost, two clock reads included, as if it ran alone; but this loop's work
+/// is one dependent chain of multiplies, and the core runs the recorder beside it. Two `rdtsc`
+/// that take ~20 ns alone add under 2 ns to an iteration of this work (measured, 2026-11-29):
+/// with 2 M polls per rank, that is up to 18 % of the span removed that the program never lost.
+/// The replay inherits the rank that stored the most (paper-notes/fidelity.md). Measured since the
+/// reads are charged at their own cost (2026-11-28, `cf41ba8`): subtract -4 to -8 %, replay -9 to
+/// -12 % here, and -15.7 / -17.4 % in one CI run, which failed the symmetric bound. So a model may
+/// come out faster than the untraced run by the bound plus the reads' share of the span, measured
+/// here; it still fails a reconstruction that keeps the cost (+44 to +49 %), or removes it twice.
 fn validates_a_loop_that_polls_while_it_computes(mpi: Mpi) {
     let _guard = mpi_lock();
     let work = scratch(&format!("validate-overlap-{}", mpi.name()));
@@ -164,8 +174,13 @@ fn validates_a_loop_that_polls_while_it_computes(mpi: Mpi) {
         .arg("--")
         .args(mpi.launch(2))
         .arg(apps(mpi).join("polling"))
-        .args(["--rounds", "10", "--spin", "0"])
-        .args(["--overlap", "200000", "--overlap-work", "60"]);
+        .args(["--rounds", &OVERLAP_ROUNDS.to_string(), "--spin", "0"])
+        .args([
+            "--overlap",
+            &OVERLAP_POLLS.to_string(),
+            "--overlap-work",
+            "60",
+        ]);
     let v = validate_json(mpi, cmd);
     // Launched unbound: MPICH's launcher binds nothing, so the probe sees every CPU (and
     // `validate` says so); Open MPI binds 2 ranks to cores by default.
@@ -179,6 +194,8 @@ fn validates_a_loop_that_polls_while_it_computes(mpi: Mpi) {
     }
     let noise = v["untraced_spread"].as_f64().unwrap();
     let bound = f64::max(0.15, 2.0 * noise);
+    let untraced_s = v["untraced_median_s"].as_f64().unwrap();
+    let reads_share = (2 * OVERLAP_ROUNDS * OVERLAP_POLLS) as f64 * clock_read_s() / untraced_s;
     let error = |key: &str| v[key]["error"].as_f64().unwrap();
     assert!(
         error("traced") > bound,
@@ -188,17 +205,49 @@ fn validates_a_loop_that_polls_while_it_computes(mpi: Mpi) {
         100.0 * bound
     );
     for model in ["reconstructed", "reconstructed_replay"] {
+        let e = error(model);
         assert!(
-            error(model).abs() <= bound,
-            "{model}: T(G) {:+.2} % off the untraced time, beyond max(15 %, 2 x noise {:.2} %): \
-             {v}",
-            100.0 * error(model),
-            100.0 * noise
+            -(bound + reads_share) <= e && e <= bound,
+            "{model}: T(G) {:+.2} % off the untraced time, outside [-{:.1} %, +{:.1} %] (max(15 %, \
+             2 x noise {:.2} %), and below it the clock reads' share of the span, {:.1} %): {v}",
+            100.0 * e,
+            100.0 * (bound + reads_share),
+            100.0 * bound,
+            100.0 * noise,
+            100.0 * reads_share
         );
     }
 }
 
-/// Runs an `evenflush validate --json` command to its end and reads its report.
+/// What one read of the recorder's clock takes on its own, in seconds: the fastest of five runs
+/// of 10^5 reads. The recorder reads the TSC where it is invariant, as on this kind of machine;
+/// where it reads `CLOCK_MONOTONIC` instead, which costs more, this figure is low and the bound
+/// it sets only tighter.
+fn clock_read_s() -> f64 {
+    const READS: u32 = 100_000;
+    (0..5)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            for _ in 0..READS {
+                std::hint::black_box(read_clock());
+            }
+            started.elapsed().as_secs_f64() / f64::from(READS)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn read_clock() -> u64 {
+    // SAFETY: rdtsc has no preconditions on x86_64; it only reads the time-stamp counter, as the
+    // recorder's clock does (recorder/src/clock.rs).
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn read_clock() -> u64 {
+    std::time::Instant::now().elapsed().as_nanos() as u64
+}
+
 fn validate_json(mpi: Mpi, mut cmd: Command) -> serde_json::Value {
     let out = output_with_timeout(
         mpi_env(&mut cmd),
