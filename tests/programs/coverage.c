@@ -98,7 +98,9 @@ int main(int argc, char **argv)
     MPI_File fh;
     char path[256];
     snprintf(path, sizeof path, "%s/evf_cov.bin", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh);
+    /* Deleted on close: a caller that sets no TMPDIR (clean_runs) left it in /tmp. */
+    MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE,
+                  MPI_INFO_NULL, &fh);
     MPI_File_write_at_all(fh, rank * 64, a, 16, MPI_INT, MPI_STATUS_IGNORE);
     MPI_File_iread_at(fh, rank * 64, b, 16, MPI_INT, &r[0]);
     MPI_Wait(&r[0], MPI_STATUS_IGNORE);
