@@ -210,7 +210,7 @@ fn synthetic_stream_compresses_below_four_and_a_half_bytes_per_call() {
     let per_call = chunk.stored_len as f64 / calls as f64;
     // Chunk version 9 compresses each block of 4096 events on its own, which costs this very
     // repetitive stream about a quarter more bytes than one frame per chunk (4.04 against ~3.2;
-    // paper-notes/reconstruct.md, "Blocks").
+    // paper-notes/reconstruct-speed.md, "Blocks").
     assert!(per_call <= 4.5, "{per_call:.2} stored bytes per call");
     let file = RankFile::from_bytes(
         write_file(std::slice::from_ref(&events), Some(3)).0,

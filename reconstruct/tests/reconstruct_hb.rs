@@ -217,20 +217,11 @@ fn sendrecv_rooted_and_nonblocking_collectives_follow_their_semantics() {
     let dir = temp_dir("shapes");
     let (sendrecv, bcast, ibarrier) = (20, 21, 22);
     let defs = || {
-        let mut d = function_defs();
-        d.push(Event::FunctionDef {
-            id: sendrecv,
-            name: "MPI_Sendrecv".into(),
-        });
-        d.push(Event::FunctionDef {
-            id: bcast,
-            name: "MPI_Bcast".into(),
-        });
-        d.push(Event::FunctionDef {
-            id: ibarrier,
-            name: "MPI_Ibarrier".into(),
-        });
-        d
+        function_defs_with(&[
+            (sendrecv, "MPI_Sendrecv"),
+            (bcast, "MPI_Bcast"),
+            (ibarrier, "MPI_Ibarrier"),
+        ])
     };
     let status = |source| {
         Event::Completion(Completion {
@@ -637,19 +628,13 @@ fn intercomm_program(fault: InterFault) -> Vec<RankTrace> {
     (0..4u32)
         .map(|r| {
             let a = r < 2;
-            let mut e = function_defs();
-            for (id, name) in [
+            let mut e = function_defs_with(&[
                 (create, "MPI_Intercomm_create"),
                 (allreduce, "MPI_Allreduce"),
                 (bcast, "MPI_Bcast"),
                 (ibarrier, "MPI_Ibarrier"),
                 (reduce, "MPI_Reduce"),
-            ] {
-                e.push(Event::FunctionDef {
-                    id,
-                    name: name.into(),
-                });
-            }
+            ]);
             let (local, remote) = if a {
                 (vec![0, 1], vec![2, 3])
             } else {
@@ -842,11 +827,7 @@ fn collectives_that_move_no_data_wait_for_nobody_but_barriers_do() {
     for (bytes, barrier_early, violations) in [(0, false, 0), (8, false, 1), (0, true, 1)] {
         let traces: Vec<RankTrace> = (0..2u32)
             .map(|r| {
-                let mut e = function_defs();
-                e.push(Event::FunctionDef {
-                    id: bcast,
-                    name: "MPI_Bcast".into(),
-                });
+                let mut e = function_defs_with(&[(bcast, "MPI_Bcast")]);
                 e.push(Event::Marker(Marker::InitDone { time: 0 }));
                 // Rank 1 leaves the Bcast rooted at rank 0 (which enters at 1_500) at 1_010.
                 let mut b = if r == 0 {
@@ -893,18 +874,12 @@ fn pscw_program(early: bool, groups: bool) -> Vec<RankTrace> {
     let win = 5;
     (0..2u32)
         .map(|r| {
-            let mut e = function_defs();
-            for (id, name) in [
+            let mut e = function_defs_with(&[
                 (post, "MPI_Win_post"),
                 (start, "MPI_Win_start"),
                 (complete, "MPI_Win_complete"),
                 (wait, "MPI_Win_wait"),
-            ] {
-                e.push(Event::FunctionDef {
-                    id,
-                    name: name.into(),
-                });
-            }
+            ]);
             e.push(Event::Marker(Marker::InitDone { time: 0 }));
             e.push(Event::CommDef {
                 id: win,

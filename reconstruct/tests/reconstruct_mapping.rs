@@ -336,11 +336,7 @@ fn the_recorder_cost_between_polls_is_removed_from_the_time_outside_mpi() {
         })
     };
     let lane = |runs: bool| -> Vec<Event> {
-        let mut e = function_defs();
-        e.push(Event::FunctionDef {
-            id: TEST,
-            name: "MPI_Test".into(),
-        });
+        let mut e = function_defs_with(&[(TEST, "MPI_Test")]);
         e.push(Event::Marker(Marker::InitDone { time: 0 }));
         e.push(Event::Call(barrier(100, 200)));
         if runs {

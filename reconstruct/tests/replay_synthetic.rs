@@ -42,6 +42,20 @@ fn reconstruct_verified(
     rebuild::reconstruct(&Trace::open(dir).unwrap(), out, &opts, &mut |_, _| {}).unwrap()
 }
 
+/// Writes `runs` as a trace named after `case`, replays it without `verify`, and checks that the
+/// pass counted its output's violations the way `want` says and that the count is the output's.
+/// The trace's directory and the pass's summary.
+fn replay_counted(runs: &[Run], case: &str, want: AfterCountedBy) -> (TempDir, Summary) {
+    let dir = temp_dir(&format!("replay-{case}"));
+    write(&dir, runs);
+    let out = temp_dir(&format!("replay-{case}-out"));
+    let counted = reconstruct_verified(&dir, &out, Model::Replay, false);
+    assert_eq!(counted.hb.after_counted_by, Some(want), "{case}");
+    let read = check_happened_before(&Trace::open(&out).unwrap()).unwrap();
+    assert_eq!(counted.hb.after, Some(read), "{case}");
+    (dir, counted)
+}
+
 /// Output calls of every rank, as (start, end) relative to the rank's `MPI_Init` end.
 fn replayed_calls(out: &std::path::Path, ranks: usize) -> Vec<Vec<(u64, u64)>> {
     (0..ranks as u32)
@@ -315,13 +329,7 @@ fn the_output_is_read_again_only_where_a_stored_call_moved_after_it_was_stored()
                 .any(|e| matches!(e, Event::Polls(_))),
             "nothing polled: the case tests nothing"
         );
-        let dir = temp_dir(&format!("replay-stored-{sending}"));
-        write(&dir, &traced);
-        let out = temp_dir(&format!("replay-stored-{sending}-out"));
-        let counted = reconstruct_verified(&dir, &out, Model::Replay, false);
-        assert_eq!(counted.hb.after_counted_by, Some(want), "sending {sending}");
-        let read = check_happened_before(&Trace::open(&out).unwrap()).unwrap();
-        assert_eq!(counted.hb.after, Some(read), "sending {sending}");
+        let (dir, counted) = replay_counted(&traced, &format!("stored-{sending}"), want);
         assert_eq!(counted.hb.before.messages, 16, "{:?}", counted.hb);
         // The same with the output read again: the pass's count, where it is used, must agree.
         let out = temp_dir(&format!("replay-stored-{sending}-verified"));
@@ -357,13 +365,7 @@ fn the_output_is_read_again_where_a_held_entry_moved_with_the_polls_before_it() 
         (true, AfterCountedBy::ReadingTheOutput),
     ] {
         let traced = simulate(&program(polls), recorder_cost);
-        let dir = temp_dir(&format!("replay-held-{polls}"));
-        write(&dir, &traced);
-        let out = temp_dir(&format!("replay-held-{polls}-out"));
-        let counted = reconstruct_verified(&dir, &out, Model::Replay, false);
-        assert_eq!(counted.hb.after_counted_by, Some(want), "polls {polls}");
-        let read = check_happened_before(&Trace::open(&out).unwrap()).unwrap();
-        assert_eq!(counted.hb.after, Some(read), "polls {polls}");
+        let (_dir, counted) = replay_counted(&traced, &format!("held-{polls}"), want);
         assert_eq!(counted.hb.before.collective_exits, 16, "{:?}", counted.hb);
     }
 }

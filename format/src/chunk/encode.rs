@@ -233,7 +233,7 @@ pub struct ChunkEncoder {
 /// Events per block of the payloads this crate writes: small enough that a reader stepping
 /// through thousands of lanes at once holds little per lane (a block decompresses to ~31 B per
 /// event of the halo trace, ~120 KiB here), large enough that zstd loses little by starting afresh
-/// at each block (paper-notes/reconstruct.md, "Blocks", has the measurements).
+/// at each block (paper-notes/reconstruct-speed.md, "Blocks", has the measurements).
 pub const BLOCK_EVENTS: usize = 4096;
 
 /// What a first pass over a buffer learns about one block: enough to lay its payload out exactly.

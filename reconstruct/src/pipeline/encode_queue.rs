@@ -2,7 +2,7 @@
 //! repair or the replay moved them there, see [`super::EngineWriter`]). Encoding and compressing
 //! a chunk cost about as much as matching its events, and the engine runs on one thread: done
 //! there, they bounded a replay on two cores (16 M events: the pass took 2.1 s with them, 1.3 s
-//! with the output thrown away; `paper-notes/reconstruct.md`).
+//! with the output thrown away; `paper-notes/reconstruct-issue31.md`).
 //!
 //! The engine cuts the chunks and numbers them per rank file in the order one thread would append
 //! them; whoever encodes a chunk appends it, and every chunk of that file that was waiting for it,

@@ -29,6 +29,12 @@ pub fn received(source: i32, tag: i32) -> Event {
 }
 
 pub fn function_defs() -> Vec<Event> {
+    function_defs_with(&[])
+}
+
+/// [`function_defs`] and the definitions of the functions in `more`, which a test's program uses
+/// beside the usual ones.
+pub fn function_defs_with(more: &[(FunctionId, &str)]) -> Vec<Event> {
     [
         (SEND, "MPI_Send"),
         (RECV, "MPI_Recv"),
@@ -39,6 +45,7 @@ pub fn function_defs() -> Vec<Event> {
         (SSEND, "MPI_Ssend"),
     ]
     .into_iter()
+    .chain(more.iter().copied())
     .map(|(id, name)| Event::FunctionDef {
         id,
         name: name.into(),

@@ -370,20 +370,14 @@ pub fn write(dir: &std::path::Path, runs: &[Run]) {
         .iter()
         .enumerate()
         .map(|(r, run)| {
-            let mut events = function_defs();
-            for (id, name) in [
+            let mut events = function_defs_with(&[
                 (TEST, "MPI_Test"),
                 (BCAST, "MPI_Bcast"),
                 (WIN_POST, "MPI_Win_post"),
                 (WIN_START, "MPI_Win_start"),
                 (WIN_COMPLETE, "MPI_Win_complete"),
                 (WIN_WAIT, "MPI_Win_wait"),
-            ] {
-                events.push(Event::FunctionDef {
-                    id,
-                    name: name.into(),
-                });
-            }
+            ]);
             // One host: the ranks read one clock.
             events.push(Event::RankInfo(Box::new(format::RankInfo {
                 rank: r as u32,
