@@ -164,6 +164,7 @@ fn write_trace(dir: &Path, with_memory: bool) {
                 tick_at_epoch: 0,
                 realtime_ns: 0,
                 source: ClockSource::Tsc,
+                read_ticks: 0,
             },
             created_unix_ns: 0,
             producer: "memory_views test".into(),

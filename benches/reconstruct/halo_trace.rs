@@ -129,6 +129,7 @@ pub fn write_trace_with(dir: &Path, world: u32, events: u64, dp: bool) -> u64 {
                 tick_at_epoch: 0,
                 realtime_ns: 0,
                 source: ClockSource::Tsc,
+                read_ticks: 0,
             },
             created_unix_ns: 0,
             producer: "reconstruct bench".into(),

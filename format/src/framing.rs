@@ -45,6 +45,7 @@ impl FileHeader {
                 tick_at_epoch: 0,
                 realtime_ns: 0,
                 source: ClockSource::Tsc,
+                read_ticks: 0,
             },
             created_unix_ns: 0,
             producer: producer.into(),
@@ -60,7 +61,8 @@ pub fn encode_file_header(h: &FileHeader) -> Vec<u8> {
     out.extend_from_slice(&h.world_size.to_le_bytes());
     out.extend_from_slice(&h.part.to_le_bytes());
     out.push(h.clock.source as u8);
-    out.extend_from_slice(&[0u8; 3]);
+    out.extend_from_slice(&h.clock.read_ticks.to_le_bytes());
+    out.push(0);
     out.extend_from_slice(&h.clock.ticks_per_sec.to_bits().to_le_bytes());
     out.extend_from_slice(&h.clock.tick_at_epoch.to_le_bytes());
     out.extend_from_slice(&h.clock.realtime_ns.to_le_bytes());
@@ -235,6 +237,7 @@ pub fn parse_file_header(bytes: &[u8], path: &Path) -> Result<(FileHeader, usize
             ticks_per_sec: f64::from_bits(u64_at(32)),
             tick_at_epoch: u64_at(40),
             realtime_ns: u64_at(48),
+            read_ticks: u16::from_le_bytes([bytes[29], bytes[30]]),
         },
         created_unix_ns: u64_at(56),
         producer,

@@ -155,6 +155,11 @@ pub struct ClockCalibration {
     pub realtime_ns: u64,
     /// Which clock produced the ticks.
     pub source: ClockSource,
+    /// What one read of this clock adds to the program's time, in ticks, as the recorder measured
+    /// it at init (0: not recorded). Every call's cost includes clock reads, and a program whose
+    /// own work between calls hides them did not save them untraced: reconstruct reports that
+    /// share of DP (`reconstruct::summary`).
+    pub read_ticks: u16,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -27,6 +27,7 @@ fn header(rank: u32) -> FileHeader {
             tick_at_epoch: 0,
             realtime_ns: 0,
             source: ClockSource::Monotonic,
+            read_ticks: 0,
         },
         created_unix_ns: 1,
         producer: "offload tests".into(),

@@ -55,6 +55,14 @@ impl RankOutput {
             part: 0,
             clock: format::ClockCalibration {
                 ticks_per_sec: 1e9,
+                // With DP removed the output's calls cost nothing, clock reads included.
+                read_ticks: if opts.remove.dp() {
+                    0
+                } else {
+                    let ns = f64::from(original.clock.read_ticks)
+                        * trace::clock::ns_per_tick(&original.clock);
+                    ns.round().min(f64::from(u16::MAX)) as u16
+                },
                 ..original.clock
             },
             producer: format!(

@@ -23,6 +23,8 @@ pub struct RankSummary {
     pub measured_s: Option<f64>,
     pub dp_prime_s: f64,
     pub dp_s: f64,
+    /// Of `dp_s`, the recorder's clock reads (see [`Summary::dp_reads_s`]).
+    pub dp_reads_s: f64,
     pub reconstructed_plus_s: Option<f64>,
     pub reconstructed_s: Option<f64>,
 }
@@ -115,6 +117,14 @@ pub struct Summary {
     pub critical_rank: u32,
     pub dp_prime_s: f64,
     pub dp_s: f64,
+    /// Of `dp_s`, the recorder's clock reads: two per call and per poll, never more than what it
+    /// was charged; 0 when the trace does not record what a read costs (`read_ticks` of the
+    /// file header, FORMAT.md). A program whose own work between calls overlaps the reads (a
+    /// long dependent chain) did not save them untraced, so its T(G) comes out low by up to this
+    /// much; one whose calls follow each other is exact (paper-notes/fidelity.md).
+    pub dp_reads_s: f64,
+    /// Whether every rank's file header records what a clock read costs.
+    pub read_cost_recorded: bool,
     /// T(G+): DP' removed.
     pub reconstructed_plus_s: f64,
     /// T(G): DP' and DP removed.
@@ -141,6 +151,7 @@ pub(crate) fn summarize(
         model: opts.model,
         ranks: trace.world_size,
         events: metas.iter().map(|m| m.events).sum(),
+        read_cost_recorded: !metas.is_empty() && metas.iter().all(|m| m.clock.read_ticks > 0),
         ..Default::default()
     };
     let mut by_seq: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
@@ -177,6 +188,7 @@ pub(crate) fn summarize(
                 measured - plus
             };
             r.dp_s = dp;
+            r.dp_reads_s = (f.reads_ns - i.reads_ns) / 1e9;
             // The cost between polls is left out: a polling loop's recording cost is as large
             // as its polls' own, with no descheduling involved.
             let polls_dp = (f.polls_dp_ns - i.polls_dp_ns) / 1e9;
@@ -192,6 +204,7 @@ pub(crate) fn summarize(
                 s.critical_rank = meta.rank;
                 s.dp_prime_s = r.dp_prime_s;
                 s.dp_s = dp;
+                s.dp_reads_s = r.dp_reads_s;
             }
         } else {
             s.warnings.push(format!(
@@ -293,6 +306,25 @@ pub fn render_table(s: &Summary) -> String {
         s.dp_s,
         pct(s.dp_s)
     );
+    if s.read_cost_recorded {
+        let _ = writeln!(
+            o,
+            "{:<34} {:>14.6}  ({:.2} % of T(G): where the program's own work hides the reads, \
+             T(G) is low by up to this)",
+            "  of which clock reads",
+            s.dp_reads_s,
+            if s.reconstructed_s > 0.0 {
+                100.0 * s.dp_reads_s / s.reconstructed_s
+            } else {
+                0.0
+            }
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  of which clock reads: not recorded in this trace (older recorder)"
+        );
+    }
     let _ = writeln!(
         o,
         "{:<34} {:>14.6}",

@@ -395,6 +395,84 @@ fn the_recorder_cost_between_polls_is_removed_from_the_time_outside_mpi() {
     std::fs::remove_dir_all(out).unwrap();
 }
 
+#[test]
+fn the_clock_reads_in_dp_are_two_per_call_and_poll_never_more_than_charged() {
+    // A program whose work between calls hides the recorder's clock reads did not save them
+    // untraced: the summary says how much of DP they are, as the band T(G) may be low by.
+    const TEST: format::FunctionId = 8;
+    let dir = temp_dir("read-band");
+    let out = dir.with_extension("out");
+    let costly = |start: u64, end: u64, cost: u32| {
+        Event::Call(format::MpiCall {
+            cost,
+            ..barrier(start, end)
+        })
+    };
+    let polls = |start: u64, end: u64, count: u64, busy: u64, inner_cost: u64| {
+        Event::Polls(format::PollRun {
+            func: TEST,
+            comm: 0,
+            peer: format::NO_RANK,
+            tag: format::NO_TAG,
+            start,
+            end,
+            count,
+            busy,
+            inner_cost,
+            cost: 30,
+        })
+    };
+    let mut lane = function_defs_with(&[(TEST, "MPI_Test")]);
+    // Before MPI_Init ends: in no span.
+    lane.push(costly(10, 20, 50));
+    lane.push(Event::Marker(Marker::InitDone { time: 100 }));
+    // At 2 ticks a ns, a read of 8 ticks makes a pair 8 ns. Calls charged 25 and 5 ns: 8 and 5.
+    lane.push(costly(200, 300, 50));
+    lane.push(costly(400, 500, 10));
+    // 10 polls, 615 ns charged: 80 are reads.
+    lane.push(polls(600, 2_600, 10, 500, 1_200));
+    lane.push(costly(2_700, 2_800, 0));
+    // 5 polls whose 500 ns between them fit only 200 outside MPI: 5 x 8 = 40 of the 215 removed.
+    lane.push(polls(3_000, 4_000, 5, 600, 2_000));
+    lane.push(costly(4_100, 4_200, 0));
+    lane.push(Event::Marker(Marker::FinalizeStart { time: 4_300 }));
+    let ranks = [RankTrace {
+        rank: 0,
+        ticks_per_sec: 2e9,
+        streams: vec![(0, lane)],
+    }];
+    write_trace_reading(&dir, 1, &ranks, 4, 8);
+    let s = rebuild(&dir, &out, Remove::Both, false);
+    let reads = s.per_rank[0].dp_reads_s;
+    assert!(
+        (reads - 133e-9).abs() < 1e-15,
+        "clock reads {reads} s of DP, want 133 ns"
+    );
+    assert!(s.read_cost_recorded);
+    assert_eq!(s.dp_reads_s, reads, "the only rank is the critical one");
+    assert!(s.per_rank[0].dp_s >= reads);
+    // An output that keeps DP keeps the read's cost, in its own clock's ticks (ns): removing DP
+    // from it later finds the same reads.
+    std::fs::remove_dir_all(&out).unwrap();
+    rebuild(&dir, &out, Remove::DpPrime, false);
+    let again = out.with_extension("again");
+    let s = rebuild(&out, &again, Remove::Both, false);
+    assert!(
+        (s.per_rank[0].dp_reads_s - 133e-9).abs() < 1e-15,
+        "clock reads {} s of DP from the output that kept it, want 133 ns",
+        s.per_rank[0].dp_reads_s
+    );
+    std::fs::remove_dir_all(&again).unwrap();
+    // A trace that does not record the read's cost claims no band.
+    std::fs::remove_dir_all(&out).unwrap();
+    write_trace(&dir, 1, &ranks, 4);
+    let s = rebuild(&dir, &out, Remove::Both, false);
+    assert_eq!(s.per_rank[0].dp_reads_s, 0.0);
+    assert!(!s.read_cost_recorded);
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
 fn poll_runs(events: &[Event]) -> impl Iterator<Item = format::PollRun> + '_ {
     events.iter().filter_map(|e| match e {
         Event::Polls(p) => Some(*p),

@@ -152,6 +152,7 @@ pub fn finish_calibration(start: CalibrationStart, min_span: Duration) -> ClockC
         tick_at_epoch: tick,
         realtime_ns: realtime,
         source,
+        read_ticks: 0,
     }
 }
 

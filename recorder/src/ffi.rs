@@ -124,7 +124,10 @@ pub extern "C" fn evf_rust_init(
     }
     let start = CALIBRATION.lock().unwrap_or_else(|e| e.into_inner()).take();
     let start = start.unwrap_or_else(clock::begin_calibration);
-    let calibration = clock::finish_calibration(start, Duration::from_millis(20));
+    let mut calibration = clock::finish_calibration(start, Duration::from_millis(20));
+    // Stored in every rank file's header, so reconstruct can say how much of the cost it removes
+    // is clock reads (a read of tens of thousands of ticks is not a clock this runs on).
+    calibration.read_ticks = u16::try_from(clock::read_cost_ticks()).unwrap_or(u16::MAX);
     let rank = world_rank.max(0) as u32;
     let size = world_size.max(1) as u32;
     // `%h` makes each node write to its own directory (node-local disks); every rank expands it
@@ -167,7 +170,6 @@ pub extern "C" fn evf_rust_init(
         thread_level,
         config,
         clock: calibration,
-        read_cost: clock::read_cost_ticks(),
     };
     if !session::start_session(session) {
         return 0;

@@ -122,7 +122,7 @@ fn a_session_through_the_hooks_reads_back_exactly() {
         traced = traced.min(t.elapsed().as_secs_f64());
     }
     let added_ns = (traced - bare).max(0.0) / f64::from(TIMED) * 1e9;
-    let read_cost = recorder::session().unwrap().read_cost;
+    let read_cost = recorder::session().unwrap().read_cost();
 
     let name = c"phase";
     // SAFETY: NUL-terminated name and a readable payload.

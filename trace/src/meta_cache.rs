@@ -28,7 +28,8 @@ use crate::scan::scan_rank_keeping;
 /// The directory, in the trace's, that holds the kept first passes.
 pub const CACHE_DIR: &str = ".evenflush-meta";
 /// Changes whenever what is kept or how it is read back changes: older stamps are rebuilt.
-const VERSION: u32 = 2;
+/// 3: the kept file's header carries the clock's read cost (`ClockCalibration::read_ticks`).
+const VERSION: u32 = 3;
 /// Bytes at the end of each source file whose checksum the stamp holds.
 const TAIL: u64 = 4096;
 

@@ -22,6 +22,7 @@ fn header(rank: u32, world_size: u32) -> FileHeader {
             tick_at_epoch: 0,
             realtime_ns: 0,
             source: ClockSource::Tsc,
+            read_ticks: 0,
         },
         created_unix_ns: 0,
         producer: "test".into(),

@@ -76,6 +76,7 @@ fn write_trace(dir: &Path, world: u32, iterations: u64) -> Written {
                 tick_at_epoch: 0,
                 realtime_ns: 0,
                 source: ClockSource::Tsc,
+                read_ticks: 0,
             },
             created_unix_ns: 0,
             producer: "many ranks test".into(),

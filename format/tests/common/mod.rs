@@ -13,6 +13,8 @@ pub fn header(rank: u32) -> FileHeader {
             tick_at_epoch: 123_456_789,
             realtime_ns: 1_700_000_000_000_000_000,
             source: ClockSource::Tsc,
+            // Not 0, so the round trip shows the field is kept.
+            read_ticks: 25,
         },
         created_unix_ns: 1_700_000_000_123_456_789,
         producer: "format tests".to_owned(),

@@ -45,6 +45,8 @@ pub struct Pair {
     pub reconstructed_replay_s: f64,
     pub dp_prime_s: f64,
     pub dp_s: f64,
+    /// Of `dp_s`, the recorder's clock reads (`reconstruct::Summary::dp_reads_s`).
+    pub dp_reads_s: f64,
     pub flushes: u64,
     /// The most CPUs a rank of the untraced run was allowed to run on (its affinity, read by the
     /// probe; 0 if unknown): 1 when the launcher bound every rank to a core.
@@ -83,6 +85,11 @@ pub struct Validation {
     pub reconstructed_replay: Error,
     pub dp_prime_median_s: f64,
     pub dp_median_s: f64,
+    pub dp_reads_median_s: f64,
+    /// The clock reads in DP against the untraced time: where the program's own work between
+    /// calls hides them, T(G) comes out low by up to this (0 when the trace does not record
+    /// what a read costs).
+    pub reads_share: f64,
     pub flushes_median: u64,
     /// The most CPUs any rank could run on, over the untraced runs (see `Pair::cpus_per_rank`).
     pub cpus_per_rank: u32,
@@ -299,6 +306,7 @@ fn traced_once(req: &Request, mpi: MpiImpl, rep: usize) -> Result<Pair> {
         unreliable: replay.unreliable.clone(),
         dp_prime_s: summary.dp_prime_s,
         dp_s: summary.dp_s,
+        dp_reads_s: summary.dp_reads_s,
         flushes,
         cpus_per_rank: 0,
     })
@@ -351,6 +359,8 @@ pub fn validate(req: &Request, launcher: &dyn Launcher) -> Result<Validation> {
         reconstructed_replay: error_of(&u, &col(|p| p.reconstructed_replay_s)),
         dp_prime_median_s: median(&col(|p| p.dp_prime_s)),
         dp_median_s: median(&col(|p| p.dp_s)),
+        dp_reads_median_s: median(&col(|p| p.dp_reads_s)),
+        reads_share: median(&col(|p| p.dp_reads_s)) / base,
         flushes_median: flushes[flushes.len() / 2],
         cpus_per_rank: pairs.iter().map(|p| p.cpus_per_rank).max().unwrap_or(0),
         unreliable: {
@@ -404,6 +414,15 @@ pub fn render(v: &Validation) -> String {
         "DP' median {:.4} s, DP median {:.4} s, flushes median {}",
         v.dp_prime_median_s, v.dp_median_s, v.flushes_median
     );
+    if v.reads_share > 0.0 {
+        let _ = writeln!(
+            o,
+            "of DP, clock reads median {:.4} s, {:.2} % of untraced: where the program's own work \
+             between calls hides them, T(G) is low by up to this",
+            v.dp_reads_median_s,
+            pct(v.reads_share)
+        );
+    }
     for w in &v.unreliable {
         let _ = writeln!(o, "UNRELIABLE: {w}");
     }

@@ -486,6 +486,7 @@ pub(crate) fn encode_metas(records: &[MetaRecord<'_>]) -> Vec<u8> {
         w.u64(m.clock.tick_at_epoch);
         w.u64(m.clock.realtime_ns);
         w.u8(m.clock.source as u8);
+        w.u32(u32::from(m.clock.read_ticks));
         w.u64(m.events);
         w.u64(m.streams.len() as u64);
         for &s in &m.streams {
@@ -565,6 +566,7 @@ pub(crate) fn decode_metas(bytes: &[u8]) -> Result<Vec<DecodedMeta>, String> {
                 2 => ClockSource::Virtual,
                 other => return Err(format!("clock source {other}")),
             },
+            read_ticks: u16::try_from(c.u32()?).map_err(|_| "clock read cost past u16")?,
         };
         meta.events = c.u64()?;
         for _ in 0..c.len()? {
@@ -619,6 +621,7 @@ fn put_mark(w: &mut Wire, m: &Option<Mark>) {
             w.u64(m.collapsed.to_bits());
             w.u64(m.dp_ns.to_bits());
             w.u64(m.polls_dp_ns.to_bits());
+            w.u64(m.reads_ns.to_bits());
             w.u64(m.mapped);
             w.u64(m.shift_ns.to_bits());
         }
@@ -634,6 +637,7 @@ fn get_mark(c: &mut Cursor<'_>) -> Result<Option<Mark>, String> {
         collapsed: f64::from_bits(c.u64()?),
         dp_ns: f64::from_bits(c.u64()?),
         polls_dp_ns: f64::from_bits(c.u64()?),
+        reads_ns: f64::from_bits(c.u64()?),
         mapped: c.u64()?,
         shift_ns: f64::from_bits(c.u64()?),
     }))
@@ -837,12 +841,37 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_s_clock_travels_whole() {
+        let meta = RankMeta {
+            rank: 3,
+            clock: ClockCalibration {
+                ticks_per_sec: 2.6e9,
+                tick_at_epoch: 17,
+                realtime_ns: 1_700_000_000,
+                source: ClockSource::Monotonic,
+                read_ticks: 25,
+            },
+            ..RankMeta::default()
+        };
+        let sent = [MetaRecord {
+            rank_idx: 1,
+            meta: &meta,
+            kept: &[],
+        }];
+        let back = decode_metas(&encode_metas(&sent)).unwrap();
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].0, 1);
+        assert_eq!(back[0].1.clock, meta.clock);
+    }
+
+    #[test]
     fn marks_keep_every_bit() {
         let m = Mark {
             global: 0.1 + 0.2,
             collapsed: f64::MIN_POSITIVE,
             dp_ns: 1e300,
             polls_dp_ns: -1e-300,
+            reads_ns: 3.25e-7,
             mapped: u64::MAX,
             shift_ns: -0.0,
         };
@@ -863,6 +892,7 @@ mod tests {
         let g = got.init.unwrap();
         assert_eq!(g.global.to_bits(), m.global.to_bits());
         assert_eq!(g.shift_ns.to_bits(), m.shift_ns.to_bits());
+        assert_eq!(g.reads_ns.to_bits(), m.reads_ns.to_bits());
         assert_eq!(g.mapped, m.mapped);
         assert!(got.finalize.is_none() && back[1].1.init.is_none());
     }

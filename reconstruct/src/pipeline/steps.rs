@@ -554,7 +554,12 @@ impl Inputs {
                 // Each chunk is dropped before the next is asked for.
                 walk: ChunkWalk::stream(&self.open[r].files, id.stream).releasing(),
                 current: None,
-                mapper: LaneMapper::new(&self.maps[global], remove_dp_prime, remove_dp),
+                mapper: LaneMapper::new(
+                    &self.maps[global],
+                    remove_dp_prime,
+                    remove_dp,
+                    metas[r].clock.read_ticks,
+                ),
                 next_index: 0,
                 out: (writes && !remote[r]).then(|| LaneOut::new(id.stream)),
                 last_call_kept: false,

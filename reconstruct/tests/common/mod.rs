@@ -147,6 +147,17 @@ pub fn matched_halo(world: u32, iterations: u64) -> Vec<RankTrace> {
 }
 
 pub fn write_trace(dir: &Path, world_size: u32, ranks: &[RankTrace], chunk_events: usize) {
+    write_trace_reading(dir, world_size, ranks, chunk_events, 0);
+}
+
+/// [`write_trace`] with every file header saying one clock read costs `read_ticks`.
+pub fn write_trace_reading(
+    dir: &Path,
+    world_size: u32,
+    ranks: &[RankTrace],
+    chunk_events: usize,
+    read_ticks: u16,
+) {
     let mut encoder = ChunkEncoder::new(1);
     for r in ranks {
         let header = FileHeader {
@@ -158,6 +169,7 @@ pub fn write_trace(dir: &Path, world_size: u32, ranks: &[RankTrace], chunk_event
                 tick_at_epoch: 0,
                 realtime_ns: 0,
                 source: ClockSource::Tsc,
+                read_ticks,
             },
             created_unix_ns: 0,
             producer: "reconstruct test".into(),

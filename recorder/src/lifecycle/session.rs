@@ -19,7 +19,13 @@ pub struct Session {
     pub thread_level: i32,
     pub config: Config,
     pub clock: ClockCalibration,
-    pub read_cost: u64,
+}
+
+impl Session {
+    /// What one clock read costs, in ticks (measured at init, kept in the clock's calibration).
+    pub fn read_cost(&self) -> u64 {
+        u64::from(self.clock.read_ticks)
+    }
 }
 
 static SESSION: OnceLock<Session> = OnceLock::new();
@@ -42,7 +48,7 @@ pub(crate) fn stop_recording() {
 
 /// Starts recording. Returns false (and stays inert) if a session already exists.
 pub fn start_session(session: Session) -> bool {
-    cost::arm(session.read_cost, session.clock.ticks_per_sec);
+    cost::arm(session.read_cost(), session.clock.ticks_per_sec);
     if SESSION.set(session).is_err() {
         return false;
     }
