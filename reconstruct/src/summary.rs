@@ -322,7 +322,8 @@ pub fn render_table(s: &Summary) -> String {
     } else {
         let _ = writeln!(
             o,
-            "  of which clock reads: not recorded in this trace (older recorder)"
+            "  of which clock reads: not known (the trace does not record what a read costs: \
+             an older recorder, or an output with DP removed)"
         );
     }
     let _ = writeln!(
