@@ -27,7 +27,10 @@ mkdir -p "$out"
 bash workloads/build.sh "$mpi" "$apps" >/dev/null
 case "$mpi" in
 openmpi) mpirun=(mpirun.openmpi --oversubscribe -np 2) ;;
-mpich) mpirun=(mpirun.mpich -np 2) ;;
+# Both bind each rank to a core, as a batch job does: Open MPI does by default for 2 ranks,
+# MPICH's launcher binds nothing unless asked (unbound ranks sleep through the pauses and run
+# the work after them slower, which no model removes; paper-notes/fidelity.md).
+mpich) mpirun=(mpirun.mpich -bind-to core -np 2) ;;
 *) echo "usage: $0 [openmpi|mpich] [reps] [workload ...]" >&2; exit 2 ;;
 esac
 # The iterative shape: ~1 ms of register-only compute and 64 KiB of user records per
