@@ -318,23 +318,8 @@ fn the_recorder_cost_between_polls_is_removed_from_the_time_outside_mpi() {
     // between the polls made each loop longer, and reconstruction that kept it left hpcc ~30 %
     // slow. The cost between the polls comes out of the run, never more than the run spent
     // outside MPI.
-    const TEST: format::FunctionId = 8;
     let dir = temp_dir("inner-cost");
     let out = dir.with_extension("out");
-    let polls = |start: u64, end: u64, count: u64, busy: u64, inner_cost: u64| {
-        Event::Polls(format::PollRun {
-            func: TEST,
-            comm: 0,
-            peer: format::NO_RANK,
-            tag: format::NO_TAG,
-            start,
-            end,
-            count,
-            busy,
-            inner_cost,
-            cost: 30,
-        })
-    };
     let lane = |runs: bool| -> Vec<Event> {
         let mut e = function_defs_with(&[(TEST, "MPI_Test")]);
         e.push(Event::Marker(Marker::InitDone { time: 0 }));
@@ -399,27 +384,12 @@ fn the_recorder_cost_between_polls_is_removed_from_the_time_outside_mpi() {
 fn the_clock_reads_in_dp_are_two_per_call_and_poll_never_more_than_charged() {
     // A program whose work between calls hides the recorder's clock reads did not save them
     // untraced: the summary says how much of DP they are, as the band T(G) may be low by.
-    const TEST: format::FunctionId = 8;
     let dir = temp_dir("read-band");
     let out = dir.with_extension("out");
     let costly = |start: u64, end: u64, cost: u32| {
         Event::Call(format::MpiCall {
             cost,
             ..barrier(start, end)
-        })
-    };
-    let polls = |start: u64, end: u64, count: u64, busy: u64, inner_cost: u64| {
-        Event::Polls(format::PollRun {
-            func: TEST,
-            comm: 0,
-            peer: format::NO_RANK,
-            tag: format::NO_TAG,
-            start,
-            end,
-            count,
-            busy,
-            inner_cost,
-            cost: 30,
         })
     };
     let mut lane = function_defs_with(&[(TEST, "MPI_Test")]);
@@ -471,6 +441,26 @@ fn the_clock_reads_in_dp_are_two_per_call_and_poll_never_more_than_charged() {
     assert!(!s.read_cost_recorded);
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(out).unwrap();
+}
+
+/// The function id the poll-run tests define as `MPI_Test`.
+const TEST: format::FunctionId = 8;
+
+/// A run of `count` `MPI_Test` polls, `busy` ticks of it inside MPI, `inner_cost` charged between
+/// the polls and 30 after the last.
+fn polls(start: u64, end: u64, count: u64, busy: u64, inner_cost: u64) -> Event {
+    Event::Polls(format::PollRun {
+        func: TEST,
+        comm: 0,
+        peer: format::NO_RANK,
+        tag: format::NO_TAG,
+        start,
+        end,
+        count,
+        busy,
+        inner_cost,
+        cost: 30,
+    })
 }
 
 fn poll_runs(events: &[Event]) -> impl Iterator<Item = format::PollRun> + '_ {
