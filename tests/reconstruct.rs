@@ -211,6 +211,13 @@ fn known_suspensions(mpi: Mpi, references: &[&Path], reference_barrier_s: &[f64]
     let raw = cli_json(&["compare", "--json"], &[fastest, &run])["total_error_pct"]
         .as_f64()
         .unwrap();
+    // The recorder stores what a clock read costs in every rank file's header (reconstruct's
+    // share of DP that is clock reads rests on it): a few ns on any clock it reads.
+    let read = common::info_json(&run)["clock_read_ns"].clone();
+    assert!(
+        matches!((read[0].as_f64(), read[1].as_f64()), (Some(lo), Some(hi)) if 1.0 <= lo && lo <= hi && hi < 1000.0),
+        "clock read {read} ns"
+    );
     let injected_pct = imposed / summary_seconds(fastest) * 100.0;
     assert!(
         raw > 0.5 * injected_pct,

@@ -136,6 +136,10 @@ pub struct Info {
     pub recording_stopped: bool,
     /// Max over ranks of the span from the end of `MPI_Init` to the start of `MPI_Finalize`.
     pub span_s: f64,
+    /// What one clock read costs, ns, fastest and slowest over the ranks that record it
+    /// (`read_ticks` of the file header; `None` when none does): the recorder charges two per
+    /// call, and `reconstruct` reports their share of DP.
+    pub clock_read_ns: Option<(f64, f64)>,
     pub suspension: SuspensionInfo,
     /// The job's memory (`None` for traces without memory records).
     pub memory: Option<JobMemory>,
@@ -299,6 +303,14 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         rank.span_s = span::global_s(meta);
     }
     info.span_s = span::longest_s(&metas);
+    info.clock_read_ns = metas
+        .iter()
+        .filter(|m| m.clock.read_ticks > 0)
+        .map(|m| f64::from(m.clock.read_ticks) * trace::clock::ns_per_tick(&m.clock))
+        .fold(None, |range, ns| match range {
+            None => Some((ns, ns)),
+            Some((lo, hi)) => Some((f64::min(lo, ns), f64::max(hi, ns))),
+        });
     // `collect` refuses to mix runs; a single directory holding two runs' files is reported here.
     info.run_id = match run_ids.len() {
         0 => None,
@@ -398,6 +410,21 @@ pub fn render_table(info: &Info) -> String {
         info.span_s
     );
     let _ = writeln!(s, "lost events  {}", info.lost_events);
+    match info.clock_read_ns {
+        Some((lo, hi)) if hi - lo < 0.05 => {
+            let _ = writeln!(
+                s,
+                "clock read   {lo:.1} ns (two per call in the recorder's cost)"
+            );
+        }
+        Some((lo, hi)) => {
+            let _ = writeln!(
+                s,
+                "clock read   {lo:.1}-{hi:.1} ns over the ranks (two per call in the recorder's cost)"
+            );
+        }
+        None => {}
+    }
     if info.local_flushes > 0 {
         let _ = writeln!(
             s,

@@ -22,7 +22,8 @@ fn header(rank: u32, world_size: u32) -> FileHeader {
             tick_at_epoch: 0,
             realtime_ns: 0,
             source: ClockSource::Tsc,
-            read_ticks: 0,
+            // Ranks whose reads cost 9, 10, 11 ns: `info` shows the range.
+            read_ticks: 9 + rank as u16,
         },
         created_unix_ns: 0,
         producer: "test".into(),
@@ -108,6 +109,12 @@ fn counts_spans_and_suspensions_are_exact() {
     );
     assert!((info.suspension.overshoot_us.p50 - 2.0).abs() < 1e-9);
     assert_eq!(info.per_rank.iter().map(|r| r.mpi_calls).sum::<u64>(), 33);
+    assert_eq!(info.clock_read_ns, Some((9.0, 11.0)));
+    assert!(
+        views::info::render_table(&info).contains("clock read   9.0-11.0 ns over the ranks"),
+        "{}",
+        views::info::render_table(&info)
+    );
     assert!(info.skipped.is_empty());
     std::fs::remove_dir_all(dir).unwrap();
 }
