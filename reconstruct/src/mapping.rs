@@ -77,6 +77,8 @@ impl<'a> LaneMapper<'a> {
             remove_dp,
             dp_ns: 0.0,
             polls_dp_ns: 0.0,
+            // At the map's rate, as the costs are: the host's shared calibration, which a rank's
+            // own can differ from in the last digits.
             read_pair_ns: 2.0 * f64::from(read_ticks) * map.ns_per_tick(),
             reads_ns: 0.0,
             pending_ns: 0.0,

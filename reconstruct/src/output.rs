@@ -59,9 +59,9 @@ impl RankOutput {
                 read_ticks: if opts.remove.dp() {
                     0
                 } else {
-                    let ns = f64::from(original.clock.read_ticks)
-                        * trace::clock::ns_per_tick(&original.clock);
-                    ns.round().min(f64::from(u16::MAX)) as u16
+                    trace::clock::read_ns(&original.clock)
+                        .round()
+                        .min(f64::from(u16::MAX)) as u16
                 },
                 ..original.clock
             },

@@ -32,6 +32,11 @@ pub fn ns_per_tick(clock: &ClockCalibration) -> f64 {
     }
 }
 
+/// What one read of the clock costs, ns, as the rank file's header records it (0: not recorded).
+pub fn read_ns(clock: &ClockCalibration) -> f64 {
+    f64::from(clock.read_ticks) * ns_per_tick(clock)
+}
+
 /// Samples taken within this long of each other measure the same offset (drift between hosts is
 /// parts per million: under 0.1 µs here) and are combined into one knot.
 const KNOT_WINDOW_NS: f64 = 10e6;

@@ -306,7 +306,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
     info.clock_read_ns = metas
         .iter()
         .filter(|m| m.clock.read_ticks > 0)
-        .map(|m| f64::from(m.clock.read_ticks) * trace::clock::ns_per_tick(&m.clock))
+        .map(|m| trace::clock::read_ns(&m.clock))
         .fold(None, |range, ns| match range {
             None => Some((ns, ns)),
             Some((lo, hi)) => Some((f64::min(lo, ns), f64::max(hi, ns))),

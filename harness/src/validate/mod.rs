@@ -343,6 +343,7 @@ pub fn validate(req: &Request, launcher: &dyn Launcher) -> Result<Validation> {
             .map(|w| (w[1] - w[0]).abs() / base)
             .collect::<Vec<_>>(),
     );
+    let reads_median = median(&col(|p| p.dp_reads_s));
     let mut flushes: Vec<u64> = pairs.iter().map(|p| p.flushes).collect();
     flushes.sort_unstable();
     Ok(Validation {
@@ -359,8 +360,8 @@ pub fn validate(req: &Request, launcher: &dyn Launcher) -> Result<Validation> {
         reconstructed_replay: error_of(&u, &col(|p| p.reconstructed_replay_s)),
         dp_prime_median_s: median(&col(|p| p.dp_prime_s)),
         dp_median_s: median(&col(|p| p.dp_s)),
-        dp_reads_median_s: median(&col(|p| p.dp_reads_s)),
-        reads_share: median(&col(|p| p.dp_reads_s)) / base,
+        dp_reads_median_s: reads_median,
+        reads_share: reads_median / base,
         flushes_median: flushes[flushes.len() / 2],
         cpus_per_rank: pairs.iter().map(|p| p.cpus_per_rank).max().unwrap_or(0),
         unreliable: {
