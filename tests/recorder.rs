@@ -430,7 +430,9 @@ fn fortran_f08(mpi: Mpi) {
 }
 
 /// A job killed by SIGTERM still leaves every rank's trace, with every call that completed before
-/// the kill and a marker saying the trace ended abnormally.
+/// the kill and a marker saying the trace ended abnormally. Rank 0 holds 3 M more calls, so it is
+/// still writing when rank 1 dies: MPICH's launcher then SIGKILLs it at once, unless rank 1 waits
+/// for it (`recorder::lifecycle::killed_together`).
 fn sigterm(mpi: Mpi) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
@@ -443,7 +445,9 @@ fn sigterm(mpi: Mpi) {
         .arg("--out")
         .arg(&out)
         .args(["--mode", "off", "--"]);
-    cmd.args(mpi.launch(2)).arg(&program);
+    cmd.args(mpi.launch(2))
+        .arg(&program)
+        .args(["--warm-calls", "3000000"]);
     let mut child = common::mpi_env(&mut cmd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -485,6 +489,14 @@ fn sigterm(mpi: Mpi) {
             rank["rank"]
         );
     }
+    assert_eq!(info["unended_ranks"], serde_json::json!([]));
+    let markers: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".ending-"))
+        .collect();
+    assert!(markers.is_empty(), "markers left behind: {markers:?}");
 }
 
 /// A program that loads MPI at run time instead of linking it: Python, where the launcher, not the

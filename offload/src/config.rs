@@ -481,7 +481,7 @@ static SETTINGS: &[Setting] = &[
         flag: "abort-flush-limit",
         env: "EVENFLUSH_ABORT_FLUSH_LIMIT",
         default: "10s",
-        help: "How long MPI_Abort, a crash (SIGSEGV, SIGBUS, SIGABRT) or an application's own SIGTERM/SIGINT handler waits for the trace to be written before the process goes on (seconds, or a duration like 500ms); what is not written by then is lost",
+        help: "How long MPI_Abort, a crash (SIGSEGV, SIGBUS, SIGABRT) or an application's own SIGTERM/SIGINT handler waits for the trace to be written before the process goes on, and how long a rank killed by SIGTERM/SIGINT along with the others waits for them to finish writing before it dies (seconds, or a duration like 500ms); what is not written by then is lost",
         apply: |c, v| {
             c.abort_flush_limit = parse_duration(v)?;
             Ok(())

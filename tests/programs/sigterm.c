@@ -7,11 +7,15 @@
  *
  * Usage: sigterm [--iterations N]   (default N = 60000, i.e. about 600 s;
  *                                    a bound so a forgotten job ends by itself)
+ *                [--warm-calls K]   rank 0 alone makes K more MPI_Comm_rank
+ *                                   calls before "ready" (default 0), so that
+ *                                   its trace takes longer to write than the
+ *                                   others' when the job is killed
  *
  * Exact MPI calls per rank (P ranks, N loop iterations, run to completion):
  *   MPI_Init 1, MPI_Comm_rank 1, MPI_Comm_size 1, MPI_Bcast 1,
  *   MPI_Allreduce 1, MPI_Send 1, MPI_Recv 1 (one lap of a ring, P >= 2),
- *   MPI_Barrier 1 + N, MPI_Finalize 1
+ *   MPI_Barrier 1 + N, MPI_Finalize 1, and rank 0 K more MPI_Comm_rank
  * When killed after "ready": every warm-up call above has completed on every
  * rank (the barrier before "ready" guarantees it), plus some number of loop
  * barriers that differs by at most one between ranks; no MPI_Finalize.
@@ -29,6 +33,7 @@
 int main(int argc, char **argv)
 {
     long iterations = flag_value(argc, argv, "--iterations", 60000);
+    long warm_calls = flag_value(argc, argv, "--warm-calls", 0);
     int rank, size;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -53,6 +58,11 @@ int main(int argc, char **argv)
         MPI_Recv(&token, 1, MPI_INT64_T, left, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         token += rank;
         MPI_Send(&token, 1, MPI_INT64_T, right, 5, MPI_COMM_WORLD);
+    }
+    if (rank == 0) {
+        int again;
+        for (long i = 0; i < warm_calls; i++)
+            MPI_Comm_rank(MPI_COMM_WORLD, &again);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {

@@ -33,6 +33,9 @@ pub struct RankInfo {
     pub lost_events: u64,
     /// The trace was written by a signal handler or exit hook, not a clean finalize.
     pub abnormal_end: bool,
+    /// The trace says how recording ended: at `MPI_Finalize` or at an abnormal end. Without
+    /// either, the process was killed outright (SIGKILL, out of memory) while it ran or wrote.
+    pub ended: bool,
     /// Where the rank ran, from its `RankInfo` record (`None` in traces older than that record).
     pub host: Option<String>,
     pub pid: Option<u32>,
@@ -134,6 +137,8 @@ pub struct Info {
     pub lost_events: u64,
     pub local_flushes: u64,
     pub recording_stopped: bool,
+    /// Ranks whose trace has no end ([`RankInfo::ended`]): their last events are missing.
+    pub unended_ranks: Vec<u32>,
     /// Max over ranks of the span from the end of `MPI_Init` to the start of `MPI_Finalize`.
     pub span_s: f64,
     /// What one clock read costs, ns, fastest and slowest over the ranks that record it
@@ -226,11 +231,15 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                         reason: w.reason.clone(),
                     }),
                     Event::Marker(m) => match *m {
-                        Marker::InitDone { .. } | Marker::FinalizeStart { .. } => {}
+                        Marker::InitDone { .. } => {}
+                        Marker::FinalizeStart { .. } => rank.ended = true,
                         Marker::Lost { events, .. } => rank.lost_events += events,
                         Marker::LocalFlush { .. } => info.local_flushes += 1,
                         Marker::RecordingStopped { .. } => info.recording_stopped = true,
-                        Marker::AbnormalEnd { .. } => rank.abnormal_end = true,
+                        Marker::AbnormalEnd { .. } => {
+                            rank.abnormal_end = true;
+                            rank.ended = true;
+                        }
                         Marker::Stuck { .. } => {}
                         Marker::Compressed { .. } | Marker::MemoryLow { .. } => {}
                     },
@@ -294,6 +303,9 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         info.folded_polls_total += rank.folded_polls;
         info.mpi_calls_total += rank.mpi_calls;
         info.lost_events += rank.lost_events;
+        if !rank.ended {
+            info.unended_ranks.push(rank.rank);
+        }
         info.per_rank.push(rank);
         metas.push(meta);
     }
@@ -436,6 +448,15 @@ pub fn render_table(info: &Info) -> String {
         let _ = writeln!(
             s,
             "RECORDING STOPPED before the end of the run (see the markers in the trace)"
+        );
+    }
+    if !info.unended_ranks.is_empty() {
+        let _ = writeln!(
+            s,
+            "CUT SHORT    rank(s) {}: the trace has no end (neither MPI_Finalize nor an abnormal \
+             end): the process was killed outright (SIGKILL, out of memory, a launcher's clean-up) \
+             while it ran or wrote its trace, and its last events are missing",
+            trace::collect::rank_list(&info.unended_ranks)
         );
     }
     let _ = writeln!(s, "\n{:<28} {:>12}", "MPI function", "calls");

@@ -116,6 +116,8 @@ fn counts_spans_and_suspensions_are_exact() {
         views::info::render_table(&info)
     );
     assert!(info.skipped.is_empty());
+    assert!(info.unended_ranks.is_empty());
+    assert!(!views::info::render_table(&info).contains("CUT SHORT"));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -153,6 +155,10 @@ fn a_cut_file_is_reported_not_fatal_and_damage_names_the_file() {
     );
     assert_eq!(info.skipped.len(), 1);
     assert_eq!(info.skipped[0].file, victim);
+    // Its only chunk, with its `MPI_Finalize` marker, is gone: the rank's trace has no end.
+    assert_eq!(info.unended_ranks, vec![1]);
+    let table = views::info::render_table(&info);
+    assert!(table.contains("CUT SHORT    rank(s) 1:"), "{table}");
 
     // A flipped byte in the payload is damage, not a cut: reported with the file, never read as data.
     let mut bytes = bytes.clone();

@@ -11,7 +11,8 @@
 //! What happens then depends on what the signal would have done without the recorder:
 //! - SIGTERM/SIGINT with the default action: the handler returns at once, so the interrupted
 //!   thread finishes whatever it held; the helper ends the trace, restores the default action and
-//!   re-raises the signal, so the process dies of it as before, only after its trace is written.
+//!   re-raises the signal, so the process dies of it as before, only after its trace is written
+//!   and after the other ranks writing for the same reason are done (`killed_together`).
 //!   A second such signal while that runs ends the process at once (a user pressing Ctrl-C twice).
 //!   A signal a thread `raise`s on itself is the exception: that thread holds nothing the helper
 //!   needs, and untraced it would never run on, so its handler waits (bounded) for the re-raise.
@@ -38,6 +39,7 @@ use std::time::Duration;
 
 use crate::lifecycle::finish;
 use crate::lifecycle::fork::{self, forked_child};
+use crate::lifecycle::killed_together;
 use crate::lifecycle::session::session;
 
 const SIGNALS: [c_int; 5] = [
@@ -290,8 +292,23 @@ fn helper_loop() {
         }
         if what & WANT_FINAL != 0 {
             let sig = FINAL_SIGNAL.load(Ordering::Acquire);
+            let dies_of_it = RERAISE.load(Ordering::Acquire) && !is_crash(sig);
+            // The other ranks were most likely sent the same signal and are writing too.
+            let writing = dies_of_it
+                .then(|| killed_together::announce(std::time::Instant::now()))
+                .flatten();
             finish::finish(Some(sig));
-            if RERAISE.load(Ordering::Acquire) && !is_crash(sig) {
+            if dies_of_it {
+                if let Some(writing) = writing {
+                    let left = writing.wait_for_the_others();
+                    if left > 0 {
+                        let rank = session().map_or(0, |s| s.rank);
+                        say!(
+                            "evenflush: rank {rank}: {left} rank(s) still writing their trace \
+                             after --abort-flush-limit; this rank's end may cut theirs short"
+                        );
+                    }
+                }
                 reraise_default(sig);
             }
         } else if what & WANT_CHECKPOINT != 0 {
