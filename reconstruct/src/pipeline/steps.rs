@@ -92,8 +92,8 @@ pub(super) struct Shared<'a> {
     encode: Option<&'a super::EncodeQueue<'a>>,
 }
 
-/// The encoders of a thread that works as a worker only while it waits
-/// ([`Shared::work_while_waiting`]), made when first needed.
+/// The encoders of a thread that helps with the steps and the engine's output (a worker, or the
+/// engine while it waits: [`Shared::work_while_waiting`]), each made when first needed.
 pub(super) struct IdleEncoders {
     steps_level: i32,
     steps: Option<ChunkEncoder>,
@@ -109,6 +109,14 @@ impl IdleEncoders {
             output: None,
         }
     }
+}
+
+/// One thing a free thread does for the pass ([`Shared::next_unit`]).
+enum Unit {
+    /// Encode and append one output chunk of the engine's.
+    Encode(super::encode_queue::EncodeJob),
+    /// Take the next step of this rank (marked busy).
+    Step(usize),
 }
 
 /// At most this many batches wait in one lane's queue.
@@ -362,71 +370,76 @@ impl<'a> Shared<'a> {
         self.data_ready.notify_all();
     }
 
-    /// One unit of what a worker would do next, done on the caller's thread: an output chunk to
-    /// encode, else a rank read ahead within the budget; whether there was one. A split pass's
-    /// engine does this while it waits for another process: the work would otherwise fall
-    /// between its own lanes' events, and the other process, in lock-step with it at every
-    /// collective, would wait for that in turn.
-    pub(super) fn work_while_waiting(&self, encoders: &mut IdleEncoders) -> bool {
-        if let Some(queue) = self.encode
-            && let Some(job) = queue.take()
-        {
-            let level = queue.output().zstd_level;
-            queue.run(
-                job,
-                encoders
-                    .output
-                    .get_or_insert_with(|| ChunkEncoder::new(level)),
-            );
-            return true;
+    /// What a thread free to help takes next: an output chunk of the engine's to encode first
+    /// (the engine hands them out without waiting, and each holds memory until encoded), else a
+    /// rank to read ahead within the budget. Takes the encode job from its queue, or marks the
+    /// rank busy.
+    fn next_unit(&self, st: &mut State) -> Option<Unit> {
+        if let Some(job) = self.encode.and_then(|queue| queue.take()) {
+            return Some(Unit::Encode(job));
         }
-        let mut st = lock(&self.state);
-        if st.error.is_some() {
-            return false;
-        }
-        let Some(r) = self.pick(&mut st) else {
-            return false;
-        };
+        let r = self.pick(st)?;
         st.busy[r] = true;
-        drop(st);
-        let level = encoders.steps_level;
-        let result = self.step(
-            r,
-            encoders
-                .steps
-                .get_or_insert_with(|| ChunkEncoder::new(level)),
-        );
-        let mut st = lock(&self.state);
-        self.finish_step(&mut st, r, result);
+        Some(Unit::Step(r))
+    }
+
+    /// Does `unit`, with the state's lock not held, and records a step's result.
+    fn run_unit(&self, unit: Unit, encoders: &mut IdleEncoders) {
+        match unit {
+            Unit::Encode(job) => {
+                if let Some(queue) = self.encode {
+                    let level = queue.output().zstd_level;
+                    let encoder = encoders
+                        .output
+                        .get_or_insert_with(|| ChunkEncoder::new(level));
+                    queue.run(job, encoder);
+                }
+            }
+            Unit::Step(r) => {
+                let level = encoders.steps_level;
+                let result = self.step(
+                    r,
+                    encoders
+                        .steps
+                        .get_or_insert_with(|| ChunkEncoder::new(level)),
+                );
+                let mut st = lock(&self.state);
+                self.finish_step(&mut st, r, result);
+            }
+        }
+    }
+
+    /// One unit of what a worker would do next, done on the caller's thread; whether there was
+    /// one. A split pass's engine does this while it waits for another process: the work would
+    /// otherwise fall between its own lanes' events, and the other process, in lock-step with it
+    /// at every collective, would wait for that in turn.
+    pub(super) fn work_while_waiting(&self, encoders: &mut IdleEncoders) -> bool {
+        let unit = {
+            let mut st = lock(&self.state);
+            if st.error.is_some() {
+                return false;
+            }
+            self.next_unit(&mut st)
+        };
+        let Some(unit) = unit else { return false };
+        self.run_unit(unit, encoders);
         true
     }
 
+    /// A worker thread: units until the pass is over or failed.
     pub(super) fn worker(&self, zstd_level: i32) {
-        let mut encoder = ChunkEncoder::new(zstd_level);
         // The engine's output is at its own level, which the steps' (none written) need not be.
-        let mut output_encoder = None;
+        let mut encoders = IdleEncoders::new(zstd_level);
         let mut st = lock(&self.state);
         loop {
             if st.error.is_some() || st.remaining_ranks == 0 {
                 return;
             }
-            if let Some(queue) = self.encode
-                && let Some(job) = queue.take()
-            {
-                drop(st);
-                let encoder = output_encoder
-                    .get_or_insert_with(|| ChunkEncoder::new(queue.output().zstd_level));
-                queue.run(job, encoder);
-                st = lock(&self.state);
-                continue;
-            }
-            match self.pick(&mut st) {
-                Some(r) => {
-                    st.busy[r] = true;
+            match self.next_unit(&mut st) {
+                Some(unit) => {
                     drop(st);
-                    let result = self.step(r, &mut encoder);
+                    self.run_unit(unit, &mut encoders);
                     st = lock(&self.state);
-                    self.finish_step(&mut st, r, result);
                 }
                 // The engine queues chunks without waking anyone (it runs at the pace of its
                 // events, and a notification per chunk would cost it more than the wait costs
