@@ -36,12 +36,7 @@ fn write_profile(taken: &mut [Taken]) {
     if !any {
         return;
     }
-    let dir = s
-        .config
-        .out
-        .first()
-        .cloned()
-        .unwrap_or_else(|| "evenflush-trace".into());
+    let dir = s.first_out_dir();
     let path = dir.join(format::profile::profile_file_name(s.rank));
     if let Err(e) = std::fs::write(&path, merged.to_json()) {
         say!(

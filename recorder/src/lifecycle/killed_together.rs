@@ -57,12 +57,7 @@ fn run_tag() -> String {
 /// when the signal came; `None` without a session (nothing is written then either).
 pub fn announce(since: Instant) -> Option<Writing> {
     let s = session()?;
-    let dir = s
-        .config
-        .out
-        .first()
-        .cloned()
-        .unwrap_or_else(|| "evenflush-trace".into());
+    let dir = s.first_out_dir();
     let run = run_tag();
     let path = dir.join(format!("{PREFIX}{run}.rank-{:05}", s.rank));
     // No marker (a read-only or full directory): this rank still waits for the others'.

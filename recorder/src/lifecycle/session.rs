@@ -26,7 +26,20 @@ impl Session {
     pub fn read_cost(&self) -> u64 {
         u64::from(self.clock.read_ticks)
     }
+
+    /// The first output directory: where the rank's files start, and where the profile and the
+    /// run's markers go.
+    pub fn first_out_dir(&self) -> std::path::PathBuf {
+        self.config
+            .out
+            .first()
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_OUT.into())
+    }
 }
+
+/// Where the trace goes when no directory was given.
+pub const DEFAULT_OUT: &str = "evenflush-trace";
 
 static SESSION: OnceLock<Session> = OnceLock::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
