@@ -497,6 +497,32 @@ fn sigterm(mpi: Mpi) {
         .filter(|n| n.starts_with(".ending-"))
         .collect();
     assert!(markers.is_empty(), "markers left behind: {markers:?}");
+
+    // No rank reached MPI_Finalize, so the spans end where recording stopped: the program ran at
+    // least the 200 ms between "ready" and the kill, and that is there to reconstruct.
+    let span = info["span_s"].as_f64().unwrap();
+    assert!(span >= 0.15, "span {span} s of a run killed after 200 ms");
+    let rebuilt = scratch(&format!("sigterm-{}-rebuilt", mpi.name()));
+    let done = Command::new(common::evenflush_bin())
+        .args(["reconstruct", "--json", "--out"])
+        .arg(&rebuilt)
+        .arg(&out)
+        .output()
+        .unwrap();
+    let done = common::check(done, "evenflush reconstruct");
+    let summary: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    let measured = summary["measured_s"].as_f64().unwrap();
+    let reconstructed = summary["reconstructed_s"].as_f64().unwrap();
+    assert!(
+        (measured - span).abs() < 1e-6,
+        "T(G') {measured} s, info's span {span} s"
+    );
+    assert!(
+        reconstructed > 0.5 * measured && reconstructed <= measured,
+        "T(G) {reconstructed} s of T(G') {measured} s"
+    );
+    assert_eq!(summary["ended_abnormally"], serde_json::json!([0, 1]));
+    let _ = std::fs::remove_dir_all(&rebuilt);
 }
 
 /// A program that loads MPI at run time instead of linking it: Python, where the launcher, not the

@@ -194,6 +194,15 @@ pub enum SampleKind {
     Finalize = 2,
 }
 
+/// Where a rank's span (end of `MPI_Init` to start of `MPI_Finalize`) ends, from its first
+/// `FinalizeStart` and its first `AbnormalEnd`: the first, else the second. A rank that never
+/// reached `MPI_Finalize` (killed at a job's time limit, crashed, `exit` without it) ends its span
+/// where recording stopped, after everything it recorded. The one rule of every reader
+/// (`trace::span`, the profile's statistics).
+pub fn span_end<T>(finalize_start: Option<T>, abnormal_end: Option<T>) -> Option<T> {
+    finalize_start.or(abnormal_end)
+}
+
 /// Something the recorder needs the reader to know about the completeness of the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Marker {

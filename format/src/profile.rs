@@ -213,6 +213,8 @@ pub struct ProfileStats {
     init_done: Option<u64>,
     #[serde(skip)]
     finalize_start: Option<u64>,
+    #[serde(skip)]
+    abnormal_end: Option<u64>,
     /// The last call seen per stream, to which the completions that follow it belong.
     #[serde(skip)]
     last_call: HashMap<u32, FunctionId>,
@@ -333,6 +335,10 @@ impl ProfileStats {
                     self.finalize_start.get_or_insert(time);
                     self.update_span();
                 }
+                Marker::AbnormalEnd { time, .. } => {
+                    self.abnormal_end.get_or_insert(time);
+                    self.update_span();
+                }
                 Marker::Lost { events, .. } => self.lost_events += events,
                 _ => {}
             },
@@ -341,7 +347,10 @@ impl ProfileStats {
     }
 
     fn update_span(&mut self) {
-        if let (Some(a), Some(b)) = (self.init_done, self.finalize_start) {
+        if let (Some(a), Some(b)) = (
+            self.init_done,
+            crate::span_end(self.finalize_start, self.abnormal_end),
+        ) {
             self.span_ns = Some(b.saturating_sub(a) as f64 * self.ns_per_tick);
         }
     }

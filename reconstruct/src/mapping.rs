@@ -23,11 +23,55 @@ pub(crate) struct Mark {
     pub shift_ns: f64,
 }
 
-/// The first `InitDone` and `FinalizeStart` of a lane.
+/// The first `InitDone`, `FinalizeStart` and `AbnormalEnd` of a lane.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct LaneMarks {
     pub init: Option<Mark>,
     pub finalize: Option<Mark>,
+    pub abnormal: Option<Mark>,
+}
+
+impl LaneMarks {
+    /// Where the lane's span ends (`trace::span::end_of`).
+    pub fn end(&self) -> Option<Mark> {
+        trace::span::end_of(self.finalize, self.abnormal)
+    }
+}
+
+/// The times an engine that moves lanes (the repair, the replay) handed out for a lane's first
+/// `InitDone`, `FinalizeStart` and `AbnormalEnd`: how far it moved each of the lane's marks.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SpanSeen {
+    init: Option<u64>,
+    finalize: Option<u64>,
+    abnormal: Option<u64>,
+}
+
+impl SpanSeen {
+    /// Takes `e`'s time if it is the first of its marker kind.
+    pub fn see(&mut self, e: &Event) {
+        if let Event::Marker(m) = e {
+            match *m {
+                Marker::InitDone { time } => self.init.get_or_insert(time),
+                Marker::FinalizeStart { time } => self.finalize.get_or_insert(time),
+                Marker::AbnormalEnd { time, .. } => self.abnormal.get_or_insert(time),
+                _ => return,
+            };
+        }
+    }
+
+    /// Sets each mark's shift: how far the engine moved it from where the mapping put it.
+    pub fn shift(&self, marks: &mut LaneMarks) {
+        for (mark, seen) in [
+            (&mut marks.init, self.init),
+            (&mut marks.finalize, self.finalize),
+            (&mut marks.abnormal, self.abnormal),
+        ] {
+            if let (Some(mark), Some(t)) = (mark.as_mut(), seen) {
+                mark.shift_ns = t as f64 - mark.mapped as f64;
+            }
+        }
+    }
 }
 
 /// Maps one lane's events in place, in order.
@@ -187,7 +231,12 @@ impl<'a> LaneMapper<'a> {
             }
             _ => {}
         }
-        if let Event::Marker(Marker::InitDone { time } | Marker::FinalizeStart { time }) = *e {
+        if let Event::Marker(
+            Marker::InitDone { time }
+            | Marker::FinalizeStart { time }
+            | Marker::AbnormalEnd { time, .. },
+        ) = *e
+        {
             let at = self.before_dp(time);
             let dp_ns = self.dp_at(at);
             let mark = Mark {
@@ -199,11 +248,13 @@ impl<'a> LaneMapper<'a> {
                 mapped: map.absolute(at - removable(dp_ns, self.remove_dp)),
                 shift_ns: 0.0,
             };
-            if matches!(e, Event::Marker(Marker::InitDone { .. })) {
-                self.marks.init.get_or_insert(mark);
-            } else {
-                self.marks.finalize.get_or_insert(mark);
-            }
+            match e {
+                Event::Marker(Marker::InitDone { .. }) => self.marks.init.get_or_insert(mark),
+                Event::Marker(Marker::FinalizeStart { .. }) => {
+                    self.marks.finalize.get_or_insert(mark)
+                }
+                _ => self.marks.abnormal.get_or_insert(mark),
+            };
         }
         trace::times::for_each_time(e, |t| {
             let at = self.before_dp(*t);

@@ -134,6 +134,8 @@ pub struct Summary {
     pub hb: HbSummary,
     pub warnings: Vec<String>,
     pub skipped: Vec<Skipped>,
+    /// Ranks whose span ends at their `AbnormalEnd` (no `MPI_Finalize`: `trace::span`).
+    pub ended_abnormally: Vec<u32>,
 }
 
 pub(crate) fn summarize(
@@ -163,18 +165,17 @@ pub(crate) fn summarize(
             .zip(&pass.marks)
             .filter(|(id, _)| id.rank == meta.rank)
             .map(|(_, m)| *m)
-            .find(|m| m.init.is_some() && m.finalize.is_some());
+            .find(|m| m.init.is_some() && m.end().is_some());
         let mut r = RankSummary {
             rank: meta.rank,
             events: meta.events,
             suspensions: meta.suspensions.len() as u64,
             ..Default::default()
         };
-        if let Some(LaneMarks {
-            init: Some(i),
-            finalize: Some(f),
-        }) = marks
-        {
+        if let Some((i, f)) = marks.and_then(|m: LaneMarks| Some((m.init?, m.end()?))) {
+            if marks.is_some_and(|m| m.finalize.is_none()) {
+                s.ended_abnormally.push(meta.rank);
+            }
             let measured = (f.global - i.global) / 1e9;
             let plus = (f.collapsed + f.shift_ns - i.collapsed - i.shift_ns) / 1e9;
             let dp = (f.dp_ns - i.dp_ns) / 1e9;
@@ -208,7 +209,8 @@ pub(crate) fn summarize(
             }
         } else {
             s.warnings.push(format!(
-                "rank {}: no InitDone/FinalizeStart marker pair: its span is not counted",
+                "rank {}: its trace has no InitDone marker, or neither a FinalizeStart nor an \
+                 AbnormalEnd after it: its span is not counted",
                 meta.rank
             ));
         }
@@ -232,6 +234,13 @@ pub(crate) fn summarize(
     s.unreliable
         .extend(trace::oversubscription::warnings(&s.oversubscribed));
     s.warnings.extend(s.unreliable.iter().cloned());
+    if !s.ended_abnormally.is_empty() {
+        s.warnings.push(format!(
+            "rank(s) {} did not reach MPI_Finalize (killed, crashed, or exit without it): their \
+             spans end where recording stopped, so the times above are of the run until then",
+            trace::collect::rank_list(&s.ended_abnormally)
+        ));
+    }
     s.suspensions = SuspensionSummary {
         count: by_seq.len() as u64,
         flushes: by_seq.values().filter(|v| v.1).count() as u64,

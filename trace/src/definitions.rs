@@ -1,6 +1,6 @@
 //! The definitions table of one rank: what the first pass learns about it before a single
-//! timestamp can be mapped (clock samples, suspensions, the first `InitDone` and
-//! `FinalizeStart`, function names, communicators, remote groups and RMA windows, host and MPI
+//! timestamp can be mapped (clock samples, suspensions, the first `InitDone`, `FinalizeStart`
+//! and `AbnormalEnd`, function names, communicators, remote groups and RMA windows, host and MPI
 //! library), and where [`crate::clock::align_clocks`] placed its clock among the others.
 //!
 //! This is the one communicator table of the `trace` crate. Four others are still built from it
@@ -28,6 +28,9 @@ pub struct RankMeta {
     pub suspension_streams: Vec<u32>,
     pub init_done: Option<u64>,
     pub finalize_start: Option<u64>,
+    /// The first `AbnormalEnd`: where recording stopped in a rank that did not finish through
+    /// `MPI_Finalize` (killed, crashed, `exit` without it, `MPI_Abort`).
+    pub abnormal_end: Option<u64>,
     pub functions: HashMap<FunctionId, String>,
     /// Communicator definitions in the order they appear. The lists are interned
     /// ([`crate::members::intern`]): ranks defining the same communicator share one list, so the
@@ -83,8 +86,14 @@ pub struct AlignedClock {
 }
 
 impl RankMeta {
+    /// Where the rank's span ends ([`crate::span::end_of`]).
+    pub fn span_end(&self) -> Option<u64> {
+        crate::span::end_of(self.finalize_start, self.abnormal_end)
+    }
+
     /// Takes what the metadata needs from one event of the rank (in stream order): clock
-    /// samples, suspensions, the first `InitDone` and `FinalizeStart` (the span, `crate::span`),
+    /// samples, suspensions, the first `InitDone`, `FinalizeStart` and `AbnormalEnd` (the span,
+    /// `crate::span`),
     /// definitions and identity. Every pass that builds a `RankMeta` goes through here, so they
     /// agree on which marker counts.
     ///
@@ -102,6 +111,9 @@ impl RankMeta {
             }
             Event::Marker(Marker::FinalizeStart { time }) => {
                 self.finalize_start.get_or_insert(*time);
+            }
+            Event::Marker(Marker::AbnormalEnd { time, .. }) => {
+                self.abnormal_end.get_or_insert(*time);
             }
             Event::FunctionDef { id, name } => {
                 self.functions.insert(*id, name.clone());

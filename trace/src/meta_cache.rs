@@ -29,7 +29,8 @@ use crate::scan::scan_rank_keeping;
 pub const CACHE_DIR: &str = ".evenflush-meta";
 /// Changes whenever what is kept or how it is read back changes: older stamps are rebuilt.
 /// 3: the kept file's header carries the clock's read cost (`ClockCalibration::read_ticks`).
-const VERSION: u32 = 3;
+/// 4: the first `AbnormalEnd` is kept (a killed rank's span ends there).
+const VERSION: u32 = 4;
 /// Bytes at the end of each source file whose checksum the stamp holds.
 const TAIL: u64 = 4096;
 

@@ -174,7 +174,7 @@ impl WindowSpec {
             if let Some(t) = meta.init_done {
                 start = start.min(axis(map, t, &mut cur));
             }
-            if let Some(t) = meta.finalize_start {
+            if let Some(t) = meta.span_end() {
                 end = end.max(axis(map, t, &mut cur));
             }
             let mut cur = MapCursor::default();

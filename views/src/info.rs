@@ -418,7 +418,7 @@ pub fn render_table(info: &Info) -> String {
     }
     let _ = writeln!(
         s,
-        "span         {:.6} s (end of MPI_Init to start of MPI_Finalize, max over ranks)",
+        "span         {:.6} s (end of MPI_Init to start of MPI_Finalize, or to an abnormal end; max over ranks)",
         info.span_s
     );
     let _ = writeln!(s, "lost events  {}", info.lost_events);

@@ -33,6 +33,11 @@ fn header(rank: u32, world_size: u32) -> FileHeader {
 /// Rank `rank` makes `sends` MPI_Send calls and two user records, spans 1 s + rank ms, and takes
 /// part in two suspensions resuming at 10 ms / 20 ms (plus rank µs, so the spread is known).
 fn write_rank(dir: &Path, rank: u32, world_size: u32, sends: u64) {
+    write_rank_ending(dir, rank, world_size, sends, false);
+}
+
+/// [`write_rank`], whose rank is killed (`AbnormalEnd`) where it would have called `MPI_Finalize`.
+fn write_rank_ending(dir: &Path, rank: u32, world_size: u32, sends: u64, killed: bool) {
     let mut buf = RawBuf::new();
     buf.push_event(&Event::FunctionDef {
         id: 7,
@@ -72,8 +77,14 @@ fn write_rank(dir: &Path, rank: u32, world_size: u32, sends: u64) {
             ..Default::default()
         })));
     }
-    buf.push_event(&Event::Marker(Marker::FinalizeStart {
-        time: 1_000 + 1_000_000_000 + u64::from(rank) * 1_000_000,
+    let end = 1_000 + 1_000_000_000 + u64::from(rank) * 1_000_000;
+    buf.push_event(&Event::Marker(if killed {
+        Marker::AbnormalEnd {
+            time: end,
+            signal: 15,
+        }
+    } else {
+        Marker::FinalizeStart { time: end }
     }));
     let chunk = ChunkEncoder::new(3).encode(rank, 0, 0, &buf);
     let file = std::fs::File::create(dir.join(rank_file_name(rank, 0))).unwrap();
@@ -118,6 +129,20 @@ fn counts_spans_and_suspensions_are_exact() {
     assert!(info.skipped.is_empty());
     assert!(info.unended_ranks.is_empty());
     assert!(!views::info::render_table(&info).contains("CUT SHORT"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_killed_rank_s_span_ends_where_recording_stopped() {
+    let dir = temp_dir("killed");
+    write_rank(&dir, 0, 2, 3);
+    write_rank_ending(&dir, 1, 2, 3, true);
+    let info = summarize(&Trace::open(&dir).unwrap()).unwrap();
+    let spans: Vec<Option<f64>> = info.per_rank.iter().map(|r| r.span_s).collect();
+    assert_eq!(spans, [Some(1.0), Some(1.001)]);
+    assert!((info.span_s - 1.001).abs() < 1e-9, "span {}", info.span_s);
+    assert!(info.per_rank[1].abnormal_end && info.per_rank[1].ended);
+    assert!(info.unended_ranks.is_empty());
     std::fs::remove_dir_all(dir).unwrap();
 }
 

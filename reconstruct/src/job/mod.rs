@@ -17,7 +17,7 @@
 //! - `NEED r` (0 → owner): take the next step of rank `r` and send it;
 //! - `STEP` (owner → 0): the batches of one step of one rank, per lane (see [`StepMessage`]);
 //! - `FINISH` (0 → owner): nothing more will be asked; reply with `MARKS` and stop;
-//! - `MARKS` (owner → 0): the first `InitDone`/`FinalizeStart` marks of the owner's lanes;
+//! - `MARKS` (owner → 0): the first `InitDone`/`FinalizeStart`/`AbnormalEnd` marks of the owner's lanes;
 //! - `FAILED` (owner → 0): the owner cannot go on, with the reason; it then waits for `FINISH`.
 //!
 //! The output is byte-identical to a one-process run: a rank's file is written by one process,
@@ -652,6 +652,7 @@ pub(crate) fn encode_marks(marks: &[(u32, LaneMarks)]) -> Vec<u8> {
         w.u32(*lane);
         put_mark(&mut w, &m.init);
         put_mark(&mut w, &m.finalize);
+        put_mark(&mut w, &m.abnormal);
     }
     w.0
 }
@@ -664,7 +665,15 @@ pub(crate) fn decode_marks(bytes: &[u8]) -> Result<Vec<(u32, LaneMarks)>, String
         let lane = c.u32()?;
         let init = get_mark(&mut c)?;
         let finalize = get_mark(&mut c)?;
-        out.push((lane, LaneMarks { init, finalize }));
+        let abnormal = get_mark(&mut c)?;
+        out.push((
+            lane,
+            LaneMarks {
+                init,
+                finalize,
+                abnormal,
+            },
+        ));
     }
     c.end()?;
     Ok(out)
@@ -881,6 +890,7 @@ mod tests {
                 LaneMarks {
                     init: Some(m),
                     finalize: None,
+                    abnormal: Some(Mark { mapped: 7, ..m }),
                 },
             ),
             (5, LaneMarks::default()),
@@ -895,5 +905,7 @@ mod tests {
         assert_eq!(g.reads_ns.to_bits(), m.reads_ns.to_bits());
         assert_eq!(g.mapped, m.mapped);
         assert!(got.finalize.is_none() && back[1].1.init.is_none());
+        assert_eq!(got.abnormal.unwrap().mapped, 7);
+        assert!(back[1].1.abnormal.is_none());
     }
 }

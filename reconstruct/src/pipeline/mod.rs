@@ -33,7 +33,7 @@ use format::{ChunkEncoder, Event};
 
 use crate::hb::{self, HbContext, HbReport, MessageMatch, Repair};
 use crate::job::{self, Transport};
-use crate::mapping::LaneMarks;
+use crate::mapping::{LaneMarks, SpanSeen};
 use crate::options::{Options, RebuildError, Remove};
 use crate::output::RankOutput;
 use trace::Trace;
@@ -325,9 +325,9 @@ pub(crate) fn run(
             owners,
         }),
     };
-    // The times the matcher handed out for each lane's first InitDone and FinalizeStart: with the
-    // repair on, they include its shifts.
-    let mut seen: Vec<(Option<u64>, Option<u64>)> = vec![(None, None); ids.len()];
+    // The times the matcher handed out for each lane's span markers: with the repair on, they
+    // include its shifts.
+    let mut seen: Vec<SpanSeen> = vec![SpanSeen::default(); ids.len()];
     let report = std::thread::scope(|scope| {
         let workers: Vec<_> = (1..threads)
             .map(|_| scope.spawn(|| shared.worker(zstd_level)))
@@ -342,17 +342,7 @@ pub(crate) fn run(
             lanes,
             repair,
             |li, e| {
-                if let Event::Marker(m) = e {
-                    match *m {
-                        format::Marker::InitDone { time } => {
-                            seen[li].0.get_or_insert(time);
-                        }
-                        format::Marker::FinalizeStart { time } => {
-                            seen[li].1.get_or_insert(time);
-                        }
-                        _ => {}
-                    }
-                }
+                seen[li].see(e);
                 on_event(li, e);
             },
             on_match,
@@ -379,14 +369,9 @@ pub(crate) fn run(
             *slot = m;
         }
     }
-    for (m, &(init, fin)) in marks.iter_mut().zip(&seen) {
+    for (m, seen) in marks.iter_mut().zip(&seen) {
         // The replay moves a lane either way.
-        if let (Some(mark), Some(t)) = (m.init.as_mut(), init) {
-            mark.shift_ns = t as f64 - mark.mapped as f64;
-        }
-        if let (Some(mark), Some(t)) = (m.finalize.as_mut(), fin) {
-            mark.shift_ns = t as f64 - mark.mapped as f64;
-        }
+        seen.shift(m);
     }
     Ok(PassResult {
         report,

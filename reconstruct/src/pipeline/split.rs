@@ -15,7 +15,7 @@ use super::{
 };
 use crate::hb::{self, ProxyFilter};
 use crate::job::Mailbox;
-use crate::mapping::LaneMarks;
+use crate::mapping::{LaneMarks, SpanSeen};
 use crate::options::RebuildError;
 use trace::Trace;
 
@@ -124,7 +124,7 @@ pub(crate) fn run_split(
     let own_ids: Vec<_> = own_lanes.iter().map(|&lane| ids[lane]).collect();
     let mut writer = queue.as_ref().map(|queue| ReplayWriter {
         out: EngineWriter::new(queue, metas, &own_ids),
-        seen: vec![(None, None); own_lanes.len()],
+        seen: vec![SpanSeen::default(); own_lanes.len()],
     });
     let (report, estimates) = std::thread::scope(|scope| {
         let workers: Vec<_> = (1..threads)
@@ -178,14 +178,8 @@ pub(crate) fn run_split(
         }
     }
     // The replay moves a lane either way: its marks move with it.
-    for (k, &(init, fin)) in seen.iter().enumerate() {
-        let m = &mut marks[own_lanes[k]];
-        if let (Some(mark), Some(t)) = (m.init.as_mut(), init) {
-            mark.shift_ns = t as f64 - mark.mapped as f64;
-        }
-        if let (Some(mark), Some(t)) = (m.finalize.as_mut(), fin) {
-            mark.shift_ns = t as f64 - mark.mapped as f64;
-        }
+    for (k, seen) in seen.iter().enumerate() {
+        seen.shift(&mut marks[own_lanes[k]]);
     }
     Ok(PassResult {
         report,
@@ -197,26 +191,16 @@ pub(crate) fn run_split(
 }
 
 /// A split replay's output: the events the engine hands out for the own lanes (by position),
-/// cut into chunks as one process cuts them, and the times of each lane's first `InitDone` and
-/// `FinalizeStart` as handed out.
+/// cut into chunks as one process cuts them, and the times of each lane's span markers as handed
+/// out.
 struct ReplayWriter<'q, 'o> {
     out: EngineWriter<'q, 'o>,
-    seen: Vec<(Option<u64>, Option<u64>)>,
+    seen: Vec<SpanSeen>,
 }
 
 impl ReplayWriter<'_, '_> {
     fn take(&mut self, k: usize, e: &Event) {
-        if let Event::Marker(m) = e {
-            match *m {
-                format::Marker::InitDone { time } => {
-                    self.seen[k].0.get_or_insert(time);
-                }
-                format::Marker::FinalizeStart { time } => {
-                    self.seen[k].1.get_or_insert(time);
-                }
-                _ => {}
-            }
-        }
+        self.seen[k].see(e);
         self.out.take(k, e);
     }
 }

@@ -142,7 +142,7 @@ pub fn render(
         if let Some(t) = meta.init_done {
             init = init.min(to_axis(map, t, &mut cur));
         }
-        if let Some(t) = meta.finalize_start {
+        if let Some(t) = meta.span_end() {
             fin = fin.max(to_axis(map, t, &mut cur));
         }
     }

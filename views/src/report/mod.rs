@@ -269,7 +269,7 @@ impl Report {
         for p in profiles {
             if p.span_ns.is_none() {
                 warnings.push(format!(
-                    "rank {}: no InitDone/FinalizeStart marker pair: its MPI/outside split is unknown",
+                    "rank {}: no InitDone, or no FinalizeStart or AbnormalEnd after it: its MPI/outside split is unknown",
                     p.rank
                 ));
             }

@@ -252,7 +252,7 @@ fn profile_inner(
             p.span_ns = scanned.iter().find(|m| m.rank == p.rank).and_then(|m| {
                 let mut cur = MapCursor::default();
                 let a = f.map.absolute(f.map.global_ns(m.init_done?, &mut cur));
-                let b = f.map.absolute(f.map.global_ns(m.finalize_start?, &mut cur));
+                let b = f.map.absolute(f.map.global_ns(m.span_end()?, &mut cur));
                 let (a, b) = (a.max(w.from), b.min(w.to));
                 Some(b.saturating_sub(a) as f64)
             });
