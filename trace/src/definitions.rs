@@ -86,9 +86,10 @@ pub struct AlignedClock {
 }
 
 impl RankMeta {
-    /// Where the rank's span ends ([`crate::span::end_of`]).
+    /// Where the rank's span ends ([`format::span_end`]: `crate::span` reads this, so it is not
+    /// imported from there).
     pub fn span_end(&self) -> Option<u64> {
-        crate::span::end_of(self.finalize_start, self.abnormal_end)
+        format::span_end(self.finalize_start, self.abnormal_end)
     }
 
     /// Takes what the metadata needs from one event of the rank (in stream order): clock
