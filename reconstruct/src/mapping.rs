@@ -23,40 +23,64 @@ pub(crate) struct Mark {
     pub shift_ns: f64,
 }
 
-/// The first `InitDone`, `FinalizeStart` and `AbnormalEnd` of a lane.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct LaneMarks {
-    pub init: Option<Mark>,
-    pub finalize: Option<Mark>,
-    pub abnormal: Option<Mark>,
+/// The first `InitDone`, `FinalizeStart` and `AbnormalEnd` of a lane, each as a `T`: the
+/// mapping's [`Mark`]s ([`LaneMarks`]), or the times an engine that moves lanes (the repair, the
+/// replay) handed the markers out at ([`SpanSeen`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpanMarks<T> {
+    pub init: Option<T>,
+    pub finalize: Option<T>,
+    pub abnormal: Option<T>,
 }
 
-impl LaneMarks {
+pub(crate) type LaneMarks = SpanMarks<Mark>;
+pub(crate) type SpanSeen = SpanMarks<u64>;
+
+impl<T> Default for SpanMarks<T> {
+    fn default() -> Self {
+        SpanMarks {
+            init: None,
+            finalize: None,
+            abnormal: None,
+        }
+    }
+}
+
+/// The time of `e` if it is one of the span's markers ([`SpanMarks`]).
+fn span_marker_time(e: &Event) -> Option<u64> {
+    match e {
+        Event::Marker(
+            Marker::InitDone { time }
+            | Marker::FinalizeStart { time }
+            | Marker::AbnormalEnd { time, .. },
+        ) => Some(*time),
+        _ => None,
+    }
+}
+
+impl<T: Copy> SpanMarks<T> {
+    /// Keeps `value` for `e`, a span marker, if it is the first of its kind.
+    fn keep(&mut self, e: &Event, value: T) {
+        let slot = match e {
+            Event::Marker(Marker::InitDone { .. }) => &mut self.init,
+            Event::Marker(Marker::FinalizeStart { .. }) => &mut self.finalize,
+            Event::Marker(Marker::AbnormalEnd { .. }) => &mut self.abnormal,
+            _ => return,
+        };
+        slot.get_or_insert(value);
+    }
+
     /// Where the lane's span ends (`trace::span::end_of`).
-    pub fn end(&self) -> Option<Mark> {
+    pub fn end(&self) -> Option<T> {
         trace::span::end_of(self.finalize, self.abnormal)
     }
 }
 
-/// The times an engine that moves lanes (the repair, the replay) handed out for a lane's first
-/// `InitDone`, `FinalizeStart` and `AbnormalEnd`: how far it moved each of the lane's marks.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct SpanSeen {
-    init: Option<u64>,
-    finalize: Option<u64>,
-    abnormal: Option<u64>,
-}
-
 impl SpanSeen {
-    /// Takes `e`'s time if it is the first of its marker kind.
+    /// Takes `e`'s time if it is the first span marker of its kind.
     pub fn see(&mut self, e: &Event) {
-        if let Event::Marker(m) = e {
-            match *m {
-                Marker::InitDone { time } => self.init.get_or_insert(time),
-                Marker::FinalizeStart { time } => self.finalize.get_or_insert(time),
-                Marker::AbnormalEnd { time, .. } => self.abnormal.get_or_insert(time),
-                _ => return,
-            };
+        if let Some(time) = span_marker_time(e) {
+            self.keep(e, time);
         }
     }
 
@@ -231,12 +255,7 @@ impl<'a> LaneMapper<'a> {
             }
             _ => {}
         }
-        if let Event::Marker(
-            Marker::InitDone { time }
-            | Marker::FinalizeStart { time }
-            | Marker::AbnormalEnd { time, .. },
-        ) = *e
-        {
+        if let Some(time) = span_marker_time(e) {
             let at = self.before_dp(time);
             let dp_ns = self.dp_at(at);
             let mark = Mark {
@@ -248,13 +267,7 @@ impl<'a> LaneMapper<'a> {
                 mapped: map.absolute(at - removable(dp_ns, self.remove_dp)),
                 shift_ns: 0.0,
             };
-            match e {
-                Event::Marker(Marker::InitDone { .. }) => self.marks.init.get_or_insert(mark),
-                Event::Marker(Marker::FinalizeStart { .. }) => {
-                    self.marks.finalize.get_or_insert(mark)
-                }
-                _ => self.marks.abnormal.get_or_insert(mark),
-            };
+            self.marks.keep(e, mark);
         }
         trace::times::for_each_time(e, |t| {
             let at = self.before_dp(*t);

@@ -9,7 +9,6 @@ use trace::lanes::LaneId;
 use trace::{Skipped, Trace};
 
 use crate::hb::{Estimates, HbReport};
-use crate::mapping::LaneMarks;
 use crate::options::{Model, Options};
 use crate::pipeline::PassResult;
 
@@ -172,8 +171,10 @@ pub(crate) fn summarize(
             suspensions: meta.suspensions.len() as u64,
             ..Default::default()
         };
-        if let Some((i, f)) = marks.and_then(|m: LaneMarks| Some((m.init?, m.end()?))) {
-            if marks.is_some_and(|m| m.finalize.is_none()) {
+        if let Some(m) = marks
+            && let (Some(i), Some(f)) = (m.init, m.end())
+        {
+            if m.finalize.is_none() {
                 s.ended_abnormally.push(meta.rank);
             }
             let measured = (f.global - i.global) / 1e9;

@@ -231,15 +231,11 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
                         reason: w.reason.clone(),
                     }),
                     Event::Marker(m) => match *m {
-                        Marker::InitDone { .. } => {}
-                        Marker::FinalizeStart { .. } => rank.ended = true,
+                        Marker::InitDone { .. } | Marker::FinalizeStart { .. } => {}
                         Marker::Lost { events, .. } => rank.lost_events += events,
                         Marker::LocalFlush { .. } => info.local_flushes += 1,
                         Marker::RecordingStopped { .. } => info.recording_stopped = true,
-                        Marker::AbnormalEnd { .. } => {
-                            rank.abnormal_end = true;
-                            rank.ended = true;
-                        }
+                        Marker::AbnormalEnd { .. } => rank.abnormal_end = true,
                         Marker::Stuck { .. } => {}
                         Marker::Compressed { .. } | Marker::MemoryLow { .. } => {}
                     },
@@ -303,6 +299,7 @@ pub fn summarize(trace: &Trace) -> Result<Info, TraceError> {
         info.folded_polls_total += rank.folded_polls;
         info.mpi_calls_total += rank.mpi_calls;
         info.lost_events += rank.lost_events;
+        rank.ended = meta.span_end().is_some();
         if !rank.ended {
             info.unended_ranks.push(rank.rank);
         }

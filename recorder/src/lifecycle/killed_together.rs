@@ -35,6 +35,7 @@ const LONGEST_POLL: Duration = Duration::from_millis(100);
 
 /// This rank's announcement that it is writing its trace because the job was killed.
 pub struct Writing {
+    rank: u32,
     markers: PathBuf,
     mine: Option<PathBuf>,
     since: Instant,
@@ -69,6 +70,7 @@ pub fn announce(since: Instant) -> Option<Writing> {
     // No marker (a read-only or full directory): this rank still waits for the others'.
     let mine = (0..3).find_map(|_| leave().ok()).map(|_| path.clone());
     Some(Writing {
+        rank: s.rank,
         markers,
         mine,
         since,
@@ -78,7 +80,8 @@ pub fn announce(since: Instant) -> Option<Writing> {
 
 impl Writing {
     /// After the final write: takes this rank's marker away, then waits (bounded) while another
-    /// rank of the run still writes. Returns how many ranks were still writing when it gave up.
+    /// rank of the run still writes. Returns how many ranks were still writing when it gave up,
+    /// and says so.
     pub fn wait_for_the_others(self) -> usize {
         if let Some(mine) = &self.mine {
             let _ = std::fs::remove_file(mine);
@@ -92,6 +95,12 @@ impl Writing {
                 if writing == 0 {
                     // The last one out takes the directory (it fails while a marker is in it).
                     let _ = std::fs::remove_dir(&self.markers);
+                } else {
+                    say!(
+                        "evenflush: rank {}: {writing} rank(s) still writing their trace after \
+                         --abort-flush-limit; this rank's end may cut theirs short",
+                        self.rank
+                    );
                 }
                 return writing;
             }
@@ -116,6 +125,7 @@ mod tests {
         let mine = markers.join("rank-00000");
         std::fs::File::create(&mine).unwrap();
         Writing {
+            rank: 0,
             markers,
             mine: Some(mine),
             since: Instant::now(),

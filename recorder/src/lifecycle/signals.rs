@@ -300,14 +300,7 @@ fn helper_loop() {
             finish::finish(Some(sig));
             if dies_of_it {
                 if let Some(writing) = writing {
-                    let left = writing.wait_for_the_others();
-                    if left > 0 {
-                        let rank = session().map_or(0, |s| s.rank);
-                        say!(
-                            "evenflush: rank {rank}: {left} rank(s) still writing their trace \
-                             after --abort-flush-limit; this rank's end may cut theirs short"
-                        );
-                    }
+                    writing.wait_for_the_others();
                 }
                 reraise_default(sig);
             }
