@@ -251,11 +251,15 @@ fn filter_rules(v: &str) -> Vec<String> {
 /// `--threshold auto`'s S when no memory figure can be read: the fixed default.
 pub const AUTO_FALLBACK_THRESHOLD: u64 = 64 << 20;
 
+/// Where the trace goes when no directory is given: `--out`'s default, and the recorder's fallback
+/// for a configuration built without the table.
+pub const DEFAULT_OUT: &str = "evenflush-trace";
+
 static SETTINGS: &[Setting] = &[
     Setting {
         flag: "out",
         env: "EVENFLUSH_OUT",
-        default: "evenflush-trace",
+        default: DEFAULT_OUT,
         help: "Output directories, comma-separated; ranks move on to the next one when a disk fills. \
                %h is replaced by each rank's host name (node-local output, see `evenflush collect`), %% by %",
         apply: |c, v| {

@@ -147,7 +147,7 @@ pub extern "C" fn evf_rust_init(
         .collect();
     let mut dirs = config.out.clone();
     if dirs.is_empty() {
-        dirs.push(session::DEFAULT_OUT.into());
+        dirs.push(offload::config::DEFAULT_OUT.into());
     }
     for dir in &dirs {
         if let Err(e) = std::fs::create_dir_all(dir) {

@@ -34,12 +34,9 @@ impl Session {
             .out
             .first()
             .cloned()
-            .unwrap_or_else(|| DEFAULT_OUT.into())
+            .unwrap_or_else(|| offload::config::DEFAULT_OUT.into())
     }
 }
-
-/// Where the trace goes when no directory was given.
-pub const DEFAULT_OUT: &str = "evenflush-trace";
 
 static SESSION: OnceLock<Session> = OnceLock::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
