@@ -10,6 +10,8 @@
 # RandomAccess, FFT, ... at N = 1200 on a 1 x 2 grid; 40 M MPI calls, mostly MPI_Test/Testany
 # polling; hpcc-nopoll leaves MPI_Test, MPI_Testany and MPI_Iprobe out with --exclude); both Open
 # MPI only, installed here on first use.
+# KEEP=1 keeps every traced run's trace (validate --keep) under target/fidelity/validate-<mpi>-<w>/,
+# for benches/fidelity/ab.py, which compares two builds' reconstructions on those same traces.
 # Run it on a quiet machine: anything else running widens the noise floor.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,7 +68,9 @@ for w in "${workloads[@]}"; do
   *) echo "unknown workload $w" >&2; exit 2 ;;
   esac
   echo "== $mpi $w (${extra[*]}, $reps pairs)" >&2
-  (cd "$out" && "$ef" validate --reps "$reps" --work "validate-$mpi-$w" --mpi "$mpi" \
+  keep=()
+  [ "${KEEP:-0}" = 1 ] && keep=(--keep)
+  (cd "$out" && "$ef" validate "${keep[@]}" --reps "$reps" --work "validate-$mpi-$w" --mpi "$mpi" \
     --png "$out/$mpi-$w.png" --json "${extra[@]}" -- "${mpirun[@]}" "${cmd[@]}") \
     > "$out/$mpi-$w.json"
 done

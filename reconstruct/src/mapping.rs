@@ -101,7 +101,8 @@ impl SpanSeen {
 /// Maps one lane's events in place, in order.
 ///
 /// The recorder's cost of a call (or poll run) is spent right after the call's end, before the
-/// program goes on, so it is removed from the wall time that follows the end, at the rate that
+/// program goes on (but for the one clock read a call's own record holds, which comes off the
+/// call), so it is removed from the wall time that follows the end, at the rate that
 /// time passes, and never more than the time that passed before the lane's next call: removing
 /// more would move the next call before the end of this one. What does not fit (a rank
 /// descheduled while the recorder sampled its cost, or slow-path time measured before this call
@@ -129,9 +130,11 @@ pub(crate) struct LaneMapper<'a> {
     pending_ns: f64,
     last_end: f64,
     pub marks: LaneMarks,
-    /// Time the mapping removed at the last call mapped (ns): its recorded time in the global
-    /// clock is the mapped time plus this, which lets the matcher also judge the times as
-    /// recorded.
+    /// Time the mapping removed at the start of the last call mapped (ns): its recorded start in
+    /// the global clock is the mapped start plus this, and its mapped end plus this is its
+    /// recorded end without the clock read the call's record holds. This lets the matcher also
+    /// judge the times as recorded, and the replay measure what a wait spent after its partner
+    /// was there without the recorder.
     pub removed: u64,
 }
 
@@ -178,14 +181,15 @@ impl<'a> LaneMapper<'a> {
         self.pending_ns -= spent;
     }
 
-    /// Ends a call or poll run: what the mapping removed at its end (for the matcher), and its
-    /// cost, added to what is pending from `end` on.
-    fn after_end(&mut self, raw_end: u64, end: f64, removed_dp: f64, cost_ticks: u32) {
+    /// Ends a call or poll run: `removed` for the matcher (with `removed_dp`, the DP removed
+    /// before the call, or at the run's end), and the cost left for the gap after it (ns), added
+    /// to what is pending from `end` on.
+    fn after_end(&mut self, raw_end: u64, end: f64, removed_dp: f64, cost_ns: f64) {
         if self.remove_dp_prime || self.remove_dp {
             let g = self.map.global_ns(raw_end, &mut self.cur);
             self.removed = round((g - end + removed_dp).max(0.0)) as u64;
         }
-        self.pending_ns += f64::from(cost_ticks) * self.map.ns_per_tick();
+        self.pending_ns += cost_ns;
         self.last_end = end;
     }
 
@@ -201,10 +205,23 @@ impl<'a> LaneMapper<'a> {
                 let start = self.before_dp(c.start);
                 self.settle_cost(start);
                 let end = self.before_dp(raw_end);
+                let cost_ns = f64::from(c.cost) * npt;
+                // Of the call's two clock reads, one runs between the two instants they return
+                // (the first read's tail and the second's head), so the recorded call is one read
+                // longer than the program's: that part of the cost leaves the call itself. The
+                // gap after the call holds the rest (the recorder's work and the other read);
+                // taking the whole cost from that gap overdrew it on dense calls (3 M
+                // `MPI_Comm_rank` in a row left 21 ms to come out of the program's next sleeps).
+                let inside = (self.read_pair_ns / 2.0)
+                    .min(cost_ns)
+                    .min(end - start)
+                    .max(0.0);
+                let dp_at_start = removable(self.dp_ns, self.remove_dp);
+                self.dp_ns += inside;
                 let dp = removable(self.dp_ns, self.remove_dp);
-                c.start = map.absolute(start - dp);
-                c.end = map.absolute(end - dp);
-                self.after_end(raw_end, end, dp, c.cost);
+                c.start = map.absolute(start - dp_at_start);
+                c.end = map.absolute(end - dp).max(c.start);
+                self.after_end(raw_end, end, dp_at_start, cost_ns - inside);
                 self.reads_ns += (f64::from(c.cost) * npt).min(self.read_pair_ns);
                 c.cost = if self.remove_dp {
                     0
@@ -237,7 +254,7 @@ impl<'a> LaneMapper<'a> {
                 p.end = map.absolute(end - dp).max(p.start);
                 // As for a call, at the run's end: the replay needs the recorder's cost spent
                 // after the last poll (up to the call that ends the loop).
-                self.after_end(raw_end, end, dp, p.cost);
+                self.after_end(raw_end, end, dp, f64::from(p.cost) * npt);
                 self.reads_ns +=
                     (inner + f64::from(p.cost) * npt).min(p.count as f64 * self.read_pair_ns);
                 p.busy = round(p.busy as f64 * npt) as u64;

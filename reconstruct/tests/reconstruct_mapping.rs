@@ -313,6 +313,60 @@ fn a_cost_larger_than_the_time_to_the_next_call_is_removed_from_the_gaps_that_fo
 }
 
 #[test]
+fn a_call_s_own_clock_read_comes_off_the_call_and_the_program_s_work_keeps_its_length() {
+    // The untraced program: 100 calls of 2 ns, 1 ns apart, 10 000 ns of work, a 100 ns barrier.
+    // Traced, at 1 tick a ns with a 10 ns clock read: the read that closes each record runs
+    // inside it (12 ns), and the rest of the cost (the other read and 3 ns of recorder work)
+    // follows it: 26 ns a call, 23 charged. Only 14 of them lie between two calls, so taking
+    // the whole cost from there left 9 ns a call to come out of the program's work after the
+    // burst (900 ns of its 10 000).
+    let dir = temp_dir("read-inside");
+    let out = dir.with_extension("out");
+    let costly = |start: u64, end: u64, cost: u32| {
+        Event::Call(format::MpiCall {
+            cost,
+            ..barrier(start, end)
+        })
+    };
+    let mut lane = function_defs();
+    lane.push(Event::Marker(Marker::InitDone { time: 0 }));
+    let mut want = Vec::new();
+    for k in 0..100u64 {
+        lane.push(costly(100 + 26 * k, 112 + 26 * k, 23));
+        want.push((100 + 3 * k, 102 + 3 * k));
+    }
+    // The last call's end (2 686), its 13 ns of recorder work, then the program's 10 000 ns.
+    lane.push(costly(12_699, 12_809, 20));
+    want.push((10_399, 10_499));
+    lane.push(Event::Marker(Marker::FinalizeStart { time: 12_819 }));
+    let ranks = [RankTrace {
+        rank: 0,
+        ticks_per_sec: 1e9,
+        streams: vec![(0, lane)],
+    }];
+    write_trace_reading(&dir, 1, &ranks, 64, 10);
+    let s = rebuild(&dir, &out, Remove::Both, false);
+    let got: Vec<(u64, u64)> = calls(&read_lane(&out, 0, 0))
+        .iter()
+        .map(|c| (c.start, c.end))
+        .collect();
+    assert_eq!(got, want);
+    let r = &s.per_rank[0];
+    assert!(
+        (r.dp_s - 2_320e-9).abs() < 1e-15,
+        "DP {} s, want 2 320 ns",
+        r.dp_s
+    );
+    let span = r.reconstructed_s.unwrap();
+    assert!(
+        (span - 10_499e-9).abs() < 1e-15,
+        "T(G) {span} s, want 10 499 ns"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
 fn the_recorder_cost_between_polls_is_removed_from_the_time_outside_mpi() {
     // hpcc's `Testany` loops end when the program's own work is done: the recorder's cost
     // between the polls made each loop longer, and reconstruction that kept it left hpcc ~30 %

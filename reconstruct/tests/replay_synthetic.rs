@@ -96,8 +96,13 @@ fn untraced_span(runs: &[Run]) -> u64 {
 /// Returns subtract's span error (ns), so that a case can also say what subtract gets wrong, and
 /// the replay's summary.
 fn check_exact(name: &str, ops: &[Vec<Op>]) -> (i64, Summary) {
+    check_exact_reading(name, ops, 0)
+}
+
+/// [`check_exact`], where each traced call's record also holds one clock read of `read_ns`.
+fn check_exact_reading(name: &str, ops: &[Vec<Op>], read_ns: u16) -> (i64, Summary) {
     let untraced = simulate(ops, |_, _| 0);
-    let traced = simulate(ops, recorder_cost);
+    let traced = simulate_reading(ops, recorder_cost, u64::from(read_ns));
     assert_ne!(
         untraced, traced,
         "{name}: the recorder's cost changed nothing"
@@ -105,7 +110,7 @@ fn check_exact(name: &str, ops: &[Vec<Op>]) -> (i64, Summary) {
     let dir = temp_dir(&format!("replay-{name}"));
     let replay_out = temp_dir(&format!("replay-{name}-out"));
     let subtract_out = temp_dir(&format!("replay-{name}-sub"));
-    write(&dir, &traced);
+    write_reading(&dir, &traced, read_ns);
     let replay = reconstruct(&dir, &replay_out, Model::Replay);
     let subtract = reconstruct(&dir, &subtract_out, Model::Subtract);
     let want = untraced_calls(&untraced);
@@ -167,6 +172,28 @@ fn a_late_sender_and_a_late_receiver_come_back_exactly() {
     // Subtract removes each rank's own cost; the receiver's waits stay as long as the sender's
     // cost made them, so its span is off.
     assert_ne!(error, 0, "subtract was exact: the case tests nothing");
+}
+
+#[test]
+fn the_clock_read_inside_each_call_comes_off_the_call_not_the_program_s_work() {
+    // The read that closes a call's record runs between the two instants the record keeps, so
+    // the recorded call is one read longer than the program's, and the call's cost, spent after
+    // it, counts that read too. Taken whole from the gap after the call, a burst of calls with
+    // no work between them overdraws its gaps, and the rest comes out of the program's work
+    // further on (3 M `MPI_Comm_rank` in a row took 21 ms out of the sleeps after them, and
+    // the replay, whose waits then moved, came out 5 % slow).
+    let read_ns = 25;
+    let mut burst = vec![Vec::new(), Vec::new()];
+    burst[0].extend(std::iter::repeat_n(Op::Send(1), 100));
+    burst[1].extend(std::iter::repeat_n(Op::Recv(0), 100));
+    for _ in 0..10 {
+        for rank_ops in &mut burst {
+            rank_ops.extend([Op::Compute(10_000), Op::Barrier]);
+        }
+    }
+    let (error, _) = check_exact_reading("read-burst", &burst, read_ns);
+    assert_ne!(error, 0, "subtract was exact: the case tests nothing");
+    check_exact_reading("read-p2p", &alternating_p2p(20, 5_000), read_ns);
 }
 
 #[test]

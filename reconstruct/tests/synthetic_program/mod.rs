@@ -90,6 +90,16 @@ pub struct Run {
 
 /// Runs every rank's `ops`; `cost(rank, call index)` is the recorder's cost after that call.
 pub fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
+    simulate_reading(ops, cost, 0)
+}
+
+/// [`simulate`], where each call's record also holds one clock read of `read_ns` (the read that
+/// closes it runs after the call returned and before the end it samples), charged in its cost.
+pub fn simulate_reading(
+    ops: &[Vec<Op>],
+    cost: impl Fn(u32, usize) -> u64,
+    read_ns: u64,
+) -> Vec<Run> {
     let n = ops.len();
     let mut clock = vec![INIT_NS; n];
     let mut pc = vec![0usize; n];
@@ -120,7 +130,8 @@ pub fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
             while pc[r] < ops[r].len() {
                 let t = clock[r];
                 let rank = r as u32;
-                let record = |func, start, end, peer: i32, request, runs: &mut Vec<Run>| {
+                let record = |func, start, end: u64, peer: i32, request, runs: &mut Vec<Run>| {
+                    let end = end + read_ns;
                     let mut c = call(func, start, end, peer, if peer >= 0 { 0 } else { NO_TAG });
                     c.request = request;
                     if [WIN_POST, WIN_START, WIN_COMPLETE, WIN_WAIT].contains(&func) {
@@ -130,7 +141,7 @@ pub fn simulate(ops: &[Vec<Op>], cost: impl Fn(u32, usize) -> u64) -> Vec<Run> {
                     let k = calls_made[r].get();
                     calls_made[r].set(k + 1);
                     let spent = cost(rank, k);
-                    c.cost = spent as u32;
+                    c.cost = (spent + read_ns) as u32;
                     runs[r].events.push(Event::Call(c));
                     runs[r].calls.push(c);
                     end + spent
@@ -362,6 +373,11 @@ pub fn recorder_cost(rank: u32, k: usize) -> u64 {
 }
 
 pub fn write(dir: &std::path::Path, runs: &[Run]) {
+    write_reading(dir, runs, 0);
+}
+
+/// [`write`], with every file header saying one clock read costs `read_ns` (1 tick a ns).
+pub fn write_reading(dir: &std::path::Path, runs: &[Run], read_ns: u16) {
     // A window is defined only for a program that uses it, as a recorder would.
     let uses_window = runs.iter().flat_map(|run| &run.events).any(|e| {
         matches!(e, Event::Call(c) if [WIN_POST, WIN_START, WIN_COMPLETE, WIN_WAIT].contains(&c.func))
@@ -404,5 +420,5 @@ pub fn write(dir: &std::path::Path, runs: &[Run]) {
             }
         })
         .collect();
-    write_trace(dir, runs.len() as u32, &ranks, 7);
+    write_trace_reading(dir, runs.len() as u32, &ranks, 7, read_ns);
 }
