@@ -322,12 +322,6 @@ fn a_call_s_own_clock_read_comes_off_the_call_and_the_program_s_work_keeps_its_l
     // burst (900 ns of its 10 000).
     let dir = temp_dir("read-inside");
     let out = dir.with_extension("out");
-    let costly = |start: u64, end: u64, cost: u32| {
-        Event::Call(format::MpiCall {
-            cost,
-            ..barrier(start, end)
-        })
-    };
     let mut lane = function_defs();
     lane.push(Event::Marker(Marker::InitDone { time: 0 }));
     let mut want = Vec::new();
@@ -440,12 +434,6 @@ fn the_clock_reads_in_dp_are_two_per_call_and_poll_never_more_than_charged() {
     // untraced: the summary says how much of DP they are, as the band T(G) may be low by.
     let dir = temp_dir("read-band");
     let out = dir.with_extension("out");
-    let costly = |start: u64, end: u64, cost: u32| {
-        Event::Call(format::MpiCall {
-            cost,
-            ..barrier(start, end)
-        })
-    };
     let mut lane = function_defs_with(&[(TEST, "MPI_Test")]);
     // Before MPI_Init ends: in no span.
     lane.push(costly(10, 20, 50));
@@ -495,6 +483,14 @@ fn the_clock_reads_in_dp_are_two_per_call_and_poll_never_more_than_charged() {
     assert!(!s.read_cost_recorded);
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(out).unwrap();
+}
+
+/// A barrier from `start` to `end` charged `cost` by the recorder.
+fn costly(start: u64, end: u64, cost: u32) -> Event {
+    Event::Call(format::MpiCall {
+        cost,
+        ..barrier(start, end)
+    })
 }
 
 /// The function id the poll-run tests define as `MPI_Test`.
