@@ -222,11 +222,11 @@ impl<'a> LaneMapper<'a> {
                 c.start = map.absolute(start - dp_at_start);
                 c.end = map.absolute(end - dp).max(c.start);
                 self.after_end(raw_end, end, dp_at_start, cost_ns - inside);
-                self.reads_ns += (f64::from(c.cost) * npt).min(self.read_pair_ns);
+                self.reads_ns += cost_ns.min(self.read_pair_ns);
                 c.cost = if self.remove_dp {
                     0
                 } else {
-                    round(f64::from(c.cost) * npt) as u32
+                    round(cost_ns) as u32
                 };
                 return;
             }

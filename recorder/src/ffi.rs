@@ -191,7 +191,7 @@ pub extern "C" fn evf_rust_init(
         pid: std::process::id(),
         host,
         mpi_library,
-        run_id: std::env::var("EVENFLUSH_RUN_ID").unwrap_or_default(),
+        run_id: session::run_id(),
     })));
     signals::install(
         session::session().map_or(Duration::from_secs(10), |s| s.config.abort_flush_limit),

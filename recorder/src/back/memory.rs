@@ -283,8 +283,7 @@ pub fn init(place: NodePlace, every_rank_reads_node: bool, ticks_per_sec: f64, a
     );
     let share = (every_rank_reads_node && place.known)
         .then(|| {
-            let run = std::env::var("EVENFLUSH_RUN_ID")
-                .ok()
+            let run = Some(crate::lifecycle::session::run_id())
                 .filter(|r| !r.is_empty())
                 // SAFETY: getppid cannot fail; the launcher's proxy is every local rank's parent.
                 .unwrap_or_else(|| format!("ppid{}", unsafe { libc::getppid() }));

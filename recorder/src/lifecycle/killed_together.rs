@@ -25,7 +25,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::lifecycle::session::session;
+use crate::lifecycle::session::{run_id, session};
 
 /// The least time between a rank's signal and its death, for its peers to announce themselves.
 pub const SETTLE: Duration = Duration::from_millis(200);
@@ -45,8 +45,7 @@ pub struct Writing {
 /// The directory of the run's markers, in `out`: `.ending-RUN`, the run's id with what may not
 /// stand in a file name made `_`.
 pub fn markers_dir(out: &std::path::Path) -> PathBuf {
-    let run: String = std::env::var("EVENFLUSH_RUN_ID")
-        .unwrap_or_default()
+    let run: String = run_id()
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {

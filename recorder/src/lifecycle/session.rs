@@ -38,6 +38,12 @@ impl Session {
     }
 }
 
+/// The job's run id, which `evenflush run` and `wrap` give every rank (`EVENFLUSH_RUN_ID`); empty
+/// when the recorder was preloaded by hand.
+pub fn run_id() -> String {
+    std::env::var("EVENFLUSH_RUN_ID").unwrap_or_default()
+}
+
 static SESSION: OnceLock<Session> = OnceLock::new();
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
