@@ -14,6 +14,7 @@
 //! want.
 
 pub mod chrome_json;
+mod chunk_deflater;
 pub mod exporter;
 pub mod flows;
 pub mod otf2;

@@ -21,7 +21,8 @@
 //! interned per sequence (`InternedData`). A time earlier than the sequence's last one (a call
 //! enclosing a suspension is recorded after it) is written absolute on the boot clock instead,
 //! which does not move the incremental clock. The packets are then deflated in chunks into
-//! `compressed_packets`, as Perfetto's own tracing service does.
+//! `compressed_packets`, as Perfetto's own tracing service does, on a thread beside the walk
+//! ([`super::chunk_deflater`]).
 //!
 //! Streaming: everything is written by the walk as it shows each event ([`super::exporter`]);
 //! memory is the matching's in-flight state plus one chunk.
@@ -33,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use format::{Event, FunctionId, Marker, StringId};
 
+use super::chunk_deflater::ChunkDeflater;
 use super::exporter::{self, BufferFill, EdgeMark, Exporter, FILL_SAMPLE_EVERY, Walk, Walked};
 use super::flows::{CallFlows, LooseEnd};
 use super::{CallKind, CommTable, End, ExportError};
@@ -270,16 +272,53 @@ fn thread_tid(lane: usize) -> i64 {
     (1 << 24) + lane as i64
 }
 
-struct Writer<W: Write> {
-    out: W,
-    compress: bool,
+/// Where the chunks go: straight to the file, or deflated on a thread of its own (when the
+/// thread cannot be started, deflated here).
+enum Sink<W> {
+    Plain(W),
+    Deflated(W),
+    Deflating(ChunkDeflater<W>),
+}
+
+struct Writer<W> {
+    sink: Option<Sink<W>>,
     chunk: Pb,
     packet: Pb,
     summary: ProtoSummary,
     failed: Option<std::io::Error>,
 }
 
-impl<W: Write> Writer<W> {
+/// One chunk as `compressed_packets`: deflated (zlib, as Perfetto reads it), in a packet of its
+/// own. Returns the bytes written.
+fn write_deflated<W: Write>(chunk: &[u8], out: &mut W) -> std::io::Result<u64> {
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(chunk)?;
+    let deflated = z.finish()?;
+    let mut wrapper = Pb::default();
+    wrapper.msg(TRACE_PACKET, |p| p.bytes(TP_COMPRESSED_PACKETS, &deflated));
+    out.write_all(&wrapper.buf)?;
+    Ok(wrapper.buf.len() as u64)
+}
+
+impl<W: Write + Send + 'static> Writer<W> {
+    fn new(out: W, compress: bool) -> Writer<W> {
+        let sink = if compress {
+            match ChunkDeflater::start(out, write_deflated::<W>) {
+                Ok(d) => Sink::Deflating(d),
+                Err(out) => Sink::Deflated(out),
+            }
+        } else {
+            Sink::Plain(out)
+        };
+        Writer {
+            sink: Some(sink),
+            chunk: Pb::default(),
+            packet: Pb::default(),
+            summary: ProtoSummary::default(),
+            failed: None,
+        }
+    }
+
     /// Appends the packet built in `self.packet` to the chunk.
     fn end_packet(&mut self) {
         self.chunk.bytes(TRACE_PACKET, &self.packet.buf);
@@ -296,24 +335,53 @@ impl<W: Write> Writer<W> {
             return;
         }
         self.summary.bytes_packets += self.chunk.buf.len() as u64;
-        let result = if self.compress {
-            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-            z.write_all(&self.chunk.buf)
-                .and_then(|()| z.finish())
-                .and_then(|deflated| {
-                    let mut wrapper = Pb::default();
-                    wrapper.msg(TRACE_PACKET, |p| p.bytes(TP_COMPRESSED_PACKETS, &deflated));
-                    self.summary.bytes_written += wrapper.buf.len() as u64;
-                    self.out.write_all(&wrapper.buf)
-                })
-        } else {
-            self.summary.bytes_written += self.chunk.buf.len() as u64;
-            self.out.write_all(&self.chunk.buf)
+        let result = match self.sink.as_mut() {
+            Some(Sink::Plain(out)) => out
+                .write_all(&self.chunk.buf)
+                .map(|()| self.chunk.buf.len() as u64),
+            Some(Sink::Deflated(out)) => write_deflated(&self.chunk.buf, out),
+            Some(Sink::Deflating(d)) => {
+                let chunk = std::mem::replace(&mut self.chunk.buf, d.buffer());
+                if !d.send(chunk) {
+                    // The thread is gone: what it failed on comes out of `finish`.
+                    self.sink_failed();
+                }
+                Ok(0)
+            }
+            None => Ok(0),
         };
-        if let Err(e) = result {
-            self.failed = Some(e);
+        match result {
+            Ok(n) => self.summary.bytes_written += n,
+            Err(e) => self.failed = Some(e),
         }
         self.chunk.buf.clear();
+    }
+
+    fn sink_failed(&mut self) {
+        if let Some(Sink::Deflating(d)) = self.sink.take() {
+            self.failed = Some(match d.finish() {
+                Err(e) => e,
+                Ok(_) => std::io::Error::other("the export's deflate thread stopped early"),
+            });
+        }
+    }
+
+    /// Writes the last chunk and everything handed to the deflate thread, and flushes.
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.flush_chunk();
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        let mut out = match self.sink.take() {
+            Some(Sink::Plain(out) | Sink::Deflated(out)) => out,
+            Some(Sink::Deflating(d)) => {
+                let written = d.finish()?;
+                self.summary.bytes_written += written.bytes;
+                written.out
+            }
+            None => return Err(std::io::Error::other("the export's output is gone")),
+        };
+        out.flush()
     }
 }
 
@@ -610,14 +678,7 @@ impl Exporter for PerfettoProto {
         });
         let mut proto = PerfettoProto {
             path,
-            w: Writer {
-                out: BufWriter::with_capacity(1 << 20, file),
-                compress: options.compress,
-                chunk: Pb::default(),
-                packet: Pb::default(),
-                summary: ProtoSummary::default(),
-                failed: None,
-            },
+            w: Writer::new(BufWriter::with_capacity(1 << 20, file), options.compress),
             seqs,
             ranks,
             regions: vec![Vec::new(); lanes],
@@ -797,13 +858,9 @@ impl Exporter for PerfettoProto {
         self.w.summary.flow_ends += 1;
     }
 
-    fn finish(mut self, walk: &Walk, walked: Walked) -> Result<ProtoSummary, ExportError> {
-        self.w.flush_chunk();
+    fn finish(self, walk: &Walk, walked: Walked) -> Result<ProtoSummary, ExportError> {
         let mut w = self.w;
-        if let Some(e) = w.failed.take() {
-            return Err(ExportError::io(&self.path, e));
-        }
-        w.out.flush().map_err(|e| ExportError::io(&self.path, e))?;
+        w.finish().map_err(|e| ExportError::io(&self.path, e))?;
         let mut summary = w.summary;
         summary.events_read = walked.events_read;
         summary.messages_matched = walked.messages_matched;
