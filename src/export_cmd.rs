@@ -135,12 +135,19 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         }),
     };
     bar.finish();
-    let line = result.map_err(|e| match e {
-        ExportError::Trace(t) => anyhow::Error::new(t),
-        other => anyhow::Error::new(other),
-    })?;
+    let line = result.map_err(cli_error)?;
     eprintln!("{line}");
     Ok(())
+}
+
+/// An export's error as the commands print it. An I/O error's text already ends with its cause,
+/// so the cause is not chained again: `{:#}` printed it twice ("out: No space left on device
+/// (os error 28): No space left on device (os error 28)").
+pub fn cli_error(e: ExportError) -> anyhow::Error {
+    match e {
+        ExportError::Trace(t) => anyhow::Error::new(t),
+        other => anyhow::anyhow!("{other}"),
+    }
 }
 
 /// What the reader could not read is said on stderr, once per range, as the other commands do.

@@ -6,7 +6,6 @@ use anyhow::Result;
 use clap::Args;
 use trace::Trace;
 use trace::progress::Bar;
-use views::export::ExportError;
 use views::export::timeline::{self, TimelineOptions};
 
 use crate::window_args::WindowArgs;
@@ -51,10 +50,7 @@ pub fn run(args: &TimelineArgs) -> Result<()> {
     let bar = Bar::for_terminal("drawing");
     let result = timeline::render(&trace, &args.png, &opts, &mut |d, t| bar.update(d, t));
     bar.finish();
-    let s = result.map_err(|e| match e {
-        ExportError::Trace(t) => anyhow::Error::new(t),
-        other => anyhow::Error::new(other),
-    })?;
+    let s = result.map_err(crate::export_cmd::cli_error)?;
     crate::export_cmd::warn_skipped(&s.skipped);
     let memory = if s.memory_samples_in_window + s.memory_low_in_window > 0 {
         format!(

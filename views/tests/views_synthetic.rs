@@ -245,6 +245,33 @@ fn perfetto_has_one_flow_per_message() {
     assert!(fills.iter().any(|&b| b > 0), "{fills:?}");
 }
 
+/// A full disk under the Perfetto export's output is an error naming the file, plain and deflated
+/// (the chunks deflated and written on a thread of their own: its failure must come back, not be
+/// lost with the thread).
+#[test]
+fn a_perfetto_export_to_a_full_disk_fails_naming_the_file() {
+    let full = Path::new("/dev/full");
+    if !full.exists() {
+        skip::skip_or_fail("dev-full", "/dev/full is missing");
+        return;
+    }
+    let dir = temp_dir("views-perfetto-full");
+    write_pair(&dir);
+    let trace = Trace::open(&dir).unwrap();
+    for compress in [false, true] {
+        let options = perfetto_proto::ProtoOptions { compress };
+        let err = perfetto_proto::export(&trace, full, options, &mut |_, _| {})
+            .err()
+            .unwrap_or_else(|| panic!("compress {compress}: an export to /dev/full succeeded"));
+        let text = err.to_string();
+        assert!(
+            text.contains("/dev/full") && text.contains("No space left"),
+            "compress {compress}: {text}"
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// The protobuf export, plain and deflated, decoded by Perfetto's own Python classes
 /// (tests/perfetto_decode.py, which replays sequences, interning and the incremental clock).
 #[test]
