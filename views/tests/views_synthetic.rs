@@ -410,4 +410,14 @@ fn timeline_png_has_the_requested_size() {
         ..Default::default()
     };
     assert!(timeline::render(&trace, &out, &bad, &mut |_, _| {}).is_err());
+    // The format comes from the name: another one is refused up front, plainly; an upper-case
+    // extension is still a PNG.
+    let other = dir.join("t.picture");
+    let err = timeline::render(&trace, &other, &Default::default(), &mut |_, _| {})
+        .expect_err("a name without .png is refused");
+    assert!(err.to_string().contains("must end in .png"), "{err}");
+    assert!(!other.exists());
+    let upper = dir.join("T.PNG");
+    timeline::render(&trace, &upper, &Default::default(), &mut |_, _| {}).unwrap();
+    assert_eq!(&std::fs::read(&upper).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
 }

@@ -125,6 +125,17 @@ pub fn render(
     opts: &TimelineOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<TimelineSummary, ExportError> {
+    // The image library takes the format from the name, and says so only after the whole trace
+    // was read, as a debug dump ("Unsupported(UnsupportedError { format: Unknown ...").
+    if !out
+        .extension()
+        .is_some_and(|x| x.eq_ignore_ascii_case("png"))
+    {
+        return Err(ExportError::Other(format!(
+            "{}: the picture is a PNG, and its file name must end in .png",
+            out.display()
+        )));
+    }
     register_font()?;
     let metas = scan_for(trace, !opts.window.is_everything())?;
     let maps: Vec<TimeMap> = metas.iter().map(TimeMap::new).collect();
