@@ -7,8 +7,9 @@ use std::io::{self, Write};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
-/// Chunks handed over and not yet taken by the thread. With the one being deflated and the one
-/// the walk fills, memory stays at three chunks; the walk waits when the thread falls behind.
+/// Chunks handed over and not yet taken by the thread; the walk waits when the thread falls
+/// behind. With the chunk being deflated, the one the walk fills and the emptied ones on their
+/// way back, memory stays at a few chunks of 1 MiB.
 const QUEUED: usize = 1;
 
 /// Writes one chunk to `out`, deflated and framed as its format wants; returns the bytes written.
