@@ -32,6 +32,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use format::{ClockCalibration, Event};
+use harness::swap::report::median;
 use reconstruct::rebuild::{self, Model, Options, Remove};
 use trace::Trace;
 use trace::clock::{MapCursor, TimeMap};
@@ -444,58 +445,54 @@ fn job_pairs(
     events: f64,
     pairs: usize,
 ) -> Vec<(&'static str, Vec<f64>)> {
+    /// One MPI's jobs over the rounds.
+    struct Jobs {
+        secs: Vec<f64>,
+        ratios: Vec<f64>,
+        all_same: bool,
+    }
     let reference = dir.with_extension("out");
-    let mut ratios: Vec<(&'static str, Vec<f64>)> = Vec::new();
-    let mut job_secs: Vec<Vec<f64>> = vec![Vec::new(); LAUNCHERS.len()];
-    let mut all_same = vec![true; LAUNCHERS.len()];
+    // By launcher; `None` while that MPI is not found.
+    let mut jobs: Vec<Option<Jobs>> = LAUNCHERS.iter().map(|_| None).collect();
     for round in 0..pairs {
         let alone = if round == 0 {
             first_secs
         } else {
             run_child(one_thread, dir).1
         };
-        for (i, (name, launcher)) in LAUNCHERS.iter().enumerate() {
+        for ((_, launcher), slot) in LAUNCHERS.iter().zip(&mut jobs) {
             let Some((secs, same)) = mpi_job(launcher, dir, &reference, model) else {
                 continue;
             };
-            all_same[i] &= same;
-            job_secs[i].push(secs);
-            match ratios.iter_mut().find(|(n, _)| n == name) {
-                Some((_, v)) => v.push(alone / secs),
-                None => ratios.push((name, vec![alone / secs])),
-            }
+            let j = slot.get_or_insert_with(|| Jobs {
+                secs: Vec::new(),
+                ratios: Vec::new(),
+                all_same: true,
+            });
+            j.all_same &= same;
+            j.secs.push(secs);
+            j.ratios.push(alone / secs);
         }
     }
-    for (name, r) in &ratios {
-        let i = LAUNCHERS.iter().position(|(n, _)| n == name).unwrap_or(0);
-        let secs = median(&job_secs[i]);
-        let (lo, hi) = r
+    let mut ratios = Vec::new();
+    for ((name, _), j) in LAUNCHERS.iter().zip(jobs) {
+        let Some(j) = j else { continue };
+        let secs = median(&j.secs).unwrap_or(f64::NAN);
+        let (lo, hi) = j
+            .ratios
             .iter()
             .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         println!(
             "  job 2p {name:<8} {:>8.2} M events/s  (median of {} jobs, {secs:.3} s, --model {model}, launch included)  {:.2}x of 1 thread, median of {} interleaved pairs ({lo:.2}-{hi:.2}); output {}",
             events / secs / 1e6,
-            r.len(),
-            median(r),
-            r.len(),
-            if all_same[i] {
-                "identical"
-            } else {
-                "DIFFERENT"
-            }
+            j.secs.len(),
+            median(&j.ratios).unwrap_or(f64::NAN),
+            j.ratios.len(),
+            if j.all_same { "identical" } else { "DIFFERENT" }
         );
+        ratios.push((*name, j.ratios));
     }
     ratios
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Issue 31's targets beside what this run measured (the machine's cores named, as the issue
@@ -683,7 +680,10 @@ fn main() {
                 _ => continue,
             };
             for (name, ratios) in job_pairs(what, model, &dir, secs, events, pairs) {
-                rates.push((format!("job {model} {name}"), median(&ratios)));
+                rates.push((
+                    format!("job {model} {name}"),
+                    median(&ratios).unwrap_or(f64::NAN),
+                ));
             }
         }
         print_targets(&rates);
