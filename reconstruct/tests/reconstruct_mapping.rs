@@ -333,12 +333,7 @@ fn a_call_s_own_clock_read_comes_off_the_call_and_the_program_s_work_keeps_its_l
     lane.push(costly(12_699, 12_809, 20));
     want.push((10_399, 10_499));
     lane.push(Event::Marker(Marker::FinalizeStart { time: 12_819 }));
-    let ranks = [RankTrace {
-        rank: 0,
-        ticks_per_sec: 1e9,
-        streams: vec![(0, lane)],
-    }];
-    write_trace_reading(&dir, 1, &ranks, 64, 10);
+    write_one_lane_reading(&dir, &lane, 1e9, 64, 10);
     let s = rebuild(&dir, &out, Remove::Both, false);
     let got: Vec<(u64, u64)> = calls(&read_lane(&out, 0, 0))
         .iter()
@@ -448,12 +443,7 @@ fn the_clock_reads_in_dp_are_two_per_call_and_poll_never_more_than_charged() {
     lane.push(polls(3_000, 4_000, 5, 600, 2_000));
     lane.push(costly(4_100, 4_200, 0));
     lane.push(Event::Marker(Marker::FinalizeStart { time: 4_300 }));
-    let ranks = [RankTrace {
-        rank: 0,
-        ticks_per_sec: 2e9,
-        streams: vec![(0, lane)],
-    }];
-    write_trace_reading(&dir, 1, &ranks, 4, 8);
+    write_one_lane_reading(&dir, &lane, 2e9, 4, 8);
     let s = rebuild(&dir, &out, Remove::Both, false);
     let reads = s.per_rank[0].dp_reads_s;
     assert!(
@@ -477,12 +467,28 @@ fn the_clock_reads_in_dp_are_two_per_call_and_poll_never_more_than_charged() {
     std::fs::remove_dir_all(&again).unwrap();
     // A trace that does not record the read's cost claims no band.
     std::fs::remove_dir_all(&out).unwrap();
-    write_trace(&dir, 1, &ranks, 4);
+    write_one_lane_reading(&dir, &lane, 2e9, 4, 0);
     let s = rebuild(&dir, &out, Remove::Both, false);
     assert_eq!(s.per_rank[0].dp_reads_s, 0.0);
     assert!(!s.read_cost_recorded);
     std::fs::remove_dir_all(dir).unwrap();
     std::fs::remove_dir_all(out).unwrap();
+}
+
+/// A one-rank trace of `lane`, whose file records a clock read of `read_ticks` (0: not recorded).
+fn write_one_lane_reading(
+    dir: &std::path::Path,
+    lane: &[Event],
+    ticks_per_sec: f64,
+    chunk_events: usize,
+    read_ticks: u16,
+) {
+    let ranks = [RankTrace {
+        rank: 0,
+        ticks_per_sec,
+        streams: vec![(0, lane.to_vec())],
+    }];
+    write_trace_reading(dir, 1, &ranks, chunk_events, read_ticks);
 }
 
 /// A barrier from `start` to `end` charged `cost` by the recorder.
