@@ -25,7 +25,8 @@
 //! ([`super::chunk_deflater`]).
 //!
 //! Streaming: everything is written by the walk as it shows each event ([`super::exporter`]);
-//! memory is the matching's in-flight state plus one chunk.
+//! memory is the matching's in-flight state plus a few chunks (the one filling, and those the
+//! deflate thread holds).
 
 use std::collections::HashMap;
 use std::fs::File;
