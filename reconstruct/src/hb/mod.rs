@@ -758,7 +758,8 @@ impl Shared<'_> {
             }
             // Every event passes here, so the usual path (nothing peeked) moves it once, from
             // the source into `event`: the 80-byte moves through `Option`s and tuples were a
-            // lead of the matcher's per-event cost (paper-notes/reconstruct-issue31.md).
+            // lead of the matcher's per-event cost
+            // (paper-notes/reconstruct-issue31-2026-11-27-to-28.md).
             let (index, mut event, removed) = if let Some(peeked) = lane.peeked.take() {
                 peeked
             } else if let Some(event) = lane.src.next() {

@@ -129,7 +129,7 @@ const STEP_EVENTS: usize = 4096;
 /// about this many events (of ~120 bytes) over all lanes, each way (about 120 MiB). Smaller
 /// steps cost more per event than they save: every step of a lane finds its state cold when
 /// thousands of lanes are stepped in turn (4 096 lanes: 2^20 ran 11 % faster than 2^18, for
-/// 173 MiB; `paper-notes/reconstruct-issue31.md`, 10^9 events).
+/// 173 MiB; `paper-notes/reconstruct-issue31-2026-11-27-to-28.md`, 10^9 events).
 const BATCHED_EVENTS: usize = 1 << 20;
 const MIN_STEP_EVENTS: usize = 64;
 /// How long an idle worker waits before it looks for output chunks to encode: short beside the
