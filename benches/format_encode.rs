@@ -7,7 +7,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use format::chunk::DEFAULT_LEVEL;
 use format::synthetic::{self, HaloConfig};
-use format::{ChunkEncoder, Event, MpiCall, RankFile, RankFileWriter, RawBuf};
+use format::{ChunkEncoder, Event, EventBuf, MpiCall, RankFile, RankFileWriter, RawBuf};
 
 fn stream() -> (RawBuf, usize) {
     // ~15 MB of raw records: the size of a modest flush threshold S.
@@ -39,6 +39,28 @@ fn encode(c: &mut Criterion) {
         );
         group.bench_function(format!("zstd{level}"), |b| {
             b.iter(|| black_box(enc.encode(0, 0, 0, black_box(&buf))))
+        });
+    }
+    group.finish();
+}
+
+/// What reconstruction writes: decoded events, in chunks of its output's size (65 536 events), at
+/// its output's zstd level (1).
+fn encode_events(c: &mut Criterion) {
+    let (raw, _) = stream();
+    let mut events = EventBuf::new();
+    for e in raw.iter().take(1 << 16) {
+        events.push(&e);
+    }
+    let mut group = c.benchmark_group("encode_events");
+    group.throughput(Throughput::Elements(events.len() as u64));
+    // The columns alone, then with the compression.
+    for (name, mut enc) in [
+        ("uncompressed", ChunkEncoder::uncompressed()),
+        ("zstd1", ChunkEncoder::new(1)),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(enc.encode_events(0, 0, 0, black_box(&events))))
         });
     }
     group.finish();
@@ -118,6 +140,6 @@ fn push(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1)).sample_size(10);
-    targets = encode, decode, push
+    targets = encode, encode_events, decode, push
 }
 criterion_main!(benches);

@@ -10,11 +10,16 @@
 //! FORMAT.md's "Design choices" section has the measurements this layout was chosen by.
 //!
 //! - [`columns`]: the column layout both sides share;
-//! - [`encode`]: the encoder and the buffers it reads;
+//! - [`encode`]: the encoder, the recorder's buffer's way into it, and the framing;
+//! - [`event_buf`]: decoded events waiting to be encoded, and their way into the columns;
+//! - [`older_versions`]: a chunk as an older version would hold it, for readers' tests;
 //! - [`decode`]: checking a payload and reading its events back.
 
 pub(crate) mod columns;
 pub(crate) mod decode;
 pub mod encode;
+pub mod event_buf;
+mod older_versions;
 
-pub use encode::{ChunkEncoder, DEFAULT_LEVEL, EncodedChunk, EventBuf};
+pub use encode::{ChunkEncoder, DEFAULT_LEVEL, EncodedChunk};
+pub use event_buf::EventBuf;

@@ -1,17 +1,17 @@
-//! Chunk encoding: one path from a buffer of events to a framed, checksummed chunk. Either buffer
-//! ([`RawBuf`], the recorder's; [`EventBuf`], for writers holding decoded events) shows its events
-//! to the encoder through [`EventSource`]; the encoder surveys them once to lay the payload out
-//! exactly, then writes them straight into their columns and compresses the whole.
+//! Chunk encoding: from a buffer of events to a framed, checksummed chunk. The recorder's
+//! [`RawBuf`] shows its events to the encoder through [`EventSource`]; the encoder surveys them
+//! once to lay the payload out exactly, then writes them straight into their columns and
+//! compresses each block. An [`EventBuf`](super::event_buf::EventBuf) (decoded events) fills the
+//! same layout column by column ([`super::event_buf`]); the framing below is shared.
 
 use super::columns::*;
 use crate::body::{self, KIND_CALL, KIND_COMPLETION, KIND_COMPLETION_CANCELLED};
 use crate::framing::{
-    CHUNK_BLOCKS_VERSION, CHUNK_HEADER_LEN, CHUNK_MIN_VERSION, CHUNK_VERSION, CODEC_NONE,
-    CODEC_ZSTD, ChunkHeader, ENCODING_COLUMNS_V1,
+    CHUNK_HEADER_LEN, CHUNK_VERSION, CODEC_NONE, CODEC_ZSTD, ChunkHeader, ENCODING_COLUMNS_V1,
 };
 use crate::model::*;
 use crate::raw::{RawBuf, RawRecord};
-use crate::varint::{encode_u64, get_u64, put_u64, zigzag};
+use crate::varint::{encode_u64, put_u64, zigzag};
 
 /// Default zstd level. Flushes run inside the equalised suspension, where compression dominates
 /// the time spent (the stored bytes are ~26x fewer than the raw ones), so the faster level wins:
@@ -33,121 +33,6 @@ pub struct EncodedChunk {
     pub last_ts: u64,
 }
 
-impl EncodedChunk {
-    /// This chunk as an older chunk `version` would hold it (1 to [`CHUNK_VERSION`]): the columns
-    /// that version lacks are dropped, with their values, and the payload is stored uncompressed
-    /// (before version 9, as one payload; at version 9, in blocks). Misc events of kinds newer
-    /// than `version` stay, so a reader must refuse the result: tests of readers against traces
-    /// of older recorders use this, the recorder never does.
-    pub fn as_version(&self, version: u16) -> Result<EncodedChunk, String> {
-        let header_bytes: &[u8; CHUNK_HEADER_LEN] = self
-            .bytes
-            .get(..CHUNK_HEADER_LEN)
-            .and_then(|h| h.try_into().ok())
-            .ok_or("no chunk header")?;
-        let h = ChunkHeader::from_bytes(header_bytes);
-        if !(CHUNK_MIN_VERSION..=CHUNK_VERSION).contains(&version) {
-            return Err(format!("no chunk version {version}"));
-        }
-        if h.version >= CHUNK_BLOCKS_VERSION {
-            // Back to events, then into one block: the payload of a version before 9.
-            let chunk = crate::reader::ChunkReader::new(&self.bytes, 0, "as_version".as_ref())
-                .next()
-                .ok_or("no chunk")?
-                .map_err(|e| e.to_string())?;
-            let mut buf = EventBuf::new();
-            chunk.events().for_each(|e| buf.push(&e));
-            let mut encoder = ChunkEncoder::uncompressed();
-            if version >= CHUNK_BLOCKS_VERSION {
-                return Ok(encoder.encode_events(h.rank, h.stream, h.seq, &buf));
-            }
-            let whole = encoder
-                .with_block_events(usize::MAX)
-                .encode_events(h.rank, h.stream, h.seq, &buf);
-            let mut one = whole;
-            // Drop the directory (one block, or none for an empty chunk) and relabel.
-            let stored = one.bytes.split_off(CHUNK_HEADER_LEN);
-            let mut pos = 0;
-            let blocks = get_u64(&stored, &mut pos).ok_or("bad block directory")?;
-            for _ in 0..blocks * 3 {
-                get_u64(&stored, &mut pos).ok_or("bad block directory")?;
-            }
-            let payload = if blocks == 0 {
-                // An empty chunk: the empty columns payload of the old layout.
-                let mut p = vec![NUM_COLUMNS as u8];
-                p.extend(std::iter::repeat_n(0u8, NUM_COLUMNS));
-                for col in COL_FUNC..COL_MISC {
-                    p[1 + col] = 1;
-                    p.push(0);
-                }
-                p
-            } else {
-                stored[pos..].to_vec()
-            };
-            return self
-                .stored_as(h, CHUNK_BLOCKS_VERSION - 1, payload)
-                .as_version(version);
-        }
-        let stored = &self.bytes[CHUNK_HEADER_LEN..];
-        let payload = match h.codec {
-            CODEC_NONE => stored.to_vec(),
-            _ => zstd::bulk::decompress(stored, h.raw_len as usize).map_err(|e| e.to_string())?,
-        };
-        let count = *payload.first().ok_or("empty payload")? as usize;
-        let mut pos = 1;
-        let mut lens = Vec::with_capacity(count);
-        for _ in 0..count {
-            lens.push(get_u64(&payload, &mut pos).ok_or("bad column directory")? as usize);
-        }
-        // The columns of this payload's own version, in order, with where each starts.
-        let cols: Vec<usize> = (0..NUM_COLUMNS)
-            .filter(|&c| has_column(h.version, c))
-            .collect();
-        if cols.len() != count {
-            return Err("unexpected number of columns".into());
-        }
-        let kept: Vec<(usize, usize)> = cols
-            .iter()
-            .zip(&lens)
-            .scan(pos, |at, (&col, &len)| {
-                let start = *at;
-                *at += len;
-                Some((col, start))
-            })
-            .filter(|&(col, _)| has_column(version, col))
-            .collect();
-        let len_of = |col: usize| lens[cols.iter().position(|&c| c == col).unwrap_or(0)];
-        let mut out = vec![kept.len() as u8];
-        for &(col, _) in &kept {
-            put_u64(&mut out, len_of(col) as u64);
-        }
-        for &(col, start) in &kept {
-            let end = start + len_of(col);
-            out.extend_from_slice(payload.get(start..end).ok_or("column past the payload")?);
-        }
-        Ok(self.stored_as(h, version, out))
-    }
-
-    /// This chunk's events as a chunk of `version` whose payload, stored as is, is `payload`.
-    fn stored_as(&self, mut h: ChunkHeader, version: u16, payload: Vec<u8>) -> EncodedChunk {
-        h.version = version;
-        h.codec = CODEC_NONE;
-        h.raw_len = payload.len() as u64;
-        h.stored_len = payload.len() as u64;
-        h.payload_crc = crc32c::crc32c(&payload);
-        let mut bytes = h.to_bytes().to_vec();
-        bytes.extend_from_slice(&payload);
-        EncodedChunk {
-            bytes,
-            raw_len: h.raw_len,
-            stored_len: h.stored_len,
-            events: self.events,
-            first_ts: self.first_ts,
-            last_ts: self.last_ts,
-        }
-    }
-}
-
 /// A buffer the encoder reads: it shows every event it holds to an [`EventVisitor`]. Both buffers
 /// show the same events the same way, so they encode to the same bytes.
 pub(crate) trait EventSource {
@@ -167,7 +52,7 @@ pub(crate) trait EventVisitor {
 }
 
 /// The kind byte of a completion.
-fn completion_kind(c: &Completion) -> u8 {
+pub(super) fn completion_kind(c: &Completion) -> u8 {
     if c.cancelled {
         KIND_COMPLETION_CANCELLED
     } else {
@@ -196,38 +81,24 @@ impl EventSource for RawBuf {
     }
 }
 
-impl EventSource for EventBuf {
-    /// Column group by column group: each in its own loop, with no per-event dispatch on the kind.
-    #[inline]
-    fn visit(&self, visitor: &mut impl EventVisitor) {
-        visitor.kinds(&self.kinds);
-        for c in &self.calls {
-            visitor.call(c);
-        }
-        for c in &self.completions {
-            visitor.completion(c);
-        }
-        for (body, &kind) in self.misc_bodies().zip(&self.misc_kinds) {
-            visitor.misc(kind, body);
-        }
-    }
-}
-
 /// Encodes buffers into chunks. Keeps its payload buffer and zstd context between chunks, so a
 /// steady stream of flushes allocates only the returned chunk bytes.
 pub struct ChunkEncoder {
     level: Option<i32>,
     compressor: Option<zstd::bulk::Compressor<'static>>,
     /// Events per block (FORMAT.md "Payload: blocks").
-    block_events: usize,
+    pub(super) block_events: usize,
     /// Every block's raw payload, back to back.
-    payload: Vec<u8>,
+    pub(super) payload: Vec<u8>,
     /// One block compressed.
     compressed: Vec<u8>,
     /// The stored blocks, back to back.
     stored: Vec<u8>,
     /// Allocated on first use (~60 KB), kept for later chunks.
     batches: Option<Box<Batches>>,
+    /// One block's numeric values, column after column, when encoding an
+    /// [`EventBuf`](super::event_buf::EventBuf) (~0.5 MB for a block of 4 096 events).
+    pub(super) column_values: Vec<u64>,
 }
 
 /// Events per block of the payloads this crate writes: small enough that a reader stepping
@@ -238,15 +109,15 @@ pub const BLOCK_EVENTS: usize = 4096;
 
 /// What a first pass over a buffer learns about one block: enough to lay its payload out exactly.
 #[derive(Default)]
-struct Survey {
-    events: usize,
+pub(super) struct Survey {
+    pub(super) events: usize,
     /// Counted from the kinds, which arrive before the values they announce.
-    calls: usize,
-    completions: usize,
-    misc: usize,
-    misc_len: usize,
+    pub(super) calls: usize,
+    pub(super) completions: usize,
+    pub(super) misc: usize,
+    pub(super) misc_len: usize,
     /// Bitwise OR of every value of each numeric column: gives the plane width.
-    or: [u64; NUM_VALUE_COLUMNS],
+    pub(super) or: [u64; NUM_VALUE_COLUMNS],
 }
 
 /// Which block the next value of one group (calls, completions or misc bodies) belongs to: the
@@ -442,12 +313,12 @@ impl EventVisitor for Surveyor {
 
 /// Where one block's columns lie in the encoder's payload buffer.
 #[derive(Clone, Copy)]
-struct Layout {
+pub(super) struct Layout {
     /// Offset of plane 0 of each numeric column (plane p is `p * n` further on), and its width.
-    planes: [usize; NUM_VALUE_COLUMNS],
-    widths: [usize; NUM_VALUE_COLUMNS],
-    starts: [usize; NUM_COLUMNS],
-    end: usize,
+    pub(super) planes: [usize; NUM_VALUE_COLUMNS],
+    pub(super) widths: [usize; NUM_VALUE_COLUMNS],
+    pub(super) starts: [usize; NUM_COLUMNS],
+    pub(super) end: usize,
 }
 
 /// The writing pass: every column's offset is known from the survey, so values go straight to
@@ -536,7 +407,7 @@ impl EventVisitor for PayloadWriter<'_> {
 
 /// The numeric column values of a call, in column order (columns 1..=12).
 #[inline]
-fn call_values(c: &MpiCall, prev_end: u64) -> [u64; CALL_COLUMNS] {
+pub(super) fn call_values(c: &MpiCall, prev_end: u64) -> [u64; CALL_COLUMNS] {
     [
         c.func as u64,
         zigzag(c.start.wrapping_sub(prev_end) as i64),
@@ -555,7 +426,7 @@ fn call_values(c: &MpiCall, prev_end: u64) -> [u64; CALL_COLUMNS] {
 
 /// The numeric column values of a completion (columns 13..=16).
 #[inline]
-fn completion_values(c: &Completion) -> [u64; 4] {
+pub(super) fn completion_values(c: &Completion) -> [u64; 4] {
     [
         c.request,
         zigzag(c.source as i64),
@@ -564,7 +435,7 @@ fn completion_values(c: &Completion) -> [u64; 4] {
     ]
 }
 
-fn varint_len(v: u64) -> usize {
+pub(super) fn varint_len(v: u64) -> usize {
     encode_u64(v).1
 }
 
@@ -579,6 +450,7 @@ impl ChunkEncoder {
             compressed: Vec::new(),
             stored: Vec::new(),
             batches: None,
+            column_values: Vec::new(),
         }
     }
 
@@ -600,7 +472,10 @@ impl ChunkEncoder {
     /// Bytes the encoder keeps allocated between chunks (its payload and compression buffers,
     /// about half the raw size of the largest chunk encoded so far; zstd's own context excluded).
     pub fn scratch_bytes(&self) -> usize {
-        self.payload.capacity() + self.compressed.capacity() + self.stored.capacity()
+        self.payload.capacity()
+            + self.compressed.capacity()
+            + self.stored.capacity()
+            + self.column_values.capacity() * size_of::<u64>()
     }
 
     /// Frees the buffers kept between chunks (e.g. under memory pressure); the next encode
@@ -610,23 +485,12 @@ impl ChunkEncoder {
         self.compressed = Vec::new();
         self.stored = Vec::new();
         self.batches = None;
+        self.column_values = Vec::new();
     }
 
     /// Encodes everything in `raw` as chunk `seq` of thread `stream` of `rank`.
     pub fn encode(&mut self, rank: u32, stream: u32, seq: u64, raw: &RawBuf) -> EncodedChunk {
         self.encode_from(rank, stream, seq, raw)
-    }
-
-    /// Encodes the events of `buf`: the same bytes [`ChunkEncoder::encode`] writes for a
-    /// [`RawBuf`] holding the same events.
-    pub fn encode_events(
-        &mut self,
-        rank: u32,
-        stream: u32,
-        seq: u64,
-        buf: &EventBuf,
-    ) -> EncodedChunk {
-        self.encode_from(rank, stream, seq, buf)
     }
 
     /// The one encode path: survey the events block by block, lay the blocks out, write the
@@ -695,7 +559,7 @@ impl ChunkEncoder {
     }
 
     /// Compresses each block built and frames the chunk: block directory, then the blocks.
-    fn finish(
+    pub(super) fn finish(
         &mut self,
         rank: u32,
         stream: u32,
@@ -780,7 +644,7 @@ impl ChunkEncoder {
 
 /// Appends one block's payload, sized for what its survey found, to `payload`, with its column
 /// directory and width bytes written; returns where its columns lie.
-fn lay_out(payload: &mut Vec<u8>, s: &Survey) -> Layout {
+pub(super) fn lay_out(payload: &mut Vec<u8>, s: &Survey) -> Layout {
     let mut widths = [0usize; NUM_VALUE_COLUMNS];
     for (w, &or) in widths.iter_mut().zip(&s.or) {
         *w = 8 - or.leading_zeros() as usize / 8;
@@ -822,7 +686,7 @@ fn lay_out(payload: &mut Vec<u8>, s: &Survey) -> Layout {
 }
 
 /// Index of the first completion column among the numeric columns.
-const COMPLETION_FIRST: usize = COL_C_REQUEST - COL_FUNC;
+pub(super) const COMPLETION_FIRST: usize = COL_C_REQUEST - COL_FUNC;
 const BATCH: usize = 512;
 
 /// Values of up to [`BATCH`] events for a group of numeric columns (the call columns or the
@@ -897,104 +761,4 @@ impl<const COLS: usize> Batch<COLS> {
 struct Batches {
     calls: Batch<COMPLETION_FIRST>,
     completions: Batch<{ NUM_VALUE_COLUMNS - COMPLETION_FIRST }>,
-}
-
-/// Events waiting to be encoded, for writers that hold decoded [`Event`]s (reconstruction): a
-/// push stores a call or completion as it is, with no serialisation, and the encoder reads the
-/// typed arrays back. [`RawBuf`] stays the recorder's buffer (compact, allocation-free pushes).
-#[derive(Clone, Debug, Default)]
-pub struct EventBuf {
-    kinds: Vec<u8>,
-    calls: Vec<MpiCall>,
-    completions: Vec<Completion>,
-    /// Misc bodies, back to back; `misc_ends[i]` is where body i ends, `misc_kinds[i]` its kind.
-    misc: Vec<u8>,
-    misc_ends: Vec<usize>,
-    misc_kinds: Vec<u8>,
-}
-
-impl EventBuf {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    #[inline]
-    pub fn push(&mut self, e: &Event) {
-        match e {
-            Event::Call(c) => {
-                self.kinds.push(KIND_CALL);
-                self.calls.push(*c);
-            }
-            Event::Completion(c) => {
-                self.kinds.push(completion_kind(c));
-                self.completions.push(*c);
-            }
-            other => {
-                let kind = body::put_misc_body(&mut self.misc, other);
-                self.kinds.push(kind);
-                self.misc_kinds.push(kind);
-                self.misc_ends.push(self.misc.len());
-            }
-        }
-    }
-
-    /// Events held.
-    pub fn len(&self) -> usize {
-        self.kinds.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.kinds.is_empty()
-    }
-
-    /// Empties the buffer, keeping its allocations.
-    pub fn clear(&mut self) {
-        self.kinds.clear();
-        self.calls.clear();
-        self.completions.clear();
-        self.misc.clear();
-        self.misc_ends.clear();
-        self.misc_kinds.clear();
-    }
-
-    /// The misc bodies in order.
-    fn misc_bodies(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        let starts = std::iter::once(0).chain(self.misc_ends.iter().copied());
-        starts
-            .zip(&self.misc_ends)
-            .map(|(start, &end)| self.misc.get(start..end).unwrap_or_default())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::synthetic::{self, HaloConfig};
-
-    fn halo_events(iterations: u64) -> Vec<Event> {
-        synthetic::events(&HaloConfig {
-            world_size: 4,
-            rank: 1,
-            iterations,
-            ..HaloConfig::default()
-        })
-    }
-
-    #[test]
-    fn event_buf_encodes_the_same_bytes_as_raw_buf() {
-        let events = halo_events(300);
-        let mut raw = RawBuf::new();
-        let mut typed = EventBuf::new();
-        for e in &events {
-            raw.push_event(e);
-            typed.push(e);
-        }
-        assert_eq!(typed.len(), events.len());
-        let mut enc = ChunkEncoder::new(1);
-        let a = enc.encode(3, 0, 7, &raw);
-        let b = enc.encode_events(3, 0, 7, &typed);
-        assert_eq!(a.bytes, b.bytes);
-        typed.clear();
-        assert!(typed.is_empty());
-    }
 }
