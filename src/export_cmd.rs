@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use trace::Trace;
 use trace::progress::Bar;
 use views::export::perfetto_proto::{self, ProtoOptions};
-use views::export::{ExportError, chrome_json, otf2};
+use views::export::{chrome_json, otf2};
 
 use crate::window_args::WindowArgs;
 
@@ -135,19 +135,9 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         }),
     };
     bar.finish();
-    let line = result.map_err(cli_error)?;
+    let line = result?;
     eprintln!("{line}");
     Ok(())
-}
-
-/// An export's error as the commands print it. An I/O error's text already ends with its cause,
-/// so the cause is not chained again: `{:#}` printed it twice ("out: No space left on device
-/// (os error 28): No space left on device (os error 28)").
-pub fn cli_error(e: ExportError) -> anyhow::Error {
-    match e {
-        ExportError::Trace(t) => anyhow::Error::new(t),
-        other => anyhow::anyhow!("{other}"),
-    }
 }
 
 /// What the reader could not read is said on stderr, once per range, as the other commands do.

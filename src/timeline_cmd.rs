@@ -50,7 +50,7 @@ pub fn run(args: &TimelineArgs) -> Result<()> {
     let bar = Bar::for_terminal("drawing");
     let result = timeline::render(&trace, &args.png, &opts, &mut |d, t| bar.update(d, t));
     bar.finish();
-    let s = result.map_err(crate::export_cmd::cli_error)?;
+    let s = result?;
     crate::export_cmd::warn_skipped(&s.skipped);
     let memory = if s.memory_samples_in_window + s.memory_low_in_window > 0 {
         format!(

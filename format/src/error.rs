@@ -4,11 +4,12 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
-    #[error("{}: {source}", path.display())]
+    /// The cause is part of the message, not a source in the error's chain: a chain printed
+    /// whole (`{:#}`, every process's message in an MPI job) would say it twice.
+    #[error("{}: {cause}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{}: byte {offset}: bad {what} magic {found:02x?}", path.display())]
     BadMagic {

@@ -20,11 +20,15 @@ impl GroupFile {
     /// Maps and indexes a group file.
     pub fn open(path: impl AsRef<Path>) -> Result<Arc<GroupFile>, FormatError> {
         let path = path.as_ref();
-        let io = |source| FormatError::Io {
+        let io = |cause| FormatError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         };
         let file = std::fs::File::open(path).map_err(io)?;
+        // Mapping a directory fails with "No such device", which names nothing the user did.
+        if file.metadata().map_err(io)?.is_dir() {
+            return Err(io(std::io::ErrorKind::IsADirectory.into()));
+        }
         // SAFETY: read-only map; writers only append to a group file (or fill zero padding that
         // no member's segment covers), so mapped bytes inside indexed segments never change.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
@@ -144,9 +148,9 @@ impl DirListing {
 /// headers are read, no payload).
 pub fn list_dir(dir: impl AsRef<Path>) -> Result<DirListing, FormatError> {
     let dir = dir.as_ref();
-    let io = |source| FormatError::Io {
+    let io = |cause| FormatError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause,
     };
     let mut listing = DirListing::default();
     let mut group_paths = Vec::new();

@@ -88,12 +88,16 @@ impl RankFile {
     /// Maps the file and checks its header. Chunks are checked as they are iterated.
     pub fn open(path: impl AsRef<Path>) -> Result<RankFile, FormatError> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| FormatError::Io {
+        let io = |cause| FormatError::Io {
             path: path.clone(),
-            source,
+            cause,
         };
         let file = std::fs::File::open(&path).map_err(io)?;
         let metadata = file.metadata().map_err(io)?;
+        // Mapping a directory fails with "No such device", which names nothing the user did.
+        if metadata.is_dir() {
+            return Err(io(std::io::ErrorKind::IsADirectory.into()));
+        }
         let len = metadata.len();
         let data = if len == 0 {
             Data::Owned(Vec::new())
@@ -688,9 +692,9 @@ pub fn parse_rank_file_name(name: &str) -> Option<(u32, u32)> {
 /// The rank files in `dir`, sorted by rank then part.
 pub fn open_dir(dir: impl AsRef<Path>) -> Result<Vec<RankFileEntry>, FormatError> {
     let dir = dir.as_ref();
-    let io = |source| FormatError::Io {
+    let io = |cause| FormatError::Io {
         path: dir.to_path_buf(),
-        source,
+        cause,
     };
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {

@@ -124,21 +124,22 @@ pub enum End {
 pub enum ExportError {
     #[error(transparent)]
     Trace(#[from] trace::TraceError),
-    #[error("{}: {source}", path.display())]
+    /// The cause is part of the message, not a source in the chain (as `FormatError::Io`): a
+    /// chain printed whole would say it twice.
+    #[error("{}: {cause}", path.display())]
     Io {
         path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{0}")]
     Other(String),
 }
 
 impl ExportError {
-    pub fn io(path: &std::path::Path, source: std::io::Error) -> ExportError {
+    pub fn io(path: &std::path::Path, cause: std::io::Error) -> ExportError {
         ExportError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         }
     }
 }
