@@ -97,7 +97,7 @@ impl Default for Options {
             remove: Remove::DpPrime,
             model: Model::Subtract,
             hb: false,
-            chunk_events: 1 << 16,
+            chunk_events: OUTPUT_CHUNK_EVENTS,
             zstd_level: 1,
             min_latency_ns: hb::DEFAULT_MIN_LATENCY_NS,
             threads: 0,
@@ -122,6 +122,14 @@ pub enum RebuildError {
     #[error("MPI job: {0}")]
     Job(String),
 }
+
+/// Events per output chunk, unless many lanes make them fewer ([`output_chunk_events`]). Each lane
+/// buffers a chunk's decoded events before encoding them, so a chunk that outgrows the core's
+/// cache makes every event's copy a miss: on the 16 M-event, 8-lane bench trace 2^13 ran 0.92×
+/// the time of 2^16 (subtract and replay, one thread), in half the memory, for a file 0.65 %
+/// larger (its chunk headers); 2^12 ran 0.91× for +1.4 %, 2^14 0.97× for +0.3 %
+/// (paper-notes/reconstruct-issue31.md).
+pub const OUTPUT_CHUNK_EVENTS: usize = 1 << 13;
 
 /// Output events buffered over all lanes, at most (a few tens of MiB in their typed columns).
 const OUTPUT_EVENTS_BUFFERED: usize = 1 << 20;

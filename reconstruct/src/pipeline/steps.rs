@@ -133,7 +133,7 @@ const STEP_EVENTS: usize = 4096;
 const BATCHED_EVENTS: usize = 1 << 20;
 const MIN_STEP_EVENTS: usize = 64;
 /// How long an idle worker waits before it looks for output chunks to encode: short beside the
-/// time one takes (a chunk of 64 Ki events: several ms).
+/// time one takes (a chunk of 8 Ki events: about a ms).
 const ENCODE_LOOK: std::time::Duration = std::time::Duration::from_micros(500);
 
 impl<'a> Shared<'a> {
