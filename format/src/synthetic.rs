@@ -223,6 +223,17 @@ pub fn raw_buf(cfg: &HaloConfig) -> RawBuf {
     buf
 }
 
+/// Rank 1 of a 4-rank halo, `iterations` long: the crate's unit tests' usual stream.
+#[cfg(test)]
+pub(crate) fn rank_of_four(iterations: u64) -> Vec<Event> {
+    events(&HaloConfig {
+        world_size: 4,
+        rank: 1,
+        iterations,
+        ..HaloConfig::default()
+    })
+}
+
 /// The stream as events.
 pub fn events(cfg: &HaloConfig) -> Vec<Event> {
     let mut out = Vec::new();

@@ -353,16 +353,7 @@ fn byte_planes_of_eight_portable(v: &[u64]) -> [u64; 8] {
 mod tests {
     use super::*;
     use crate::raw::RawBuf;
-    use crate::synthetic::{self, HaloConfig};
-
-    fn halo_events(iterations: u64) -> Vec<Event> {
-        synthetic::events(&HaloConfig {
-            world_size: 4,
-            rank: 1,
-            iterations,
-            ..HaloConfig::default()
-        })
-    }
+    use crate::synthetic;
 
     fn both_ways(events: &[Event], encoder: impl Fn() -> ChunkEncoder) -> (Vec<u8>, Vec<u8>) {
         let mut raw = RawBuf::new();
@@ -379,7 +370,7 @@ mod tests {
 
     #[test]
     fn event_buf_encodes_the_same_bytes_as_raw_buf() {
-        let events = halo_events(300);
+        let events = synthetic::rank_of_four(300);
         let (a, b) = both_ways(&events, || ChunkEncoder::new(1));
         assert_eq!(a, b);
         let (a, b) = both_ways(&events, ChunkEncoder::uncompressed);
@@ -390,7 +381,7 @@ mod tests {
     /// per block, the whole chunk in one block, and an empty buffer.
     #[test]
     fn every_cut_of_blocks_encodes_the_same_bytes_both_ways() {
-        let events = halo_events(40);
+        let events = synthetic::rank_of_four(40);
         let completions_only: Vec<Event> = events
             .iter()
             .filter(|e| matches!(e, Event::Completion(_)))
@@ -430,7 +421,7 @@ mod tests {
     #[test]
     fn a_cleared_buffer_keeps_nothing() {
         let mut typed = EventBuf::new();
-        for e in &halo_events(3) {
+        for e in &synthetic::rank_of_four(3) {
             typed.push(e);
         }
         typed.clear();

@@ -720,21 +720,12 @@ mod tests {
     use crate::framing::{FileHeader, encode_file_header};
     use crate::model::ClockCalibration;
     use crate::raw::RawBuf;
-    use crate::synthetic::{self, HaloConfig};
-
-    fn halo_events(iterations: u64) -> Vec<Event> {
-        synthetic::events(&HaloConfig {
-            world_size: 4,
-            rank: 1,
-            iterations,
-            ..HaloConfig::default()
-        })
-    }
+    use crate::synthetic;
 
     #[test]
     fn block_decoding_crosses_block_boundaries_and_reads_misc_events_alone() {
         // Several blocks of calls and completions, with a partial last block.
-        let events = halo_events(3 * BLOCK as u64 + 17);
+        let events = synthetic::rank_of_four(3 * BLOCK as u64 + 17);
         let mut raw = RawBuf::new();
         for e in &events {
             raw.push_event(e);
