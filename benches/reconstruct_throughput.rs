@@ -20,7 +20,8 @@
 //!   processes, one thread each) under each MPI found, timed from outside (launch included), its
 //!   rank files compared with those of `reconstruct 1t` (and with `--model replay`, of
 //!   `replay 1t`); in EVF_BENCH_PAIRS (3) interleaved rounds with the one-thread run, and judged
-//!   by the median ratio.
+//!   by the median ratio. Beside it, what the launch alone costs (the same job on a trace of a
+//!   few hundred events, median of 3) and the ratio a perfect split would reach with that launch.
 //!
 //! Each trace's figures end with issue 31's targets beside them.
 //!
@@ -378,8 +379,13 @@ fn run_child(what: &str, dir: &Path) -> (f64, f64, f64, f64) {
 }
 
 /// `mpirun -np 2 evenflush reconstruct` on `dir` with `launcher` (`None`: not installed):
-/// seconds, and whether every rank file equals `reference`'s.
-fn mpi_job(launcher: &[&str], dir: &Path, reference: &Path, model: &str) -> Option<(f64, bool)> {
+/// seconds, and whether every rank file equals `reference`'s (true without one).
+fn mpi_job(
+    launcher: &[&str],
+    dir: &Path,
+    reference: Option<&Path>,
+    model: &str,
+) -> Option<(f64, bool)> {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {}", launcher[0])])
         .output()
@@ -421,9 +427,23 @@ fn mpi_job(launcher: &[&str], dir: &Path, reference: &Path, model: &str) -> Opti
         v.sort();
         v
     };
-    let same = files(&out) == files(reference);
+    let same = reference.is_none_or(|r| files(&out) == files(r));
     let _ = std::fs::remove_dir_all(&out);
     Some((secs, same))
+}
+
+/// What starting and ending a 2-process job costs under each MPI found: the median of 3 jobs on
+/// `tiny` (a trace of a few hundred events), by MPI name.
+fn launch_floors(tiny: &Path) -> Vec<(&'static str, f64)> {
+    LAUNCHERS
+        .iter()
+        .filter_map(|(name, launcher)| {
+            let secs: Vec<f64> = (0..3)
+                .filter_map(|_| mpi_job(launcher, tiny, None, "subtract").map(|(s, _)| s))
+                .collect();
+            median(&secs).map(|m| (*name, m))
+        })
+        .collect()
 }
 
 /// The MPIs whose jobs the bench runs, by name and launcher.
@@ -436,14 +456,15 @@ const LAUNCHERS: [(&str, &[&str]); 2] = [
 /// job under each MPI found): one pair alone once showed a met target that paired runs did not
 /// confirm (paper-notes/reconstruct-issue31.md), so the figure judged is the median ratio.
 /// `first_secs` is the one-thread run the caller already made, round 1's. Returns each MPI's
-/// ratios (one-thread seconds over the job's, launch included).
+/// ratios (one-thread seconds over the job's, launch included). `floors`: each MPI's launch
+/// alone ([`launch_floors`]), to print the best ratio a perfect split could reach with it.
 fn job_pairs(
     one_thread: &str,
     model: &str,
     dir: &Path,
-    first_secs: f64,
-    events: f64,
+    (first_secs, events): (f64, f64),
     pairs: usize,
+    floors: &[(&str, f64)],
 ) -> Vec<(&'static str, Vec<f64>)> {
     /// One MPI's jobs over the rounds.
     struct Jobs {
@@ -454,14 +475,16 @@ fn job_pairs(
     let reference = dir.with_extension("out");
     // By launcher; `None` while that MPI is not found.
     let mut jobs: Vec<Option<Jobs>> = LAUNCHERS.iter().map(|_| None).collect();
+    let mut alones = Vec::new();
     for round in 0..pairs {
         let alone = if round == 0 {
             first_secs
         } else {
             run_child(one_thread, dir).1
         };
+        alones.push(alone);
         for ((_, launcher), slot) in LAUNCHERS.iter().zip(&mut jobs) {
-            let Some((secs, same)) = mpi_job(launcher, dir, &reference, model) else {
+            let Some((secs, same)) = mpi_job(launcher, dir, Some(&reference), model) else {
                 continue;
             };
             let j = slot.get_or_insert_with(|| Jobs {
@@ -490,6 +513,14 @@ fn job_pairs(
             j.ratios.len(),
             if j.all_same { "identical" } else { "DIFFERENT" }
         );
+        if let (Some(alone), Some((_, floor))) =
+            (median(&alones), floors.iter().find(|(n, _)| n == name))
+        {
+            println!(
+                "           launch alone {floor:.3} s: a perfect split of this run would reach {:.2}x",
+                alone / (alone / 2.0 + floor)
+            );
+        }
         ratios.push((*name, j.ratios));
     }
     ratios
@@ -633,6 +664,14 @@ fn main() {
         std::process::id()
     ));
     println!("reconstruct throughput, {world} ranks, on 1 and 2 threads");
+    let tiny = base.join("trace-launch");
+    write_trace(&tiny, world, 50);
+    let floors = launch_floors(&tiny);
+    for (name, floor) in &floors {
+        println!(
+            "launch of a 2-process job alone, {name}: {floor:.3} s (median of 3, a {world}-rank trace of 50 events a rank)"
+        );
+    }
     for per_rank in [short, 4 * short] {
         let dir = base.join(format!("trace-{per_rank}"));
         let total = write_trace(&dir, world, per_rank);
@@ -679,7 +718,7 @@ fn main() {
                 "replay 1t" => "replay",
                 _ => continue,
             };
-            for (name, ratios) in job_pairs(what, model, &dir, secs, events, pairs) {
+            for (name, ratios) in job_pairs(what, model, &dir, (secs, events), pairs, &floors) {
                 rates.push((
                     format!("job {model} {name}"),
                     median(&ratios).unwrap_or(f64::NAN),
