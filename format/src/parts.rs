@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::error::FormatError;
 use crate::group::{GroupIndex, GroupMember, parse_group_file_name, scan_group};
-use crate::reader::{RankFile, RankFileEntry, parse_rank_file_name};
+use crate::reader::{RankFile, RankFileEntry, open_to_map, parse_rank_file_name};
 
 /// A group file, mapped once and indexed (see [`scan_group`]); its members share the map.
 #[derive(Debug)]
@@ -24,11 +24,7 @@ impl GroupFile {
             path: path.to_path_buf(),
             cause,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // Mapping a directory fails with "No such device", which names nothing the user did.
-        if file.metadata().map_err(io)?.is_dir() {
-            return Err(io(std::io::ErrorKind::IsADirectory.into()));
-        }
+        let (file, _) = open_to_map(path).map_err(io)?;
         // SAFETY: read-only map; writers only append to a group file (or fill zero padding that
         // no member's segment covers), so mapped bytes inside indexed segments never change.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;

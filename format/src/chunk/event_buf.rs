@@ -83,10 +83,9 @@ impl EventBuf {
     }
 }
 
-/// Where one block's events lie in the buffer's arrays.
+/// Where the next block's events begin in the buffer's arrays.
 #[derive(Clone, Copy, Default)]
-struct BlockRange {
-    events: usize,
+struct Offsets {
     calls: usize,
     completions: usize,
     misc: usize,
@@ -106,7 +105,7 @@ impl ChunkEncoder {
         let mut values = std::mem::take(&mut self.column_values);
         let mut blocks = Vec::new();
         let mut layouts = Vec::new();
-        let mut at = BlockRange::default();
+        let mut at = Offsets::default();
         let (mut first_ts, mut last_ts) = (u64::MAX, 0u64);
         for kinds in buf.kinds.chunks(self.block_events) {
             // Separate counting loops: each one vectorises, a combined match does not.
@@ -115,45 +114,47 @@ impl ChunkEncoder {
                 .iter()
                 .filter(|&&k| k == KIND_COMPLETION || k == KIND_COMPLETION_CANCELLED)
                 .count();
-            let block = BlockRange {
+            let mut survey = Survey {
                 events: kinds.len(),
                 calls,
                 completions,
                 misc: kinds.len() - calls - completions,
-            };
-            let mut survey = Survey {
-                events: block.events,
-                calls: block.calls,
-                completions: block.completions,
-                misc: block.misc,
                 ..Survey::default()
             };
+            let misc = survey.misc;
             // Every value is written before it is read, so the scratch is zeroed only as it grows.
-            let needed = CALL_COLUMNS * block.calls + COMPLETION_COLUMNS * block.completions;
+            let needed = CALL_COLUMNS * calls + COMPLETION_COLUMNS * completions;
             if values.len() < needed {
                 values.resize(needed, 0);
             }
             let (call_values_of_block, completion_values_of_block) =
-                values[..needed].split_at_mut(CALL_COLUMNS * block.calls);
-            let call_cols = &buf.calls[at.calls..at.calls + block.calls];
-            let (lo, hi) = fill_call_columns(call_cols, call_values_of_block);
-            first_ts = first_ts.min(lo);
-            last_ts = last_ts.max(hi);
-            fill_completion_columns(
-                &buf.completions[at.completions..at.completions + block.completions],
+                values[..needed].split_at_mut(CALL_COLUMNS * calls);
+            let call_cols = &buf.calls[at.calls..at.calls + calls];
+            // Start times are stored against the previous call's end in the block.
+            let mut prev_end = 0;
+            fill_columns(call_cols, call_values_of_block, |c| {
+                first_ts = first_ts.min(c.start.min(c.end));
+                last_ts = last_ts.max(c.start.max(c.end));
+                let values = call_values(c, prev_end);
+                prev_end = c.end;
+                values
+            });
+            fill_columns(
+                &buf.completions[at.completions..at.completions + completions],
                 completion_values_of_block,
+                completion_values,
             );
             survey_columns(
                 call_values_of_block,
-                block.calls,
+                calls,
                 &mut survey.or[..COMPLETION_FIRST],
             );
             survey_columns(
                 completion_values_of_block,
-                block.completions,
+                completions,
                 &mut survey.or[COMPLETION_FIRST..],
             );
-            for i in at.misc..at.misc + block.misc {
+            for i in at.misc..at.misc + misc {
                 let body = buf.misc_body(i);
                 survey.misc_len += varint_len(body.len() as u64) + body.len();
                 if let Some((lo, hi)) = body::misc_body_times(buf.misc_kinds[i], body) {
@@ -166,16 +167,16 @@ impl ChunkEncoder {
             let payload = &mut self.payload[..];
             let kinds_at = layout.starts[COL_KIND];
             payload[kinds_at..kinds_at + kinds.len()].copy_from_slice(kinds);
-            write_planes(payload, &layout, 0, call_values_of_block, block.calls);
+            write_planes(payload, &layout, 0, call_values_of_block, calls);
             write_planes(
                 payload,
                 &layout,
                 COMPLETION_FIRST,
                 completion_values_of_block,
-                block.completions,
+                completions,
             );
             let mut misc_at = layout.starts[COL_MISC];
-            for i in at.misc..at.misc + block.misc {
+            for i in at.misc..at.misc + misc {
                 let body = buf.misc_body(i);
                 let (len, used) = encode_u64(body.len() as u64);
                 payload[misc_at..misc_at + used].copy_from_slice(&len[..used]);
@@ -183,10 +184,9 @@ impl ChunkEncoder {
                 misc_at += used + body.len();
             }
 
-            at.calls += block.calls;
-            at.completions += block.completions;
-            at.misc += block.misc;
-            at.events += block.events;
+            at.calls += calls;
+            at.completions += completions;
+            at.misc += misc;
             blocks.push(survey);
             layouts.push(layout);
         }
@@ -198,46 +198,26 @@ impl ChunkEncoder {
             seq,
             &blocks,
             &layouts,
-            (at.events as u64, first_ts, last_ts),
+            (buf.kinds.len() as u64, first_ts, last_ts),
         )
     }
 }
 
-/// Computes the numeric values of a block's calls into `values`, column after column (each
-/// `calls.len()` long); returns the smallest and largest time of any call (`u64::MAX` and 0 for
-/// none). Start times are stored against the previous call's end in the block.
-fn fill_call_columns(calls: &[MpiCall], values: &mut [u64]) -> (u64, u64) {
-    let n = calls.len();
-    let (mut lo, mut hi) = (u64::MAX, 0u64);
-    if n == 0 {
-        return (lo, hi);
-    }
-    let mut columns = values.chunks_exact_mut(n);
-    let mut cols: [&mut [u64]; CALL_COLUMNS] =
-        std::array::from_fn(|_| columns.next().unwrap_or_default());
-    let mut prev_end = 0;
-    for (i, c) in calls.iter().enumerate() {
-        for (col, v) in cols.iter_mut().zip(call_values(c, prev_end)) {
-            col[i] = v;
-        }
-        prev_end = c.end;
-        lo = lo.min(c.start.min(c.end));
-        hi = hi.max(c.start.max(c.end));
-    }
-    (lo, hi)
-}
-
-/// [`fill_call_columns`] for completions, which carry no time.
-fn fill_completion_columns(completions: &[Completion], values: &mut [u64]) {
-    let n = completions.len();
+/// Computes the numeric values of `items` (`values_of` each, in order) into `values`, column
+/// after column, each `items.len()` long.
+fn fill_columns<T, const COLS: usize>(
+    items: &[T],
+    values: &mut [u64],
+    mut values_of: impl FnMut(&T) -> [u64; COLS],
+) {
+    let n = items.len();
     if n == 0 {
         return;
     }
     let mut columns = values.chunks_exact_mut(n);
-    let mut cols: [&mut [u64]; COMPLETION_COLUMNS] =
-        std::array::from_fn(|_| columns.next().unwrap_or_default());
-    for (i, c) in completions.iter().enumerate() {
-        for (col, v) in cols.iter_mut().zip(completion_values(c)) {
+    let mut cols: [&mut [u64]; COLS] = std::array::from_fn(|_| columns.next().unwrap_or_default());
+    for (i, item) in items.iter().enumerate() {
+        for (col, v) in cols.iter_mut().zip(values_of(item)) {
             col[i] = v;
         }
     }

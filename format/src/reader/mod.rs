@@ -92,12 +92,7 @@ impl RankFile {
             path: path.clone(),
             cause,
         };
-        let file = std::fs::File::open(&path).map_err(io)?;
-        let metadata = file.metadata().map_err(io)?;
-        // Mapping a directory fails with "No such device", which names nothing the user did.
-        if metadata.is_dir() {
-            return Err(io(std::io::ErrorKind::IsADirectory.into()));
-        }
+        let (file, metadata) = open_to_map(&path).map_err(io)?;
         let len = metadata.len();
         let data = if len == 0 {
             Data::Owned(Vec::new())
@@ -687,6 +682,17 @@ pub fn parse_rank_file_name(name: &str) -> Option<(u32, u32)> {
         return None;
     }
     Some((rank.parse().ok()?, part))
+}
+
+/// Opens a file that is about to be mapped, with its metadata. A directory is refused here:
+/// mapping one fails with "No such device", which names nothing the user did.
+pub(crate) fn open_to_map(path: &Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
+    let file = std::fs::File::open(path)?;
+    let metadata = file.metadata()?;
+    if metadata.is_dir() {
+        return Err(std::io::ErrorKind::IsADirectory.into());
+    }
+    Ok((file, metadata))
 }
 
 /// The rank files in `dir`, sorted by rank then part.
