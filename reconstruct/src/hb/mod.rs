@@ -37,7 +37,7 @@ pub use partition::{
 
 use collective_instance::{CollInst, CollKey, CollRef};
 use fast_map::{FastHasher, FastMap};
-use matcher::{Class, Comm, Key, Need, RankState, SendRec};
+use matcher::{Class, Comm, Need, RankState};
 
 /// One event of one lane: `index` counts every event of the lane from 0, in file order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -443,9 +443,6 @@ struct Shared<'c> {
     ctx: &'c HbContext,
     repair: Repair,
     ranks: Vec<RankState>,
-    sends: FastMap<(Key, u64), SendRec>,
-    send_counter: FastMap<Key, u64>,
-    recv_counter: FastMap<Key, u64>,
     colls: FastMap<CollKey, CollInst>,
     report: HbReport,
     /// Per lane: no later call of the lane starts before this (its last time seen, the end of
@@ -557,9 +554,6 @@ fn run_lanes<I: LaneSource>(
         ctx,
         repair,
         ranks: ctx.ranks.iter().map(|_| RankState::default()).collect(),
-        sends: FastMap::default(),
-        send_counter: FastMap::default(),
-        recv_counter: FastMap::default(),
         colls: FastMap::default(),
         report: HbReport::default(),
         frontier: vec![0; lanes.len()],
@@ -672,7 +666,11 @@ fn run_lanes<I: LaneSource>(
             }
         }
     }
-    shared.report.unmatched_sends += shared.sends.len() as u64;
+    shared.report.unmatched_sends += shared
+        .ranks
+        .iter()
+        .map(|r| r.sent_here.len() as u64)
+        .sum::<u64>();
     shared.report.lanes_shifted = lanes.iter().filter(|l| l.max_shift > 0).count() as u64;
     shared.report.max_shift = lanes.iter().map(|l| l.max_shift).max().unwrap_or(0);
     shared.report.output = shared.output;

@@ -54,7 +54,10 @@ impl Shared<'_> {
         if !force {
             let ready = needs.iter().all(|n| match n {
                 Need::Msg { key, seq, .. } => {
-                    self.sends.contains_key(&(*key, *seq)) || self.absent(key.1)
+                    self.ranks[lane.rank_idx]
+                        .sent_here
+                        .contains_key(&(*key, *seq))
+                        || self.absent(key.1)
                 }
                 Need::Coll(r) => self
                     .colls
@@ -82,7 +85,8 @@ impl Shared<'_> {
         for need in &needs {
             match need {
                 Need::Msg { key, seq, post } => {
-                    let Some(send) = self.sends.remove(&(*key, *seq)) else {
+                    let Some(send) = self.ranks[lane.rank_idx].sent_here.remove(&(*key, *seq))
+                    else {
                         self.report.unmatched_receives += 1;
                         if self.absent(key.1) {
                             self.report.waits_on_absent_ranks += 1;

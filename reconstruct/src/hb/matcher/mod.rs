@@ -133,6 +133,15 @@ pub(super) struct RankState {
     intercomms: FastMap<CommId, InterSide>,
     intercomms_made: FastMap<(i32, Arc<[u32]>), u32>,
     posts: Vec<Slot>,
+    /// The messages numbered so far on each channel this rank sends on, and on each it
+    /// receives on: a message is the k-th of its channel at both ends. Kept per rank, not in
+    /// one table for all: a lane's few channels stay together, where one table spread them
+    /// over a table of every channel of the run, each a cache miss with thousands of ranks.
+    send_seq: FastMap<Key, u64>,
+    recv_seq: FastMap<Key, u64>,
+    /// Sends to this rank, by channel and number, waiting for the receive that takes them:
+    /// the receiver's lane looks for them at every visit, so they are kept with its state.
+    pub(super) sent_here: FastMap<(Key, u64), SendRec>,
     icolls: FastMap<u64, CollRef>,
     coll_counter: FastMap<(u32, u32), u64>,
     persistent: PersistentRequests<BuildHasherDefault<FastHasher>>,

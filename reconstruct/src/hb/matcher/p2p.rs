@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use format::{ANY_SOURCE, ANY_TAG, Completion, MpiCall, NO_REQUEST, PROC_NULL};
 
-use super::{Class, Comm, Key, Need};
+use super::{Class, Comm, Key, Need, RankState};
 use crate::hb::{Action, EventRef, Lane, Shared};
 use trace::funcs::Deferred;
 
@@ -113,7 +113,7 @@ impl Shared<'_> {
         if self.is_remote(key.2) {
             return;
         }
-        let counter = self.send_counter.entry(key).or_default();
+        let counter = self.ranks[lane.rank_idx].send_seq.entry(key).or_default();
         let seq = *counter;
         *counter += 1;
         let rec = SendRec {
@@ -123,7 +123,13 @@ impl Shared<'_> {
             at: Self::at(lane, index),
             bytes: c.bytes,
         };
-        self.sends.insert((key, seq), rec);
+        match self.ctx.index_of(key.2) {
+            Some(dest) => {
+                self.ranks[dest].sent_here.insert((key, seq), rec);
+            }
+            // Nobody in the trace receives it.
+            None => self.report.unmatched_sends += 1,
+        }
     }
 
     /// Posts a nonblocking receive, completed later by the completion that names `request`.
@@ -155,7 +161,9 @@ impl Shared<'_> {
     /// Numbers, in posting order, every open receive whose key is known and that no earlier
     /// open wildcard receive could still take a message from.
     fn number_posts(&mut self, rank_idx: usize) {
-        let posts = &mut self.ranks[rank_idx].posts;
+        let RankState {
+            posts, recv_seq, ..
+        } = &mut self.ranks[rank_idx];
         for i in 0..posts.len() {
             if posts[i].seq.is_some() {
                 continue;
@@ -164,14 +172,15 @@ impl Shared<'_> {
             if posts[..i].iter().any(|p| p.could_take(key)) {
                 continue;
             }
-            let counter = self.recv_counter.entry(key).or_default();
+            let counter = recv_seq.entry(key).or_default();
             posts[i].seq = Some(*counter);
             *counter += 1;
         }
     }
 
-    pub(super) fn number_receive(&mut self, key: Key) -> u64 {
-        let counter = self.recv_counter.entry(key).or_default();
+    /// The next number of a receive of `key` at the receiver, rank `rank_idx`.
+    pub(super) fn number_receive(&mut self, rank_idx: usize, key: Key) -> u64 {
+        let counter = self.ranks[rank_idx].recv_seq.entry(key).or_default();
         *counter += 1;
         *counter - 1
     }
@@ -320,7 +329,7 @@ impl Shared<'_> {
             {
                 self.report.ambiguous_receives += 1;
             }
-            let seq = self.number_receive(key);
+            let seq = self.number_receive(lane.rank_idx, key);
             needs.push(Need::Msg {
                 key,
                 seq,
@@ -377,7 +386,7 @@ impl Shared<'_> {
                     // An earlier wildcard receive, still open, could have taken a message
                     // of this key; its completion comes later, so assume it did not.
                     self.report.ambiguous_receives += 1;
-                    self.number_receive(key)
+                    self.number_receive(lane.rank_idx, key)
                 }
             };
             needs.push(Need::Msg {

@@ -119,7 +119,7 @@ impl Shared<'_> {
                         .filter(|&&o| o != format::NOT_IN_WORLD)
                         .map(|&origin| {
                             let key = (global, origin, lane.id.rank, EPOCH_TAG);
-                            (key, self.number_receive(key))
+                            (key, self.number_receive(lane.rank_idx, key))
                         })
                         .collect();
                     self.ranks[lane.rank_idx]
