@@ -340,6 +340,13 @@ impl HbContext {
         })
     }
 
+    /// Whether `func` starts a nonblocking send (`Isend`, `Issend`, `Ibsend`, `Irsend`).
+    pub fn is_isend(&self, rank_idx: usize, func: format::FunctionId) -> bool {
+        self.ranks
+            .get(rank_idx)
+            .is_some_and(|r| r.classes.get(usize::from(func)) == Some(&Class::Isend))
+    }
+
     /// Whether `func` only completes requests (`Wait*`, `Test*`): such a call matters to the
     /// matcher only through the completions recorded after it.
     pub fn is_completion_call(&self, rank_idx: usize, func: format::FunctionId) -> bool {

@@ -14,8 +14,8 @@
 //! With the repair on, the output times come out of the matcher: workers then decode and map,
 //! every event goes through the queue, and the caller cuts what the matcher hands out into
 //! chunks, which the workers encode and append between their steps ([`encode_queue`]).
-//! Without it, only communication calls, their completions and communicator definitions go to
-//! the matcher: the rest changes nothing it counts.
+//! Without it, only communication calls, their completions (but those of sends: [`open_sends`])
+//! and communicator definitions go to the matcher: the rest changes nothing it counts.
 //!
 //! The output does not depend on the number of threads: each rank's file is written by one step
 //! at a time, lane by lane, in the lanes' order.
@@ -43,6 +43,7 @@ use trace::lanes::{LaneId, OpenRank};
 
 mod encode_queue;
 mod engine_writer;
+mod open_sends;
 mod proxy_stream;
 pub(crate) mod remote;
 pub(crate) mod split;

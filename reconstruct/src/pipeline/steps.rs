@@ -10,6 +10,7 @@ use std::sync::{Condvar, Mutex};
 use format::reader::ChunkIntoEvents;
 use format::{ChunkEncoder, ChunkWalk, EncodedChunk, Event};
 
+use super::open_sends::OpenSends;
 use super::{Inputs, Item, MatcherLocal, PassConfig, WorkerOutput, lock, rank_slot};
 use crate::hb::{HbContext, ProxyFilter};
 use crate::job::LaneBatch;
@@ -40,6 +41,8 @@ pub(super) struct LaneWork<'a> {
     /// `Test`/`Testany` calls that completed nothing), and one that completed nothing changes
     /// nothing the matcher counts.
     held_poll: Option<Item>,
+    /// Its sends whose completions need not reach the matcher (see [`OpenSends`]).
+    open_sends: OpenSends,
     done: bool,
     /// A split pass whose proxies stream: per other process, the filter that picks what it
     /// needs of this lane (see [`crate::hb::ProxyFilter`]).
@@ -80,6 +83,9 @@ pub(super) struct Shared<'a> {
     data_ready: Condvar,
     /// Everything goes to the matcher (the repair is on).
     feed_all: bool,
+    /// Sends' completions stay out of what goes to the matcher (neither the repair nor learning:
+    /// see [`OpenSends`]).
+    leave_out_sends: bool,
     pub(super) output: Option<WorkerOutput<'a>>,
     /// Per rank: another process of the job steps it.
     remote: Vec<bool>,
@@ -194,7 +200,14 @@ impl<'a> Shared<'a> {
                         removed: lane.mapper.removed,
                         event: e,
                     });
-                } else if keep(self.ctx, work.rank_idx, several, lane, &e) {
+                } else if keep(
+                    self.ctx,
+                    work.rank_idx,
+                    several,
+                    self.leave_out_sends && !several,
+                    lane,
+                    &e,
+                ) {
                     let item = Item {
                         index,
                         removed: lane.mapper.removed,
@@ -514,6 +527,7 @@ fn keep(
     ctx: &HbContext,
     rank_idx: usize,
     several: bool,
+    leave_out_sends: bool,
     lane: &mut LaneWork<'_>,
     e: &Event,
 ) -> bool {
@@ -522,9 +536,16 @@ fn keep(
             lane.last_call_kept = several
                 || std::mem::take(&mut lane.after_commdef)
                 || ctx.is_communication(rank_idx, c.func);
+            if leave_out_sends {
+                lane.open_sends
+                    .call(ctx.is_isend(rank_idx, c.func), c.request);
+            }
             lane.last_call_kept
         }
-        Event::Completion(_) => lane.last_call_kept,
+        Event::Completion(c) => {
+            let of_send = leave_out_sends && lane.open_sends.completes_send(c.request);
+            lane.last_call_kept && !of_send
+        }
         Event::CommDef { .. } => {
             lane.after_commdef = true;
             true
@@ -578,6 +599,7 @@ impl Inputs {
                 last_call_kept: false,
                 after_commdef: false,
                 held_poll: None,
+                open_sends: OpenSends::default(),
                 done: false,
                 proxy_filters: Vec::new(),
             });
@@ -607,6 +629,7 @@ impl Inputs {
             work_ready: Condvar::new(),
             data_ready: Condvar::new(),
             feed_all: cfg.repair.enabled,
+            leave_out_sends: !cfg.repair.enabled && !cfg.repair.learn,
             output: cfg.output,
             remote,
             // Lanes are read in lockstep (every collective holds them together), so their batches
