@@ -83,8 +83,8 @@ pub(super) struct Shared<'a> {
     data_ready: Condvar,
     /// Everything goes to the matcher (the repair is on).
     feed_all: bool,
-    /// Sends' completions stay out of what goes to the matcher (neither the repair nor learning:
-    /// see [`OpenSends`]).
+    /// Sends' completions stay out of what goes to the matcher (neither the repair nor learning,
+    /// and not for ranks with several lanes: see [`OpenSends`]).
     leave_out_sends: bool,
     pub(super) output: Option<WorkerOutput<'a>>,
     /// Per rank: another process of the job steps it.
@@ -204,7 +204,7 @@ impl<'a> Shared<'a> {
                     self.ctx,
                     work.rank_idx,
                     several,
-                    self.leave_out_sends && !several,
+                    self.leave_out_sends,
                     lane,
                     &e,
                 ) {
@@ -531,6 +531,9 @@ fn keep(
     lane: &mut LaneWork<'_>,
     e: &Event,
 ) -> bool {
+    // A rank with several lanes keeps every call and its completions: the matcher orders its
+    // lanes' calls by their starts.
+    let leave_out_sends = leave_out_sends && !several;
     match e {
         Event::Call(c) => {
             lane.last_call_kept = several
